@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The one definition of everything shared by the BPF program and tachy's
+ * Rust side. Rust reads these types from the generated skeleton.
+ */
+#ifndef __TACHY_H
+#define __TACHY_H
+
+/* Open frames kept per thread. Deeper nesting is counted as overflow. */
+#define TACHY_MAX_DEPTH 64
+
+/*
+ * Histogram layout: values below 16 ns get a bucket each; above, every
+ * power of two is split into 16 linear sub-buckets (about 6% resolution).
+ * Bucket of v >= 16: (log2(v) - 3) * 16 + ((v >> (log2(v) - 4)) & 15).
+ */
+#define TACHY_SUB_BITS 4
+#define TACHY_SUBBUCKETS (1 << TACHY_SUB_BITS)
+#define TACHY_NBUCKETS ((64 - TACHY_SUB_BITS + 1) * TACHY_SUBBUCKETS)
+
+/*
+ * An SP further than this from an open frame's belongs to another stack
+ * (a fiber, a coroutine, a sigaltstack handler): such frames are kept,
+ * never taken for abandoned.
+ */
+#define TACHY_STACK_WINDOW (8ULL << 20)
+
+/* Cookie of a tail-jump probe. */
+#define TACHY_TAIL_COND_MASK 0x0f /* x86 condition code of a jcc */
+#define TACHY_TAIL_CONDITIONAL 0x10
+#define TACHY_TAIL_INDIRECT 0x20
+
+/* Frame flags. */
+#define TACHY_FRAME_TAILING 0x1
+
+struct tachy_frame {
+	__u64 sp;	/* address of the return-address slot at entry */
+	__u64 start_ns;
+	__u64 child_ns;
+	__u32 id;
+	__u32 flags;
+};
+
+struct tachy_thread {
+	__u32 depth;
+	__u32 pad;
+	struct tachy_frame frames[TACHY_MAX_DEPTH];
+};
+
+/* Per function id and per CPU; summed by user space. */
+struct tachy_stats {
+	__u64 count;	 /* completed calls recorded in buckets */
+	__u64 total_ns;
+	__u64 min_ns;	 /* 0: none yet */
+	__u64 max_ns;
+	__u64 unwound;	 /* left by exception, longjmp or a lost exit */
+	__u64 filtered;	 /* completed, outside --slower-than/--faster-than */
+	__u64 overflow;	 /* not timed: thread's frame stack was full */
+	__u64 indirect_tail; /* timed up to an indirect tail jump */
+	__u64 buckets[TACHY_NBUCKETS];
+};
+
+#endif /* __TACHY_H */

@@ -1,0 +1,78 @@
+//! Machine-code decoding: the exits (`ret`s, tail jumps) and call sites of a
+//! function, and the instruction boundaries probes may be placed on. Behind
+//! this small interface sits one decoder per architecture (x86-64 for now).
+//! Pure: bytes in, addresses out.
+
+mod x86;
+
+pub use x86::decode;
+
+/// Where a jump or call goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A known address.
+    Direct(u64),
+    /// Through a pointer in memory at a known address (a GOT slot: `-fno-plt`).
+    Slot(u64),
+    /// Through a register or computed memory: unknown until run time.
+    Indirect,
+}
+
+/// A jump that leaves the function for good: the callee returns to our caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailJump {
+    pub addr: u64,
+    pub target: Target,
+    /// x86 condition code (0..=15) of a conditional tail jump.
+    pub cond: Option<u8>,
+}
+
+/// A call instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub addr: u64,
+    /// Address of the instruction after the call: the return address.
+    pub next: u64,
+    pub target: Target,
+}
+
+/// Does the kernel emulate this instruction under a uprobe (cheap), or
+/// single-step it out of line (expensive)?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeCost {
+    Emulated,
+    SingleStepped,
+}
+
+/// The first instruction of a function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Insn {
+    pub addr: u64,
+    pub len: u32,
+    pub text: String,
+    pub cost: ProbeCost,
+}
+
+/// What decoding a function (and its fragments) found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub first: Option<Insn>,
+    pub rets: Vec<u64>,
+    pub tails: Vec<TailJump>,
+    pub calls: Vec<Call>,
+    /// Start addresses of every instruction, in order (probe-safe offsets).
+    pub boundaries: Vec<u64>,
+}
+
+/// A range of code: the function or one of its fragments.
+#[derive(Clone, Copy, Debug)]
+pub struct Range<'a> {
+    pub addr: u64,
+    pub bytes: &'a [u8],
+}
+
+impl Range<'_> {
+    pub fn contains(&self, a: u64) -> bool {
+        a >= self.addr && a - self.addr < self.bytes.len() as u64
+    }
+}

@@ -1,0 +1,4 @@
+mod disasm;
+mod probe;
+mod symbols;
+fn main() {}

@@ -1,0 +1,237 @@
+//! One ELF object, mapped read-only: its symbols, its code bytes, and the one
+//! function that turns a virtual address into a file offset.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use object::elf;
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::{Endianness, Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+/// Where an object's function symbols came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymSource {
+    /// The full symbol table.
+    Symtab,
+    /// Only the dynamic symbol table: exported functions only.
+    Dynsym,
+}
+
+impl SymSource {
+    pub fn describe(self) -> &'static str {
+        match self {
+            SymSource::Symtab => ".symtab",
+            SymSource::Dynsym => ".dynsym (exported functions only)",
+        }
+    }
+}
+
+/// A function symbol as the object stores it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawSym<'a> {
+    pub name: &'a str,
+    pub addr: u64,
+    pub size: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+    exec: bool,
+}
+
+/// A mapped ELF object.
+pub struct ElfObject {
+    /// The path users know it by (as in /proc/PID/maps).
+    pub display: PathBuf,
+    /// The path tachy opened, and the kernel attaches probes to.
+    pub open_path: PathBuf,
+    map: memmap2::Mmap,
+    loads: Vec<Load>,
+}
+
+impl std::fmt::Debug for ElfObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ElfObject").field("display", &self.display).finish()
+    }
+}
+
+impl ElfObject {
+    /// Maps and checks an object: a 64-bit little-endian x86-64 ELF file.
+    pub fn open(display: &Path, open_path: &Path) -> Result<ElfObject> {
+        let file = File::open(open_path)
+            .with_context(|| format!("cannot open {}", display.display()))?;
+        let meta = file.metadata().with_context(|| format!("cannot stat {}", display.display()))?;
+        if !meta.is_file() {
+            bail!("{} is not a regular file", display.display());
+        }
+        // SAFETY: the mapping is private and read-only. A file truncated while
+        // mapped could raise SIGBUS; objects that are mapped by a running
+        // process are not truncated in place by package managers (they
+        // replace them by rename), which is the case tachy serves.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", display.display()))?;
+        if map.len() < 4 || &map[..4] != b"\x7fELF" {
+            bail!("{} is not an ELF file", display.display());
+        }
+        if map.len() < 20 || map[4] != elf::ELFCLASS64 {
+            bail!("{} is a 32-bit ELF file; tachy traces 64-bit x86-64 code", display.display());
+        }
+        let header = elf::FileHeader64::<Endianness>::parse(&*map)
+            .with_context(|| format!("{} is a malformed ELF file", display.display()))?;
+        let endian = header
+            .endian()
+            .with_context(|| format!("{} is a malformed ELF file", display.display()))?;
+        let machine = header.e_machine(endian);
+        if machine != elf::EM_X86_64 {
+            bail!(
+                "{} is an ELF file for {}; tachy decodes x86-64 code only",
+                display.display(),
+                machine_name(machine)
+            );
+        }
+        let phdrs = header
+            .program_headers(endian, &*map)
+            .with_context(|| format!("{} has malformed program headers", display.display()))?;
+        let loads = phdrs
+            .iter()
+            .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+            .map(|p| Load {
+                vaddr: p.p_vaddr(endian),
+                memsz: p.p_memsz(endian),
+                offset: p.p_offset(endian),
+                filesz: p.p_filesz(endian),
+                exec: p.p_flags(endian) & elf::PF_X != 0,
+            })
+            .collect();
+        Ok(ElfObject {
+            display: display.to_path_buf(),
+            open_path: open_path.to_path_buf(),
+            map,
+            loads,
+        })
+    }
+
+    pub fn data(&self) -> &[u8] {
+        &self.map
+    }
+
+    pub fn parse(&self) -> Result<ElfFile64<'_, Endianness>> {
+        ElfFile64::parse(&*self.map)
+            .with_context(|| format!("{} is a malformed ELF file", self.display.display()))
+    }
+
+    /// The file offset of an address in an executable segment. This is the
+    /// offset the kernel's uprobe API takes.
+    pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|l| l.exec && vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz.min(l.memsz))
+            .map(|l| vaddr - l.vaddr + l.offset)
+    }
+
+    /// The code bytes of `[vaddr, vaddr + len)`, if all are in the file.
+    pub fn code(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
+        let start = self.vaddr_to_offset(vaddr)?;
+        let last = self.vaddr_to_offset(vaddr.checked_add(len)?.checked_sub(1)?)?;
+        if last + 1 - start != len {
+            return None;
+        }
+        self.map.get(start as usize..(last + 1) as usize)
+    }
+
+    /// Function symbols: the full table when the object has one, else the
+    /// dynamic one.
+    pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
+        let file = self.parse()?;
+        let full = collect_functions(file.symbols());
+        if !full.is_empty() {
+            return Ok((full, SymSource::Symtab));
+        }
+        let dynamic = collect_functions(file.dynamic_symbols());
+        if dynamic.is_empty() {
+            bail!(
+                "{} has no function symbols (stripped, and exports nothing)",
+                self.display.display()
+            );
+        }
+        Ok((dynamic, SymSource::Dynsym))
+    }
+
+    /// Whether the object has DWARF debug info.
+    pub fn has_dwarf(&self) -> bool {
+        self.parse()
+            .map(|f| f.section_by_name(".debug_info").is_some())
+            .unwrap_or(false)
+    }
+}
+
+fn collect_functions<'a>(
+    syms: object::read::elf::ElfSymbolIterator<'a, '_, elf::FileHeader64<Endianness>>,
+) -> Vec<RawSym<'a>> {
+    syms.filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.size() > 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            (!name.is_empty()).then_some(RawSym {
+                name,
+                addr: s.address(),
+                size: s.size(),
+            })
+        })
+        .collect()
+}
+
+fn machine_name(m: u16) -> String {
+    match m {
+        elf::EM_AARCH64 => "aarch64".into(),
+        elf::EM_386 => "i386".into(),
+        elf::EM_RISCV => "riscv".into(),
+        elf::EM_PPC64 => "ppc64".into(),
+        elf::EM_S390 => "s390".into(),
+        elf::EM_ARM => "arm".into(),
+        other => format!("machine type {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vaddr_to_offset_agrees_with_section_headers_on_every_symbol() {
+        // A second, section-based computation over every function of the
+        // test binary itself.
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe, &exe).unwrap();
+        let file = obj.parse().unwrap();
+        let (syms, _) = obj.function_symbols().unwrap();
+        assert!(syms.len() > 100);
+        let mut checked = 0;
+        for s in &syms {
+            let Some(sec) = file.sections().find(|sec| {
+                sec.address() <= s.addr && s.addr < sec.address() + sec.size()
+            }) else {
+                continue;
+            };
+            let Some((sec_off, _)) = sec.file_range() else { continue };
+            let expected = s.addr - sec.address() + sec_off;
+            assert_eq!(obj.vaddr_to_offset(s.addr), Some(expected), "{}", s.name);
+            checked += 1;
+        }
+        assert!(checked > 100);
+    }
+
+    #[test]
+    fn rejects_non_elf() {
+        let p = Path::new("/proc/self/status");
+        let tmp = std::env::temp_dir().join(format!("tachy-notelf-{}", std::process::id()));
+        std::fs::write(&tmp, b"hello world, not an elf").unwrap();
+        let err = ElfObject::open(p, &tmp).unwrap_err().to_string();
+        std::fs::remove_file(&tmp).unwrap();
+        assert_eq!(err, "/proc/self/status is not an ELF file");
+    }
+}

@@ -1,0 +1,196 @@
+//! Symbols: which functions of an object a pattern names, with their raw and
+//! demangled names, fragments, and near names when nothing matches. Pure:
+//! reads files, needs no privilege.
+
+pub mod demangle;
+pub mod dwarf;
+pub mod elf;
+pub mod pattern;
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+pub use demangle::{demangle, Lang, Names, Part};
+pub use elf::{ElfObject, RawSym, SymSource};
+pub use pattern::Pattern;
+
+/// A `.cold`/`.warm` part of a function: its code, never an entry point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fragment {
+    pub raw: String,
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// A function a pattern matched in one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    pub raw: String,
+    pub names: Names,
+    pub addr: u64,
+    pub size: u64,
+    pub fragments: Vec<Fragment>,
+}
+
+impl Function {
+    /// The name shown to users: demangled with parameters, plus any clone suffix.
+    pub fn display_name(&self) -> String {
+        if self.names.suffix.is_empty() {
+            self.names.full.clone()
+        } else {
+            format!("{} [clone {}]", self.names.full, self.names.suffix)
+        }
+    }
+}
+
+/// The result of looking a pattern up in one object.
+#[derive(Debug)]
+pub struct Found {
+    pub source: SymSource,
+    pub functions: Vec<Function>,
+}
+
+/// Finds the functions `pat` names in `obj`. Raw names are filtered on a
+/// literal part of the pattern before any is demangled: demangling every
+/// symbol of a large C++ library costs about a second.
+pub fn find(obj: &ElfObject, pat: &Pattern) -> Result<Found> {
+    let (syms, source) = obj.function_symbols()?;
+    let lit = pat.prefilter();
+    let mut whole: BTreeMap<u64, Function> = BTreeMap::new();
+    let mut fragments: Vec<(String, Fragment)> = Vec::new();
+    for s in &syms {
+        if let Some(lit) = lit {
+            if !s.name.contains(lit) {
+                continue;
+            }
+        }
+        let names = demangle(s.name);
+        match names.part {
+            Part::Fragment => fragments.push((
+                names.stem.clone(),
+                Fragment {
+                    raw: s.name.to_string(),
+                    addr: s.addr,
+                    size: s.size,
+                },
+            )),
+            Part::Whole => {
+                if pat.matches(s.name, &names) {
+                    // Aliases share an address: keep the first name.
+                    whole.entry(s.addr).or_insert_with(|| Function {
+                        raw: s.name.to_string(),
+                        names,
+                        addr: s.addr,
+                        size: s.size,
+                        fragments: Vec::new(),
+                    });
+                }
+            }
+        }
+    }
+    // A fragment belongs to the function whose name is its stem, clone
+    // suffixes included (`f.part.0.cold` belongs to `f.part.0`).
+    for (_, frag) in fragments {
+        let (owner, _) = frag.raw.rsplit_once(".cold").or_else(|| frag.raw.rsplit_once(".warm")).unwrap_or((&frag.raw, ""));
+        for f in whole.values_mut() {
+            if f.raw == owner {
+                f.fragments.push(frag.clone());
+            }
+        }
+    }
+    Ok(Found {
+        source,
+        functions: whole.into_values().collect(),
+    })
+}
+
+/// The function symbol that contains `addr`, if any (fragments excluded).
+pub fn function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function>> {
+    let (syms, _) = obj.function_symbols()?;
+    let hit = syms
+        .iter()
+        .filter(|s| s.addr <= addr && addr - s.addr < s.size)
+        .map(|s| (s, demangle(s.name)))
+        .find(|(_, n)| n.part == Part::Whole);
+    Ok(hit.map(|(s, names)| Function {
+        raw: s.name.to_string(),
+        names,
+        addr: s.addr,
+        size: s.size,
+        fragments: Vec::new(),
+    }))
+}
+
+/// Up to `max` names in `obj` close to the pattern, best first.
+pub fn suggest(obj: &ElfObject, pat: &Pattern, max: usize) -> Vec<String> {
+    let Ok((syms, _)) = obj.function_symbols() else {
+        return Vec::new();
+    };
+    let want = last_component(pat.as_str().split('(').next().unwrap_or("")).to_lowercase();
+    if want.is_empty() {
+        return Vec::new();
+    }
+    let mut scored: BTreeMap<(usize, String), ()> = BTreeMap::new();
+    for s in &syms {
+        let names = demangle(s.name);
+        if names.part != Part::Whole {
+            continue;
+        }
+        let last = last_component(&names.base).to_lowercase();
+        let score = if last == want {
+            0
+        } else if last.contains(&want) || want.contains(&last) && last.len() >= 3 {
+            1
+        } else {
+            let d = levenshtein(&last, &want);
+            if d > (want.len() / 3).max(2) {
+                continue;
+            }
+            1 + d
+        };
+        scored.insert((score, names.base), ());
+        if scored.len() > 4 * max {
+            let worst = scored.keys().next_back().cloned();
+            if let Some(w) = worst {
+                scored.remove(&w);
+            }
+        }
+    }
+    scored.into_keys().map(|(_, n)| n).take(max).collect()
+}
+
+fn last_component(s: &str) -> &str {
+    s.rsplit("::").next().unwrap_or(s)
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.len() > 256 || b.len() > 256 {
+        return usize::MAX;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levenshtein_distances() {
+        assert_eq!(levenshtein("lookup", "lookup"), 0);
+        assert_eq!(levenshtein("lookup", "lokup"), 1);
+        assert_eq!(levenshtein("", "abc"), 3);
+    }
+}
