@@ -17,12 +17,7 @@ fn main() {
     };
     SkeletonBuilder::new()
         .source(SRC)
-        .clang_args([
-            "-I",
-            &format!("vmlinux/{vmlinux_dir}"),
-            "-I",
-            "src/bpf",
-        ])
+        .clang_args(["-I", &format!("vmlinux/{vmlinux_dir}"), "-I", "src/bpf"])
         .build_and_generate(out.join("tachy.skel.rs"))
         .expect("failed to build the BPF program (is clang installed?)");
     println!("cargo:rerun-if-changed={SRC}");

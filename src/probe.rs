@@ -1,3 +1,344 @@
+//! The only module that talks to the kernel's BPF interface: loads the BPF
+//! program with the plan's settings, attaches its probes, reads and clears
+//! the counters. Dropping a `Tracer` detaches everything; the links are file
+//! descriptors, so the kernel removes them even if tachy is killed.
+
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts, UprobeOpts};
+
+use crate::plan::{Plan, ProbeKind};
+use crate::report::{Counts, Hist};
+
 mod skel {
+    #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/tachy.skel.rs"));
+}
+
+use skel::{types, TachySkel, TachySkelBuilder};
+
+/// Entry cookie bit (TACHY_ENTRY_TAILING in tachy.h).
+const ENTRY_TAILING: u64 = 0x8000_0000;
+
+// SAFETY: tachy_stats is plain old data generated from tachy.h: integers
+// only, no padding-sensitive invariants, valid for any bit pattern.
+unsafe impl plain::Plain for types::tachy_stats {}
+
+pub struct Tracer<'obj> {
+    skel: TachySkel<'obj>,
+    links: Vec<Link>,
+    nfuncs: u32,
+    /// How the probes were attached, for --verbose.
+    pub multi: bool,
+    pub thread_exit: bool,
+}
+
+/// The kinds of link a probe kind is attached with.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Prog {
+    Entry,
+    Exit,
+    Tail,
+    Uret,
+}
+
+fn silence_libbpf(verbose: bool) {
+    let level = if verbose {
+        libbpf_rs::PrintLevel::Info
+    } else {
+        libbpf_rs::PrintLevel::Warn
+    };
+    let cb: libbpf_rs::PrintCallback = if verbose {
+        |_, msg| eprint!("libbpf: {msg}")
+    } else {
+        |_, _| {}
+    };
+    libbpf_rs::set_print(Some((level, cb)));
+}
+
+impl<'obj> Tracer<'obj> {
+    /// Loads the BPF program configured for `plan` and attaches every probe.
+    /// On any error, whatever was attached is detached again.
+    pub fn attach(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+        plan: &Plan,
+        verbose: bool,
+    ) -> Result<Tracer<'obj>> {
+        silence_libbpf(verbose);
+        let nfuncs = plan.funcs.len() as u32;
+        let mut open = TachySkelBuilder::default()
+            .open(storage)
+            .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
+        {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .context("BPF program has no settings section")?;
+            ro.nfuncs = nfuncs;
+            ro.filter_tid = plan.settings.filter_tid;
+            ro.min_ns = plan.settings.min_ns;
+            ro.max_ns = plan.settings.max_ns;
+            ro.outermost = plan.settings.outermost;
+            ro.unit_ns = plan.settings.unit_ns.max(1);
+        }
+        open.maps
+            .stats
+            .set_max_entries(2 * nfuncs)
+            .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+        let multi = uprobe_multi_supported();
+        for (p, on) in [
+            (&mut open.progs.tachy_entry_m, multi),
+            (&mut open.progs.tachy_exit_m, multi),
+            (&mut open.progs.tachy_tail_m, multi),
+            (
+                &mut open.progs.tachy_uret_m,
+                multi && plan.settings.uretprobe,
+            ),
+            (
+                &mut open.progs.tachy_uret_s,
+                !multi && plan.settings.uretprobe,
+            ),
+            (&mut open.progs.tachy_entry_s, !multi),
+            (&mut open.progs.tachy_exit_s, !multi),
+            (&mut open.progs.tachy_tail_s, !multi),
+        ] {
+            p.set_autoload(on);
+        }
+        let skel = open.load().map_err(|e| load_error(e.to_string()))?;
+        let mut t = Tracer {
+            skel,
+            links: Vec::new(),
+            nfuncs,
+            multi,
+            thread_exit: false,
+        };
+        t.attach_all(plan)?;
+        // Without it, frames a thread abandons just before it exits are not
+        // counted as unwound; timing is unaffected.
+        match t.skel.progs.tachy_thread_exit.attach() {
+            Ok(l) => {
+                t.links.push(l);
+                t.thread_exit = true;
+            }
+            Err(e) if verbose => eprintln!("tachy: thread exits are not watched: {e}"),
+            Err(_) => {}
+        }
+        Ok(t)
+    }
+
+    fn attach_all(&mut self, plan: &Plan) -> Result<()> {
+        for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
+            for kind in [Prog::Entry, Prog::Exit, Prog::Tail, Prog::Uret] {
+                let sites: Vec<(usize, u64)> = plan
+                    .probes
+                    .iter()
+                    .filter(|p| p.object == oi)
+                    .filter_map(|p| match (kind, p.kind) {
+                        (
+                            Prog::Entry,
+                            ProbeKind::Entry {
+                                id,
+                                sp_adjust,
+                                tailing,
+                            },
+                        ) => Some((
+                            p.offset as usize,
+                            id as u64
+                                | if tailing { ENTRY_TAILING } else { 0 }
+                                | ((sp_adjust as u32 as u64) << 32),
+                        )),
+                        (Prog::Uret, ProbeKind::Uret) => Some((p.offset as usize, 0)),
+                        (Prog::Exit, ProbeKind::Exit) => Some((p.offset as usize, 0)),
+                        (Prog::Tail, ProbeKind::Tail { cookie }) => {
+                            Some((p.offset as usize, cookie))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if sites.is_empty() {
+                    continue;
+                }
+                let what = || format!("cannot attach probes to {}", display.display());
+                if self.multi {
+                    let prog = match kind {
+                        Prog::Entry => &self.skel.progs.tachy_entry_m,
+                        Prog::Exit => &self.skel.progs.tachy_exit_m,
+                        Prog::Tail => &self.skel.progs.tachy_tail_m,
+                        Prog::Uret => &self.skel.progs.tachy_uret_m,
+                    };
+                    let opts = UprobeMultiOpts {
+                        retprobe: kind == Prog::Uret,
+                        offsets: sites.iter().map(|s| s.0).collect(),
+                        cookies: sites.iter().map(|s| s.1).collect(),
+                        ..Default::default()
+                    };
+                    let link = prog
+                        .attach_uprobe_multi_with_opts(plan.pid, open_path, "", opts)
+                        .map_err(|e| attach_error(e.to_string()))
+                        .with_context(what)?;
+                    self.links.push(link);
+                } else {
+                    let prog = match kind {
+                        Prog::Entry => &self.skel.progs.tachy_entry_s,
+                        Prog::Exit => &self.skel.progs.tachy_exit_s,
+                        Prog::Tail => &self.skel.progs.tachy_tail_s,
+                        Prog::Uret => &self.skel.progs.tachy_uret_s,
+                    };
+                    for (off, cookie) in sites {
+                        let opts = UprobeOpts {
+                            cookie,
+                            retprobe: kind == Prog::Uret,
+                            ..Default::default()
+                        };
+                        let link = prog
+                            .attach_uprobe_with_opts(plan.pid, open_path, off, opts)
+                            .map_err(|e| attach_error(e.to_string()))
+                            .with_context(what)?;
+                        self.links.push(link);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the counters of the interval that just ended and clears them.
+    /// Probes write one half of the counters while this reads the other, so
+    /// no call is lost or counted twice.
+    pub fn take(&mut self) -> Result<Vec<Counts>> {
+        let gen = {
+            let bss = self
+                .skel
+                .maps
+                .bss_data
+                .as_deref_mut()
+                .context("BPF program has no state section")?;
+            let old = bss.generation;
+            bss.generation = old.wrapping_add(1);
+            old
+        };
+        // Let probes that read the old generation finish their update.
+        std::thread::sleep(Duration::from_millis(2));
+        let base = (gen & 1) * self.nfuncs;
+        let mut out = Vec::with_capacity(self.nfuncs as usize);
+        let map = &self.skel.maps.stats;
+        for id in 0..self.nfuncs {
+            let key = (base + id).to_ne_bytes();
+            let per_cpu = map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot read BPF counters: {e}"))?
+                .unwrap_or_default();
+            let mut c = Counts::default();
+            let mut zero = Vec::with_capacity(per_cpu.len());
+            for raw in &per_cpu {
+                let mut s = types::tachy_stats::default();
+                plain::copy_from_bytes(&mut s, raw)
+                    .map_err(|_| anyhow!("BPF counters have an unexpected size"))?;
+                c.merge(&Counts {
+                    count: s.count,
+                    total_ns: s.total_ns,
+                    min_ns: s.min_ns,
+                    max_ns: s.max_ns,
+                    unwound: s.unwound,
+                    filtered: s.filtered,
+                    overflow: s.overflow,
+                    indirect_tail: s.indirect_tail,
+                    hist: Hist::from_buckets(&s.buckets),
+                });
+                zero.push(vec![0u8; raw.len()]);
+            }
+            map.update_percpu(&key, &zero, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot clear BPF counters: {e}"))?;
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+}
+
+/// uprobe_multi links arrived in Linux 6.6.
+fn uprobe_multi_supported() -> bool {
+    if std::env::var_os("TACHY_NO_UPROBE_MULTI").is_some() {
+        return false;
+    }
+    let Ok(rel) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut it = rel
+        .trim()
+        .split(['.', '-'])
+        .map(|x| x.parse::<u32>().unwrap_or(0));
+    let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (maj, min) >= (6, 6)
+}
+
+fn load_error(msg: String) -> anyhow::Error {
+    if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+        anyhow!("the kernel refused to load the BPF program (Operation not permitted): run tachy as root, or with CAP_BPF and CAP_PERFMON")
+    } else {
+        anyhow!("the kernel refused to load the BPF program: {msg}")
+    }
+}
+
+fn attach_error(msg: String) -> anyhow::Error {
+    if msg.contains("No such process") || msg.contains("ESRCH") {
+        anyhow!("the process exited while probes were being attached")
+    } else {
+        anyhow!("{msg}")
+    }
+}
+
+/// Checks, before any BPF work, that this kernel and this user can attach uprobes.
+pub fn check_environment() -> Result<()> {
+    if !std::path::Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        bail!("this kernel has no uprobes (CONFIG_UPROBE_EVENTS is off): tachy cannot trace user functions here");
+    }
+    if !std::path::Path::new("/sys/fs/bpf").exists()
+        && !std::path::Path::new("/proc/sys/kernel/unprivileged_bpf_disabled").exists()
+    {
+        bail!("this kernel has no BPF support (CONFIG_BPF_SYSCALL is off)");
+    }
+    let missing = missing_capabilities();
+    if !missing.is_empty() {
+        bail!(
+            "tachy needs root, or the capabilities CAP_BPF and CAP_PERFMON (missing: {})",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Capabilities needed to load tracing programs and attach uprobes that
+/// this process lacks.
+pub fn missing_capabilities() -> Vec<&'static str> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return vec![];
+    };
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |c: u32| eff & (1u64 << c) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return vec![];
+    }
+    let mut m = vec![];
+    if !has(CAP_BPF) {
+        m.push("CAP_BPF");
+    }
+    if !has(CAP_PERFMON) {
+        m.push("CAP_PERFMON");
+    }
+    m
 }

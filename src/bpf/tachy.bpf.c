@@ -31,6 +31,8 @@ const volatile __u32 filter_tid = 0;
 const volatile __u64 min_ns = 0;
 const volatile __u64 max_ns = 0;
 const volatile bool outermost = false;
+/* Durations are bucketed in display units (ns per unit), as funclatency. */
+const volatile __u64 unit_ns = 1;
 
 /*
  * Which half of `stats` the probes write. User space flips it, then reads
@@ -112,7 +114,7 @@ static __always_inline void record(struct tachy_frame *f, __u64 now,
 		s->min_ns = d ? d : 1;
 	if (d > s->max_ns)
 		s->max_ns = d;
-	b = bucket_of(d);
+	b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
 	if (b >= TACHY_NBUCKETS)
 		b = TACHY_NBUCKETS - 1;
 	s->buckets[b]++;
@@ -144,7 +146,7 @@ static __always_inline bool above(struct tachy_frame *f, __u64 sp)
 static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u32 id = (__u32)cookie;
+	__u32 id = cookie & TACHY_ENTRY_ID_MASK;
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct tachy_thread *t;
 	struct tachy_frame *f;
@@ -195,14 +197,14 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	f->start_ns = now;
 	f->child_ns = 0;
 	f->id = id;
-	f->flags = 0;
+	f->flags = (cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING : 0;
 	t->depth++;
 	return 0;
 }
 
-static __always_inline int do_exit(struct pt_regs *ctx)
+/* A function returns with SP at its return-address slot: close its frame. */
+static __always_inline int do_exit(__u64 sp)
 {
-	__u64 sp = PT_REGS_SP(ctx);
 	struct tachy_thread *t;
 	struct tachy_frame *f;
 	__u64 now;
@@ -282,7 +284,18 @@ int tachy_entry_m(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int tachy_exit_m(struct pt_regs *ctx)
 {
-	return do_exit(ctx);
+	return do_exit(PT_REGS_SP(ctx));
+}
+
+/*
+ * --uretprobe: runs after the return, with SP one slot above. Only on
+ * explicit request: a C++ exception unwinding through the frame meets the
+ * kernel's trampoline address and aborts the process.
+ */
+SEC("uretprobe.multi")
+int tachy_uret_m(struct pt_regs *ctx)
+{
+	return do_exit(PT_REGS_SP(ctx) - 8);
 }
 
 SEC("uprobe.multi")
@@ -301,7 +314,38 @@ int tachy_entry_s(struct pt_regs *ctx)
 SEC("uprobe")
 int tachy_exit_s(struct pt_regs *ctx)
 {
-	return do_exit(ctx);
+	return do_exit(PT_REGS_SP(ctx));
+}
+
+SEC("uretprobe")
+int tachy_uret_s(struct pt_regs *ctx)
+{
+	return do_exit(PT_REGS_SP(ctx) - 8);
+}
+
+/*
+ * A thread that exits with open frames left them without returning (an
+ * exception caught further up, longjmp, pthread_exit): count them, since no
+ * later probe on that thread will.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(tachy_thread_exit, struct task_struct *task)
+{
+	struct tachy_thread *t;
+	int i;
+
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	if (!t)
+		return 0;
+	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
+		struct tachy_frame *f = top(t);
+
+		if (!f)
+			break;
+		count_unwound(f->id);
+		t->depth--;
+	}
+	return 0;
 }
 
 SEC("uprobe")

@@ -30,6 +30,14 @@
 #define TACHY_TAIL_CONDITIONAL 0x10
 #define TACHY_TAIL_INDIRECT 0x20
 
+/*
+ * Entry cookie: function id in bits 0-30; bit 31 set when the entry
+ * instruction is itself a direct tail jump (the frame opens already left);
+ * signed SP adjustment in bits 32-63.
+ */
+#define TACHY_ENTRY_ID_MASK 0x7fffffffULL
+#define TACHY_ENTRY_TAILING 0x80000000ULL
+
 /* Frame flags. */
 #define TACHY_FRAME_TAILING 0x1
 

@@ -53,6 +53,23 @@ pub struct Insn {
     pub cost: ProbeCost,
 }
 
+/// An instruction of the straight-line start of a function, where an entry
+/// probe may stand instead of at the first instruction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryCandidate {
+    pub addr: u64,
+    pub text: String,
+    pub cost: ProbeCost,
+    /// Whether the kernel will place a uprobe here at all.
+    pub probeable: bool,
+    /// Bytes the function has pushed on the stack before this instruction:
+    /// the return-address slot is at SP + this.
+    pub sp_offset: i32,
+    /// Whether any branch of the function can reach it (other than falling
+    /// through from the entry).
+    pub branch_target: bool,
+}
+
 /// What decoding a function (and its fragments) found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decoded {
@@ -62,6 +79,8 @@ pub struct Decoded {
     pub calls: Vec<Call>,
     /// Start addresses of every instruction, in order (probe-safe offsets).
     pub boundaries: Vec<u64>,
+    /// The straight-line start of the function, first instruction first.
+    pub prologue: Vec<EntryCandidate>,
 }
 
 /// A range of code: the function or one of its fragments.

@@ -6,7 +6,11 @@ use iced_x86::{
     Mnemonic, OpKind, Register,
 };
 
-use super::{Call, Decoded, Insn, ProbeCost, Range, TailJump, Target};
+use super::{Call, Decoded, EntryCandidate, Insn, ProbeCost, Range, TailJump, Target};
+
+/// Instructions in the straight-line start of a function considered for the
+/// entry probe.
+const MAX_PROLOGUE: usize = 16;
 
 /// Decodes the ranges of one function (its body first, then fragments such as
 /// `.cold` parts). A jump to an address outside every range is a tail jump.
@@ -14,6 +18,12 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
     let inside = |a: u64| ranges.iter().any(|r| r.contains(a));
     let mut out = Decoded::default();
     let mut fmt = GasFormatter::new();
+    let mut targets: Vec<u64> = Vec::new();
+    // A jump table (or any computed jump that stays inside) may reach any
+    // instruction: then no instruction but the first is a safe entry.
+    let mut computed_jump = false;
+    let mut prologue_open = true;
+    let mut sp_offset: i32 = 0;
     for (ri, range) in ranges.iter().enumerate() {
         let mut dec = Decoder::with_ip(64, range.bytes, range.addr, DecoderOptions::NONE);
         let mut insn = Instruction::default();
@@ -27,6 +37,35 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
             }
             let ip = insn.ip();
             out.boundaries.push(ip);
+            if insn.op0_kind() == OpKind::NearBranch64
+                && matches!(
+                    insn.flow_control(),
+                    FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+                )
+            {
+                targets.push(insn.near_branch_target());
+            }
+            if insn.flow_control() == FlowControl::IndirectBranch
+                && indirect_target(&insn).is_none()
+            {
+                computed_jump = true;
+            }
+            if ri == 0 && prologue_open && out.prologue.len() < MAX_PROLOGUE {
+                let mut text = String::new();
+                fmt.format(&insn, &mut text);
+                out.prologue.push(EntryCandidate {
+                    addr: ip,
+                    text,
+                    cost: probe_cost(&insn),
+                    probeable: probeable(&insn),
+                    sp_offset,
+                    branch_target: false,
+                });
+                match sp_change(&insn) {
+                    Some(d) if insn.flow_control() == FlowControl::Next => sp_offset -= d,
+                    _ => prologue_open = false,
+                }
+            }
             if ri == 0 && out.first.is_none() {
                 let mut text = String::new();
                 fmt.format(&insn, &mut text);
@@ -82,7 +121,70 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
             }
         }
     }
+    for c in out.prologue.iter_mut() {
+        c.branch_target = computed_jump || targets.contains(&c.addr);
+    }
     Ok(out)
+}
+
+/// How an instruction moves the stack pointer, if it is known: `push` -8,
+/// `pop` +8, `sub $n,%rsp` -n, `add $n,%rsp` +n, 0 if it does not write it.
+fn sp_change(insn: &Instruction) -> Option<i32> {
+    let imm = || match insn.op1_kind() {
+        OpKind::Immediate8to64 | OpKind::Immediate32to64 => Some(insn.immediate(1) as i64 as i32),
+        OpKind::Immediate8 | OpKind::Immediate32 => Some(insn.immediate(1) as i32),
+        _ => None,
+    };
+    let writes_rsp = insn.op_count() > 0
+        && insn.op0_kind() == OpKind::Register
+        && insn.op0_register() == Register::RSP;
+    match insn.mnemonic() {
+        Mnemonic::Push if insn.op0_kind() == OpKind::Register => Some(-8),
+        Mnemonic::Pop if insn.op0_kind() == OpKind::Register && !writes_rsp => Some(8),
+        Mnemonic::Sub if writes_rsp => imm().map(|n| -n),
+        Mnemonic::Add if writes_rsp => imm(),
+        Mnemonic::Cmp | Mnemonic::Test => Some(0),
+        Mnemonic::Push
+        | Mnemonic::Pop
+        | Mnemonic::Enter
+        | Mnemonic::Leave
+        | Mnemonic::Pushfq
+        | Mnemonic::Popfq => None,
+        _ if writes_rsp => None,
+        _ => Some(0),
+    }
+}
+
+/// Whether the kernel accepts a uprobe on this instruction. It refuses
+/// lock-prefixed instructions (measured: a probe on `lock add` is accepted
+/// and never fires) and the privileged or trapping ones.
+fn probeable(insn: &Instruction) -> bool {
+    if insn.has_lock_prefix() {
+        return false;
+    }
+    !matches!(
+        insn.mnemonic(),
+        Mnemonic::Int3
+            | Mnemonic::Int
+            | Mnemonic::Into
+            | Mnemonic::Int1
+            | Mnemonic::Hlt
+            | Mnemonic::Cli
+            | Mnemonic::Sti
+            | Mnemonic::Syscall
+            | Mnemonic::Sysenter
+            | Mnemonic::In
+            | Mnemonic::Out
+            | Mnemonic::Insb
+            | Mnemonic::Insw
+            | Mnemonic::Insd
+            | Mnemonic::Outsb
+            | Mnemonic::Outsw
+            | Mnemonic::Outsd
+            | Mnemonic::Ud2
+            | Mnemonic::Ud0
+            | Mnemonic::Ud1
+    )
 }
 
 /// An indirect `jmp` leaves the function unless it reads a jump table
@@ -167,14 +269,35 @@ mod tests {
         assert_eq!(
             d.tails,
             vec![
-                TailJump { addr: 0x1008, target: Target::Direct(0x2000), cond: Some(4) },
-                TailJump { addr: 0x1010, target: Target::Direct(0x3000), cond: None },
+                TailJump {
+                    addr: 0x1008,
+                    target: Target::Direct(0x2000),
+                    cond: Some(4)
+                },
+                TailJump {
+                    addr: 0x1010,
+                    target: Target::Direct(0x3000),
+                    cond: None
+                },
             ]
         );
-        assert_eq!(d.calls, vec![Call { addr: 0x1001, next: 0x1006, target: Target::Direct(0x1016) }]);
-        assert_eq!(d.boundaries, vec![0x1000, 0x1001, 0x1006, 0x1008, 0x100e, 0x100f, 0x1010]);
+        assert_eq!(
+            d.calls,
+            vec![Call {
+                addr: 0x1001,
+                next: 0x1006,
+                target: Target::Direct(0x1016)
+            }]
+        );
+        assert_eq!(
+            d.boundaries,
+            vec![0x1000, 0x1001, 0x1006, 0x1008, 0x100e, 0x100f, 0x1010]
+        );
         let first = d.first.unwrap();
-        assert_eq!((first.text.as_str(), first.cost), ("push %rbp", ProbeCost::Emulated));
+        assert_eq!(
+            (first.text.as_str(), first.cost),
+            ("push %rbp", ProbeCost::Emulated)
+        );
     }
 
     #[test]
@@ -189,13 +312,23 @@ mod tests {
     #[test]
     fn switch_tables_are_not_tail_jumps_but_register_jumps_are() {
         // jmp *(%rax,%rcx,8) ; jmp *%rax ; jmp *0x10(%rip)
-        let code = [0xff, 0x24, 0xc8, 0xff, 0xe0, 0xff, 0x25, 0x10, 0x00, 0x00, 0x00];
+        let code = [
+            0xff, 0x24, 0xc8, 0xff, 0xe0, 0xff, 0x25, 0x10, 0x00, 0x00, 0x00,
+        ];
         let d = decode(&[range(0x1000, &code)]).unwrap();
         assert_eq!(
             d.tails,
             vec![
-                TailJump { addr: 0x1003, target: Target::Indirect, cond: None },
-                TailJump { addr: 0x1005, target: Target::Slot(0x101b), cond: None },
+                TailJump {
+                    addr: 0x1003,
+                    target: Target::Indirect,
+                    cond: None
+                },
+                TailJump {
+                    addr: 0x1005,
+                    target: Target::Slot(0x101b),
+                    cond: None
+                },
             ]
         );
     }

@@ -50,7 +50,15 @@ pub struct Names {
 /// compilers add are split, so a C name with a dot in it stays whole.
 pub fn split_suffix(raw: &str) -> (&str, &str) {
     const KNOWN: &[&str] = &[
-        "isra", "constprop", "part", "cold", "warm", "lto_priv", "llvm", "clone", "localalias",
+        "isra",
+        "constprop",
+        "part",
+        "cold",
+        "warm",
+        "lto_priv",
+        "llvm",
+        "clone",
+        "localalias",
         "specialized",
     ];
     let mut cut = raw.len();
@@ -74,7 +82,11 @@ pub fn split_suffix(raw: &str) -> (&str, &str) {
     }
     // A bare numeric suffix (`foo.1`, a static local) only counts after a known word.
     let suffix = &raw[cut..];
-    if suffix.split('.').skip(1).all(|w| w.bytes().all(|b| b.is_ascii_digit())) {
+    if suffix
+        .split('.')
+        .skip(1)
+        .all(|w| w.bytes().all(|b| b.is_ascii_digit()))
+    {
         return (raw, "");
     }
     (&raw[..cut], suffix)
@@ -121,7 +133,8 @@ pub fn demangle(raw: &str) -> Names {
     if stem.starts_with("_Z") {
         if let Ok(sym) = Symbol::new(stem.as_bytes()) {
             let full = sym.demangle_with_options(&DemangleOptions::new().no_return_type());
-            let base = sym.demangle_with_options(&DemangleOptions::new().no_params().no_return_type());
+            let base =
+                sym.demangle_with_options(&DemangleOptions::new().no_params().no_return_type());
             if let (Ok(full), Ok(base)) = (full, base) {
                 return Names {
                     full,
@@ -171,7 +184,10 @@ mod tests {
     #[test]
     fn splits_compiler_suffixes() {
         assert_eq!(split_suffix("_Z1fi.isra.0"), ("_Z1fi", ".isra.0"));
-        assert_eq!(split_suffix("foo.constprop.0.isra.0"), ("foo", ".constprop.0.isra.0"));
+        assert_eq!(
+            split_suffix("foo.constprop.0.isra.0"),
+            ("foo", ".constprop.0.isra.0")
+        );
         assert_eq!(split_suffix("foo.part.0"), ("foo", ".part.0"));
         assert_eq!(split_suffix("foo.cold"), ("foo", ".cold"));
         assert_eq!(split_suffix("foo.cold.12"), ("foo", ".cold.12"));
@@ -217,6 +233,9 @@ mod tests {
     fn strips_only_a_trailing_generic_list() {
         assert_eq!(strip_generics_tail("a::f::<u64>"), "a::f");
         assert_eq!(strip_generics_tail("a::f::<Vec<u8>>"), "a::f");
-        assert_eq!(strip_generics_tail("<a::S as b::T>::f"), "<a::S as b::T>::f");
+        assert_eq!(
+            strip_generics_tail("<a::S as b::T>::f"),
+            "<a::S as b::T>::f"
+        );
     }
 }

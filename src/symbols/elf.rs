@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
-use object::{Endianness, Object, ObjectSection, ObjectSymbol, SymbolKind};
+#[cfg(test)]
+use object::ObjectSection;
+use object::{Endianness, Object, ObjectSymbol, SymbolKind};
 
 /// Where an object's function symbols came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,16 +58,20 @@ pub struct ElfObject {
 
 impl std::fmt::Debug for ElfObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ElfObject").field("display", &self.display).finish()
+        f.debug_struct("ElfObject")
+            .field("display", &self.display)
+            .finish()
     }
 }
 
 impl ElfObject {
     /// Maps and checks an object: a 64-bit little-endian x86-64 ELF file.
     pub fn open(display: &Path, open_path: &Path) -> Result<ElfObject> {
-        let file = File::open(open_path)
-            .with_context(|| format!("cannot open {}", display.display()))?;
-        let meta = file.metadata().with_context(|| format!("cannot stat {}", display.display()))?;
+        let file =
+            File::open(open_path).with_context(|| format!("cannot open {}", display.display()))?;
+        let meta = file
+            .metadata()
+            .with_context(|| format!("cannot stat {}", display.display()))?;
         if !meta.is_file() {
             bail!("{} is not a regular file", display.display());
         }
@@ -79,7 +85,10 @@ impl ElfObject {
             bail!("{} is not an ELF file", display.display());
         }
         if map.len() < 20 || map[4] != elf::ELFCLASS64 {
-            bail!("{} is a 32-bit ELF file; tachy traces 64-bit x86-64 code", display.display());
+            bail!(
+                "{} is a 32-bit ELF file; tachy traces 64-bit x86-64 code",
+                display.display()
+            );
         }
         let header = elf::FileHeader64::<Endianness>::parse(&*map)
             .with_context(|| format!("{} is a malformed ELF file", display.display()))?;
@@ -212,12 +221,15 @@ mod tests {
         assert!(syms.len() > 100);
         let mut checked = 0;
         for s in &syms {
-            let Some(sec) = file.sections().find(|sec| {
-                sec.address() <= s.addr && s.addr < sec.address() + sec.size()
-            }) else {
+            let Some(sec) = file
+                .sections()
+                .find(|sec| sec.address() <= s.addr && s.addr < sec.address() + sec.size())
+            else {
                 continue;
             };
-            let Some((sec_off, _)) = sec.file_range() else { continue };
+            let Some((sec_off, _)) = sec.file_range() else {
+                continue;
+            };
             let expected = s.addr - sec.address() + sec_off;
             assert_eq!(obj.vaddr_to_offset(s.addr), Some(expected), "{}", s.name);
             checked += 1;

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-pub use demangle::{demangle, Lang, Names, Part};
-pub use elf::{ElfObject, RawSym, SymSource};
+pub use demangle::{demangle, Names, Part};
+pub use elf::{ElfObject, SymSource};
 pub use pattern::Pattern;
 
 /// A `.cold`/`.warm` part of a function: its code, never an entry point.
@@ -92,7 +92,11 @@ pub fn find(obj: &ElfObject, pat: &Pattern) -> Result<Found> {
     // A fragment belongs to the function whose name is its stem, clone
     // suffixes included (`f.part.0.cold` belongs to `f.part.0`).
     for (_, frag) in fragments {
-        let (owner, _) = frag.raw.rsplit_once(".cold").or_else(|| frag.raw.rsplit_once(".warm")).unwrap_or((&frag.raw, ""));
+        let (owner, _) = frag
+            .raw
+            .rsplit_once(".cold")
+            .or_else(|| frag.raw.rsplit_once(".warm"))
+            .unwrap_or((&frag.raw, ""));
         for f in whole.values_mut() {
             if f.raw == owner {
                 f.fragments.push(frag.clone());

@@ -41,7 +41,12 @@ impl Pattern {
         let name = self.text.split('(').next().unwrap_or("");
         name.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '*' || c == '?'))
             .filter(|w| !w.contains(['*', '?']))
-            .filter(|w| !matches!(*w, "const" | "volatile" | "operator" | "unsigned" | "signed"))
+            .filter(|w| {
+                !matches!(
+                    *w,
+                    "const" | "volatile" | "operator" | "unsigned" | "signed"
+                )
+            })
             .max_by_key(|w| w.len())
             .filter(|w| w.len() >= 2)
     }
@@ -179,11 +184,20 @@ mod tests {
     fn globs_templates_and_raw_names() {
         assert!(m("shop::Store::*", "_ZN4shop5Store6lookupEi"));
         assert!(!m("shop::Cart::*", "_ZN4shop5Store6lookupEi"));
-        assert!(m("shop::Pool<shop::Conn>::acquire", "_ZN4shop4PoolINS_4ConnEE7acquireEv"));
-        assert!(m("Pool<shop::Conn>::acquire", "_ZN4shop4PoolINS_4ConnEE7acquireEv"));
+        assert!(m(
+            "shop::Pool<shop::Conn>::acquire",
+            "_ZN4shop4PoolINS_4ConnEE7acquireEv"
+        ));
+        assert!(m(
+            "Pool<shop::Conn>::acquire",
+            "_ZN4shop4PoolINS_4ConnEE7acquireEv"
+        ));
         assert!(m("_ZN4shop5Store6lookupEi", "_ZN4shop5Store6lookupEi"));
         assert!(m("slow_*", "slow_sum"));
-        assert!(m("rust_app::engine::process", "_ZN8rust_app6engine7process17h0123456789abcdefE"));
+        assert!(m(
+            "rust_app::engine::process",
+            "_ZN8rust_app6engine7process17h0123456789abcdefE"
+        ));
     }
 
     #[test]

@@ -1,0 +1,53 @@
+//! The JSON report: one object per interval, one line each.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Map, Value};
+
+use super::text::PERCENTILES;
+use super::Report;
+
+pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
+    let per = r.unit.ns();
+    let funcs: Vec<Value> = r
+        .funcs
+        .iter()
+        .map(|f| {
+            let c = &f.counts;
+            let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
+            let mut pct = Map::new();
+            for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
+                let v = p.map(|(lo, hi)| {
+                    // Bucket midpoint in ns, within the exact min and max.
+                    ((lo + (hi - lo) / 2) * per).clamp(c.min_ns, c.max_ns)
+                });
+                pct.insert(name.to_string(), json!(v));
+            }
+            json!({
+                "name": f.name,
+                "raw_name": f.raw_name,
+                "object": f.object.display().to_string(),
+                "count": c.count,
+                "total_ns": c.total_ns,
+                "min_ns": if c.count > 0 { Some(c.min_ns) } else { None },
+                "max_ns": if c.count > 0 { Some(c.max_ns) } else { None },
+                "avg_ns": if c.count > 0 { Some(c.total_ns / c.count) } else { None },
+                "percentiles_ns": pct,
+                "log2_unit": r.unit.label(),
+                "log2_buckets": c.hist.log2_slots(),
+                "unwound": c.unwound,
+                "filtered": c.filtered,
+                "overflow": c.overflow,
+                "indirect_tail": c.indirect_tail,
+            })
+        })
+        .collect();
+    let ts = r
+        .time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let v = json!({ "time": ts, "functions": funcs });
+    serde_json::to_writer(&mut *w, &v)?;
+    writeln!(w)
+}

@@ -1,0 +1,239 @@
+//! From function specs and a target to the functions to trace: picks the
+//! objects a spec names, looks the pattern up in each, and explains a miss
+//! (near names, inlined-only functions) in one line.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use anyhow::{bail, Result};
+
+use crate::cli::FuncSpec;
+use crate::symbols::{self, dwarf, ElfObject, Function, Pattern, SymSource};
+use crate::target::{self, ObjectRef, ProcessMaps};
+
+/// Where objects come from.
+pub enum Scope {
+    /// A running process.
+    Process(ProcessMaps),
+    /// A command about to start: its executable and the libraries it needs.
+    Command { exe: PathBuf, libs: Vec<PathBuf> },
+    /// No process: specs must name files (PATH:FUNC or LIB:FUNC).
+    Files,
+}
+
+/// The functions one object contributes.
+pub struct Resolved {
+    pub obj: Rc<ElfObject>,
+    pub source: SymSource,
+    pub funcs: Vec<Function>,
+}
+
+#[derive(Default)]
+pub struct Objects {
+    open: HashMap<PathBuf, Rc<ElfObject>>,
+}
+
+impl Objects {
+    pub fn get(&mut self, r: &ObjectRef) -> Result<Rc<ElfObject>> {
+        if let Some(o) = self.open.get(&r.open_path) {
+            return Ok(o.clone());
+        }
+        let o = Rc::new(ElfObject::open(&r.display, &r.open_path)?);
+        self.open.insert(r.open_path.clone(), o.clone());
+        Ok(o)
+    }
+}
+
+fn file_ref(p: &Path) -> ObjectRef {
+    ObjectRef {
+        display: p.to_path_buf(),
+        open_path: p.to_path_buf(),
+    }
+}
+
+/// The objects a spec may name, as groups searched in order: the first
+/// group with a match wins (the executable before its libraries).
+fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>>> {
+    let Some(obj) = spec.object.as_deref() else {
+        return Ok(match scope {
+            Scope::Process(m) => vec![vec![m.exe.clone()], m.libs.clone()],
+            Scope::Command { exe, libs } => vec![
+                vec![file_ref(exe)],
+                libs.iter().map(|l| file_ref(l)).collect(),
+            ],
+            Scope::Files => bail!(
+                "{:?} names no object: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
+                spec.pattern
+            ),
+        });
+    };
+    if matches!(obj, "k" | "kernel" | "kprobe" | "fentry") {
+        bail!(
+            "kernel functions ({obj}:{}) are not supported by this version of tachy",
+            spec.pattern
+        );
+    }
+    if matches!(obj, "syscall" | "sys") {
+        bail!(
+            "syscall latency ({obj}:{}) is not supported by this version of tachy",
+            spec.pattern
+        );
+    }
+    if obj.contains('/') {
+        let path = PathBuf::from(obj);
+        return Ok(match scope {
+            Scope::Process(m) => {
+                let canon = std::fs::canonicalize(&path).unwrap_or(path.clone());
+                let hit: Vec<ObjectRef> = m
+                    .all()
+                    .filter(|o| o.display == path || o.display == canon)
+                    .cloned()
+                    .collect();
+                if hit.is_empty() {
+                    bail!("process {} does not map {}", m.pid, path.display());
+                }
+                vec![hit]
+            }
+            _ => {
+                if !path.exists() {
+                    bail!("no such file: {}", path.display());
+                }
+                vec![vec![file_ref(&path)]]
+            }
+        });
+    }
+    let hits: Vec<ObjectRef> = match scope {
+        Scope::Process(m) => m
+            .all()
+            .filter(|o| target::lib_matches(obj, &o.display))
+            .cloned()
+            .collect(),
+        Scope::Command { exe, libs } => std::iter::once(exe)
+            .chain(libs)
+            .filter(|p| target::lib_matches(obj, p))
+            .map(|p| file_ref(p))
+            .collect(),
+        Scope::Files => target::find_library(obj, &[])
+            .map(|p| file_ref(&p))
+            .into_iter()
+            .collect(),
+    };
+    if hits.is_empty() {
+        match scope {
+            Scope::Process(m) => bail!("process {} maps no library named {obj:?}", m.pid),
+            _ => bail!("no library named {obj:?} found"),
+        }
+    }
+    Ok(vec![hits])
+}
+
+/// Resolves every spec; fails on the first that matches nothing.
+pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Vec<Resolved>> {
+    let mut out: Vec<Resolved> = Vec::new();
+    for spec in specs {
+        let pat = Pattern::parse(&spec.pattern)?;
+        let groups = candidate_groups(spec, scope)?;
+        let mut found_any = false;
+        let mut searched: Vec<(Rc<ElfObject>, Option<SymSource>)> = Vec::new();
+        let mut first_err = None;
+        for group in &groups {
+            for r in group {
+                let obj = match objects.get(r) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        // A library that cannot be read does not hide matches
+                        // elsewhere; an explicitly named one is an error.
+                        if spec.object.is_some() {
+                            return Err(e);
+                        }
+                        first_err.get_or_insert(e);
+                        continue;
+                    }
+                };
+                let found = match symbols::find(&obj, &pat) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        if spec.object.is_some() || group.len() == 1 {
+                            return Err(e);
+                        }
+                        continue;
+                    }
+                };
+                searched.push((obj.clone(), Some(found.source)));
+                if found.functions.is_empty() {
+                    continue;
+                }
+                found_any = true;
+                match out.iter_mut().find(|r| Rc::ptr_eq(&r.obj, &obj)) {
+                    Some(r) => {
+                        for f in found.functions {
+                            if !r.funcs.iter().any(|g| g.addr == f.addr) {
+                                r.funcs.push(f);
+                            }
+                        }
+                    }
+                    None => out.push(Resolved {
+                        obj,
+                        source: found.source,
+                        funcs: found.functions,
+                    }),
+                }
+            }
+            if found_any {
+                break;
+            }
+        }
+        if !found_any {
+            if searched.is_empty() {
+                if let Some(e) = first_err {
+                    return Err(e);
+                }
+            }
+            bail!("{}", explain_miss(&pat, &searched));
+        }
+    }
+    Ok(out)
+}
+
+/// One line saying why nothing matched and what might have been meant.
+fn explain_miss(pat: &Pattern, searched: &[(Rc<ElfObject>, Option<SymSource>)]) -> String {
+    let Some((first, source)) = searched.first() else {
+        return format!("no function matches {:?}", pat.as_str());
+    };
+    let mut msg = format!(
+        "no function matches {:?} in {}",
+        pat.as_str(),
+        first.display.display()
+    );
+    if searched.len() > 1 {
+        msg.push_str(&format!(
+            " or the {} other objects it maps",
+            searched.len() - 1
+        ));
+    }
+    if let Some(s) = source {
+        msg.push_str(&format!(" (symbols from {})", s.describe()));
+    }
+    for (obj, _) in searched {
+        if let Some(inl) = dwarf::inlined_only(obj, pat) {
+            msg.push_str(&format!("; {inl}"));
+            return msg;
+        }
+    }
+    let mut near: Vec<String> = Vec::new();
+    for (obj, _) in searched.iter().take(8) {
+        for n in symbols::suggest(obj, pat, 5) {
+            if !near.contains(&n) && near.len() < 5 {
+                near.push(n);
+            }
+        }
+        if near.len() >= 5 {
+            break;
+        }
+    }
+    if !near.is_empty() {
+        msg.push_str(&format!("; near names: {}", near.join(", ")));
+    }
+    msg
+}

@@ -1,0 +1,471 @@
+//! What to trace: a running process (`-p PID`), a binary or library on disk
+//! (every process that maps it), or a command tachy starts. Reads /proc;
+//! opens objects through `/proc/PID/map_files` or `/proc/PID/root` so
+//! processes in other mount namespaces, and deleted binaries, work.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// An object file: the path users know, and the path tachy opens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectRef {
+    pub display: PathBuf,
+    pub open_path: PathBuf,
+}
+
+/// The executable mappings of a process: its executable first.
+#[derive(Clone, Debug)]
+pub struct ProcessMaps {
+    pub pid: u32,
+    pub exe: ObjectRef,
+    pub libs: Vec<ObjectRef>,
+}
+
+impl ProcessMaps {
+    pub fn all(&self) -> impl Iterator<Item = &ObjectRef> {
+        std::iter::once(&self.exe).chain(&self.libs)
+    }
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    // A zombie has exited; its /proc entry lingers until it is reaped.
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Reads /proc/PID/maps.
+pub fn process_maps(pid: u32) -> Result<ProcessMaps> {
+    if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no such process: {pid}");
+    }
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .with_context(|| format!("cannot read the memory map of process {pid}"))?;
+    let exe_ino = fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    });
+    let mut objects: Vec<(ObjectRef, u64)> = Vec::new();
+    for line in maps.lines() {
+        let Some(m) = parse_maps_line(line) else {
+            continue;
+        };
+        if !m.perms.contains('x') || !m.path.starts_with('/') {
+            continue;
+        }
+        if objects
+            .iter()
+            .any(|(o, _)| o.display == Path::new(m.path.trim_end_matches(" (deleted)")))
+        {
+            continue;
+        }
+        let deleted = m.path.ends_with(" (deleted)");
+        let display = PathBuf::from(m.path.trim_end_matches(" (deleted)"));
+        let map_files = PathBuf::from(format!("/proc/{pid}/map_files/{}", m.range));
+        // map_files links straight to the mapped file, wherever it lives;
+        // reading it needs CAP_SYS_ADMIN, else go through the process's root.
+        let open_path = if fs::metadata(&map_files).is_ok() {
+            map_files
+        } else if deleted {
+            bail!(
+                "{} was deleted after process {pid} mapped it, and /proc/{pid}/map_files is not readable",
+                display.display()
+            );
+        } else {
+            Path::new(&format!("/proc/{pid}/root"))
+                .join(display.strip_prefix("/").unwrap_or(&display))
+        };
+        objects.push((ObjectRef { display, open_path }, m.inode));
+    }
+    let exe_pos = exe_ino
+        .and_then(|(_, ino)| objects.iter().position(|(_, i)| *i == ino))
+        .unwrap_or(0);
+    if objects.is_empty() {
+        bail!("process {pid} maps no executable files (a kernel thread?)");
+    }
+    let (exe, _) = objects.remove(exe_pos);
+    Ok(ProcessMaps {
+        pid,
+        exe,
+        libs: objects.into_iter().map(|(o, _)| o).collect(),
+    })
+}
+
+struct MapsLine<'a> {
+    range: &'a str,
+    perms: &'a str,
+    inode: u64,
+    path: &'a str,
+}
+
+fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
+    let mut rest = line;
+    let mut field = || {
+        let t = rest.trim_start();
+        let end = t.find(' ').unwrap_or(t.len());
+        let (f, r) = t.split_at(end);
+        rest = r;
+        f
+    };
+    let range = field();
+    let perms = field();
+    let _offset = field();
+    let _dev = field();
+    let inode = field().parse().ok()?;
+    let path = rest.trim_start();
+    Some(MapsLine {
+        range,
+        perms,
+        inode,
+        path,
+    })
+}
+
+/// Whether `obj` is the library a user means by `lib` (`c`, `libc`,
+/// `libstdc++`, `libfoo.so.1`).
+pub fn lib_matches(lib: &str, obj: &Path) -> bool {
+    let Some(base) = obj.file_name().and_then(|b| b.to_str()) else {
+        return false;
+    };
+    let want = if lib.starts_with("lib") {
+        lib.to_string()
+    } else {
+        format!("lib{lib}")
+    };
+    base == want
+        || base == lib
+        || base.starts_with(&format!("{want}.so"))
+        || base.starts_with(&format!("{want}-"))
+}
+
+/// Library directories searched for `LIB:FUNC` when no process says where
+/// the library is.
+const LIB_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+/// Finds a library by name in the standard directories and `extra` ones.
+pub fn find_library(lib: &str, extra: &[PathBuf]) -> Option<PathBuf> {
+    let dirs = extra
+        .iter()
+        .cloned()
+        .chain(LIB_DIRS.iter().map(PathBuf::from));
+    for dir in dirs {
+        let Ok(rd) = fs::read_dir(&dir) else { continue };
+        let mut hits: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| lib_matches(lib, p) && p.is_file())
+            .collect();
+        hits.sort();
+        if let Some(p) = hits.into_iter().next() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// The shared libraries an executable will load (DT_NEEDED, transitively),
+/// found through its RUNPATH/RPATH (with `$ORIGIN`), LD_LIBRARY_PATH and the
+/// standard directories. Used for a command tachy starts, before its
+/// libraries are mapped.
+pub fn needed_libraries(exe: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut queue = vec![exe.to_path_buf()];
+    while let Some(obj) = queue.pop() {
+        let Ok((needed, dirs)) = dynamic_deps(&obj) else {
+            continue;
+        };
+        for name in needed {
+            let found = dirs
+                .iter()
+                .map(|d| d.join(&name))
+                .chain(
+                    std::env::var_os("LD_LIBRARY_PATH")
+                        .map(|v| {
+                            std::env::split_paths(&v)
+                                .map(|d| d.join(&name))
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+                .chain(LIB_DIRS.iter().map(|d| Path::new(d).join(&name)))
+                .find(|p| p.is_file());
+            if let Some(p) = found {
+                let p = fs::canonicalize(&p).unwrap_or(p);
+                if !out.contains(&p) && out.len() < 512 {
+                    out.push(p.clone());
+                    queue.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn dynamic_deps(obj: &Path) -> Result<(Vec<String>, Vec<PathBuf>)> {
+    use object::read::elf::{Dyn, ElfFile64, FileHeader, SectionHeader};
+    use object::{elf, Endianness};
+    let data = fs::read(obj)?;
+    let file = ElfFile64::<Endianness>::parse(&*data)?;
+    let endian = file.endian();
+    let header = file.elf_header();
+    let sections = header.sections(endian, &*data)?;
+    let mut needed = Vec::new();
+    let mut dirs = Vec::new();
+    let origin = obj.parent().unwrap_or(Path::new("/")).to_path_buf();
+    for (_, sec) in sections.iter().enumerate() {
+        let Some((dyns, link)) = sec.dynamic(endian, &*data)? else {
+            continue;
+        };
+        let strings = sections.strings(endian, &*data, link)?;
+        for d in dyns {
+            let tag = d.d_tag(endian) as u32;
+            if tag != elf::DT_NEEDED && tag != elf::DT_RUNPATH && tag != elf::DT_RPATH {
+                continue;
+            }
+            let Ok(s) = d.string(endian, strings) else {
+                continue;
+            };
+            let s = String::from_utf8_lossy(s).into_owned();
+            if tag == elf::DT_NEEDED {
+                needed.push(s);
+            } else {
+                for d in s.split(':') {
+                    let d = d
+                        .replace("$ORIGIN", &origin.to_string_lossy())
+                        .replace("${ORIGIN}", &origin.to_string_lossy());
+                    dirs.push(PathBuf::from(d));
+                }
+            }
+        }
+    }
+    Ok((needed, dirs))
+}
+
+/// Finds a command on PATH, as a shell would.
+pub fn which(cmd: &str) -> Result<PathBuf> {
+    if cmd.contains('/') {
+        let p = PathBuf::from(cmd);
+        if !p.is_file() {
+            bail!("no such file: {cmd}");
+        }
+        return Ok(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join(cmd);
+        if is_executable(&p) {
+            return Ok(p);
+        }
+    }
+    bail!("command not found: {cmd}")
+}
+
+fn is_executable(p: &Path) -> bool {
+    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access() reads the NUL-terminated path only.
+    p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+}
+
+/// A command tachy started, held before exec until probes are attached.
+pub struct Spawned {
+    pub pid: u32,
+    go: Option<fs::File>,
+    err: fs::File,
+    reaped: Option<i32>,
+}
+
+impl Spawned {
+    /// Forks; the child waits for `release` and then execs `argv`.
+    pub fn start(exe: &Path, argv: &[String]) -> Result<Spawned> {
+        use std::io::Read;
+        use std::os::fd::FromRawFd;
+        let path =
+            CString::new(exe.as_os_str().as_bytes()).context("command path contains a NUL byte")?;
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .context("command argument contains a NUL byte")?;
+        let mut argp: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argp.push(std::ptr::null());
+        let mut go = [0i32; 2];
+        let mut err = [0i32; 2];
+        // SAFETY: pipe2 fills the two-element arrays it is given.
+        unsafe {
+            if libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) != 0
+                || libc::pipe2(err.as_mut_ptr(), libc::O_CLOEXEC) != 0
+            {
+                bail!("cannot create a pipe: {}", std::io::Error::last_os_error());
+            }
+        }
+        // SAFETY: after fork the child calls only async-signal-safe functions
+        // (read, write, execv, _exit) on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            bail!("cannot fork: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            unsafe {
+                libc::close(go[1]);
+                libc::close(err[0]);
+                let mut b = 0u8;
+                let n = libc::read(go[0], (&mut b as *mut u8).cast(), 1);
+                if n != 1 {
+                    libc::_exit(127);
+                }
+                libc::execv(path.as_ptr(), argp.as_ptr());
+                let e = *libc::__errno_location();
+                libc::write(err[1], (&e as *const i32).cast(), 4);
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: these descriptors are ours and closed exactly once.
+        unsafe {
+            libc::close(go[0]);
+            libc::close(err[1]);
+        }
+        let mut s = Spawned {
+            pid: pid as u32,
+            go: Some(unsafe { fs::File::from_raw_fd(go[1]) }),
+            err: unsafe { fs::File::from_raw_fd(err[0]) },
+            reaped: None,
+        };
+        let _ = &mut s.err.read(&mut []);
+        Ok(s)
+    }
+
+    /// Lets the command exec. Fails if exec failed.
+    pub fn release(&mut self) -> Result<()> {
+        use std::io::{Read, Write};
+        if let Some(mut go) = self.go.take() {
+            go.write_all(b"g").context("cannot start the command")?;
+        }
+        let mut e = [0u8; 4];
+        // The error pipe closes on a successful exec (O_CLOEXEC).
+        let n = self.err.read(&mut e).unwrap_or(0);
+        if n == 4 {
+            let _ = self.wait();
+            bail!(
+                "cannot run the command: {}",
+                std::io::Error::from_raw_os_error(i32::from_ne_bytes(e))
+            );
+        }
+        Ok(())
+    }
+
+    /// Reaps the command if it has exited; its shell-style exit code.
+    pub fn try_wait(&mut self) -> Option<i32> {
+        if self.reaped.is_none() {
+            let mut st = 0;
+            // SAFETY: waitpid on our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, libc::WNOHANG) };
+            if r == self.pid as i32 {
+                self.reaped = Some(decode_status(st));
+            }
+        }
+        self.reaped
+    }
+
+    pub fn wait(&mut self) -> i32 {
+        if let Some(c) = self.reaped {
+            return c;
+        }
+        self.go.take();
+        let mut st = 0;
+        // SAFETY: waitpid on our own child.
+        let r = unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
+        let code = if r == self.pid as i32 {
+            decode_status(st)
+        } else {
+            1
+        };
+        self.reaped = Some(code);
+        code
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        // Never started (attach failed): the child is still waiting for the
+        // go byte; closing the pipe makes it exit without running anything.
+        if self.go.take().is_some() {
+            self.wait();
+        }
+    }
+}
+
+fn decode_status(st: i32) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else if libc::WIFSIGNALED(st) {
+        128 + libc::WTERMSIG(st)
+    } else {
+        1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_maps_lines() {
+        let m = parse_maps_line(
+            "7f00-7f10 r-xp 00001000 08:01 1234   /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(
+            (m.range, m.perms, m.inode, m.path),
+            (
+                "7f00-7f10",
+                "r-xp",
+                1234,
+                "/usr/lib/x86_64-linux-gnu/libc.so.6"
+            )
+        );
+        let m = parse_maps_line("7f00-7f10 r-xp 00000000 08:01 99 /tmp/a b (deleted)").unwrap();
+        assert_eq!(m.path, "/tmp/a b (deleted)");
+        let m = parse_maps_line("7ffd-7ffe r-xp 00000000 00:00 0                  [vdso]").unwrap();
+        assert_eq!(m.path, "[vdso]");
+    }
+
+    #[test]
+    fn library_names() {
+        assert!(lib_matches(
+            "c",
+            Path::new("/lib/x86_64-linux-gnu/libc.so.6")
+        ));
+        assert!(lib_matches("libc", Path::new("/lib/libc-2.31.so")));
+        assert!(!lib_matches("c", Path::new("/lib/libcrypt.so.1")));
+        assert!(lib_matches(
+            "libstdc++",
+            Path::new("/usr/lib/libstdc++.so.6.0.30")
+        ));
+        assert!(lib_matches("libfixture.so", Path::new("/x/libfixture.so")));
+    }
+
+    #[test]
+    fn reads_own_maps() {
+        let m = process_maps(std::process::id()).unwrap();
+        assert_eq!(m.exe.display, std::env::current_exe().unwrap());
+        assert!(m.libs.iter().any(|l| lib_matches("c", &l.display)));
+        assert!(process_maps(0).is_err());
+    }
+}
