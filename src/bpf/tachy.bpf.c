@@ -65,11 +65,21 @@ static __always_inline __u32 log2_u64(__u64 v)
 {
 	__u32 r = 0, shift;
 
-	shift = (v > 0xffffffffULL) << 5; v >>= shift; r |= shift;
-	shift = (v > 0xffff) << 4; v >>= shift; r |= shift;
-	shift = (v > 0xff) << 3; v >>= shift; r |= shift;
-	shift = (v > 0xf) << 2; v >>= shift; r |= shift;
-	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	shift = (v > 0xffffffffULL) << 5;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xffff) << 4;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xff) << 3;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0xf) << 2;
+	v >>= shift;
+	r |= shift;
+	shift = (v > 0x3) << 1;
+	v >>= shift;
+	r |= shift;
 	r |= (v >> 1);
 	return r;
 }
@@ -124,8 +134,8 @@ static __always_inline struct tachy_thread *current_thread(bool create)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 
-	return bpf_task_storage_get(&threads, task, 0,
-				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	return bpf_task_storage_get(
+		&threads, task, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
 static __always_inline struct tachy_frame *top(struct tachy_thread *t)
@@ -236,14 +246,30 @@ static __always_inline bool cond_taken(__u64 fl, __u32 cc)
 	     of = fl & 0x800, r;
 
 	switch (cc >> 1) {
-	case 0: r = of; break;
-	case 1: r = cf; break;
-	case 2: r = zf; break;
-	case 3: r = cf || zf; break;
-	case 4: r = sf; break;
-	case 5: r = pf; break;
-	case 6: r = sf != of; break;
-	default: r = zf || sf != of; break;
+	case 0:
+		r = of;
+		break;
+	case 1:
+		r = cf;
+		break;
+	case 2:
+		r = zf;
+		break;
+	case 3:
+		r = cf || zf;
+		break;
+	case 4:
+		r = sf;
+		break;
+	case 5:
+		r = pf;
+		break;
+	case 6:
+		r = sf != of;
+		break;
+	default:
+		r = zf || sf != of;
+		break;
 	}
 	return (cc & 1) ? !r : r;
 }
@@ -265,7 +291,8 @@ static __always_inline int do_tail(struct pt_regs *ctx)
 	if (!f || f->sp != sp)
 		return 0;
 	if (cookie & TACHY_TAIL_INDIRECT) {
-		/* The callee is unknown, so are its returns: time up to here. */
+		/* The callee is unknown, so are its returns: time up to here.
+		 */
 		record(f, bpf_ktime_get_ns(), true);
 		t->depth--;
 		return 0;

@@ -14,9 +14,9 @@
  * power of two is split into 16 linear sub-buckets (about 6% resolution).
  * Bucket of v >= 16: (log2(v) - 3) * 16 + ((v >> (log2(v) - 4)) & 15).
  */
-#define TACHY_SUB_BITS 4
+#define TACHY_SUB_BITS	 4
 #define TACHY_SUBBUCKETS (1 << TACHY_SUB_BITS)
-#define TACHY_NBUCKETS ((64 - TACHY_SUB_BITS + 1) * TACHY_SUBBUCKETS)
+#define TACHY_NBUCKETS	 ((64 - TACHY_SUB_BITS + 1) * TACHY_SUBBUCKETS)
 
 /*
  * An SP further than this from an open frame's belongs to another stack
@@ -26,9 +26,9 @@
 #define TACHY_STACK_WINDOW (8ULL << 20)
 
 /* Cookie of a tail-jump probe. */
-#define TACHY_TAIL_COND_MASK 0x0f /* x86 condition code of a jcc */
+#define TACHY_TAIL_COND_MASK   0x0f /* x86 condition code of a jcc */
 #define TACHY_TAIL_CONDITIONAL 0x10
-#define TACHY_TAIL_INDIRECT 0x20
+#define TACHY_TAIL_INDIRECT    0x20
 
 /*
  * Entry cookie: function id in bits 0-30; bit 31 set when the entry
@@ -42,7 +42,7 @@
 #define TACHY_FRAME_TAILING 0x1
 
 struct tachy_frame {
-	__u64 sp;	/* address of the return-address slot at entry */
+	__u64 sp; /* address of the return-address slot at entry */
 	__u64 start_ns;
 	__u64 child_ns;
 	__u32 id;
@@ -57,13 +57,13 @@ struct tachy_thread {
 
 /* Per function id and per CPU; summed by user space. */
 struct tachy_stats {
-	__u64 count;	 /* completed calls recorded in buckets */
+	__u64 count; /* completed calls recorded in buckets */
 	__u64 total_ns;
-	__u64 min_ns;	 /* 0: none yet */
+	__u64 min_ns; /* 0: none yet */
 	__u64 max_ns;
-	__u64 unwound;	 /* left by exception, longjmp or a lost exit */
-	__u64 filtered;	 /* completed, outside --slower-than/--faster-than */
-	__u64 overflow;	 /* not timed: thread's frame stack was full */
+	__u64 unwound;	/* left by exception, longjmp or a lost exit */
+	__u64 filtered; /* completed, outside --slower-than/--faster-than */
+	__u64 overflow; /* not timed: thread's frame stack was full */
 	__u64 indirect_tail; /* timed up to an indirect tail jump */
 	__u64 buckets[TACHY_NBUCKETS];
 };

@@ -63,6 +63,9 @@ impl Pattern {
         } else {
             names.base.clone()
         };
+        // `[abi:cxx11]` tags (functions returning std::string) are noise
+        // unless the pattern spells one out.
+        let subject = if self.text.contains("[abi:") { subject } else { strip_abi_tags(&subject) };
         let pat = if self.with_params {
             normalize(&self.text)
         } else {
@@ -100,6 +103,24 @@ fn tails(s: &str) -> impl Iterator<Item = &str> {
         i += 1;
     }
     starts.into_iter().map(move |k| &s[k..])
+}
+
+/// Removes `[abi:…]` tags from a demangled name.
+fn strip_abi_tags(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("[abi:") {
+        out.push_str(&rest[..i]);
+        match rest[i..].find(']') {
+            Some(j) => rest = &rest[i + j + 1..],
+            None => {
+                rest = &rest[i..];
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Drops spaces that do not separate two identifier characters, so
@@ -194,6 +215,10 @@ mod tests {
         ));
         assert!(m("_ZN4shop5Store6lookupEi", "_ZN4shop5Store6lookupEi"));
         assert!(m("slow_*", "slow_sum"));
+        // kv::Store::read[abi:cxx11](int)
+        assert!(m("kv::Store::read", "_ZN2kv5Store4readB5cxx11Ei"));
+        assert!(m("kv::Store::read(int)", "_ZN2kv5Store4readB5cxx11Ei"));
+        assert!(m("kv::Store::read[abi:cxx11]", "_ZN2kv5Store4readB5cxx11Ei"));
         assert!(m(
             "rust_app::engine::process",
             "_ZN8rust_app6engine7process17h0123456789abcdefE"
