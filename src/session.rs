@@ -314,7 +314,7 @@ pub fn list(a: ListArgs) -> Result<i32> {
                     f.addr, f.size
                 ),
             };
-            writeln!(out, "  {}", f.display_name())?;
+            writeln!(out, "  {}  ({})", f.display_name(), f.names.lang.as_str())?;
             writeln!(out, "{line}")?;
         }
     }

@@ -227,7 +227,7 @@ fn dynamic_deps(obj: &Path) -> Result<(Vec<String>, Vec<PathBuf>)> {
     let mut needed = Vec::new();
     let mut dirs = Vec::new();
     let origin = obj.parent().unwrap_or(Path::new("/")).to_path_buf();
-    for (_, sec) in sections.iter().enumerate() {
+    for sec in sections.iter() {
         let Some((dyns, link)) = sec.dynamic(endian, &*data)? else {
             continue;
         };

@@ -82,17 +82,15 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
                         out.rets.push(ip);
                     }
                 }
-                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
-                    if insn.op0_kind() == OpKind::NearBranch64 {
-                        let t = insn.near_branch_target();
-                        if !inside(t) {
-                            out.tails.push(TailJump {
-                                addr: ip,
-                                target: Target::Direct(t),
-                                cond: cond_code(insn.condition_code()),
-                            });
-                        }
-                    }
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+                    if insn.op0_kind() == OpKind::NearBranch64
+                        && !inside(insn.near_branch_target()) =>
+                {
+                    out.tails.push(TailJump {
+                        addr: ip,
+                        target: Target::Direct(insn.near_branch_target()),
+                        cond: cond_code(insn.condition_code()),
+                    });
                 }
                 FlowControl::IndirectBranch => {
                     if let Some(target) = indirect_target(&insn) {

@@ -61,10 +61,6 @@ impl Hist {
         }
     }
 
-    pub fn total(&self) -> u64 {
-        self.buckets.iter().sum()
-    }
-
     /// The log2 slots of funclatency: slot i counts values in [2^i, 2^(i+1)),
     /// slot 0 also counts 0. Exact: a sub-bucket never straddles a power of two.
     pub fn log2_slots(&self) -> Vec<u64> {

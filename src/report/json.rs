@@ -31,7 +31,7 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
                 "total_ns": c.total_ns,
                 "min_ns": if c.count > 0 { Some(c.min_ns) } else { None },
                 "max_ns": if c.count > 0 { Some(c.max_ns) } else { None },
-                "avg_ns": if c.count > 0 { Some(c.total_ns / c.count) } else { None },
+                "avg_ns": c.total_ns.checked_div(c.count),
                 "percentiles_ns": pct,
                 "log2_unit": r.unit.label(),
                 "log2_buckets": c.hist.log2_slots(),

@@ -32,11 +32,7 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     let u = unit.label();
     print_log2_hist(&c.hist.log2_slots(), u, w)?;
     let per = unit.ns();
-    let avg = if c.count > 0 {
-        c.total_ns / c.count / per
-    } else {
-        0
-    };
+    let avg = c.total_ns.checked_div(c.count).unwrap_or(0) / per;
     writeln!(
         w,
         "avg = {avg} {u}, total: {} {u}, count: {}",

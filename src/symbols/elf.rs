@@ -125,10 +125,6 @@ impl ElfObject {
         })
     }
 
-    pub fn data(&self) -> &[u8] {
-        &self.map
-    }
-
     pub fn parse(&self) -> Result<ElfFile64<'_, Endianness>> {
         ElfFile64::parse(&*self.map)
             .with_context(|| format!("{} is a malformed ELF file", self.display.display()))
@@ -169,13 +165,6 @@ impl ElfObject {
             );
         }
         Ok((dynamic, SymSource::Dynsym))
-    }
-
-    /// Whether the object has DWARF debug info.
-    pub fn has_dwarf(&self) -> bool {
-        self.parse()
-            .map(|f| f.section_by_name(".debug_info").is_some())
-            .unwrap_or(false)
     }
 }
 

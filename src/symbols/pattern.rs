@@ -65,7 +65,11 @@ impl Pattern {
         };
         // `[abi:cxx11]` tags (functions returning std::string) are noise
         // unless the pattern spells one out.
-        let subject = if self.text.contains("[abi:") { subject } else { strip_abi_tags(&subject) };
+        let subject = if self.text.contains("[abi:") {
+            subject
+        } else {
+            strip_abi_tags(&subject)
+        };
         let pat = if self.with_params {
             normalize(&self.text)
         } else {
@@ -218,7 +222,10 @@ mod tests {
         // kv::Store::read[abi:cxx11](int)
         assert!(m("kv::Store::read", "_ZN2kv5Store4readB5cxx11Ei"));
         assert!(m("kv::Store::read(int)", "_ZN2kv5Store4readB5cxx11Ei"));
-        assert!(m("kv::Store::read[abi:cxx11]", "_ZN2kv5Store4readB5cxx11Ei"));
+        assert!(m(
+            "kv::Store::read[abi:cxx11]",
+            "_ZN2kv5Store4readB5cxx11Ei"
+        ));
         assert!(m(
             "rust_app::engine::process",
             "_ZN8rust_app6engine7process17h0123456789abcdefE"
