@@ -98,3 +98,113 @@ pub struct Report {
     pub timestamp: bool,
     pub funcs: Vec<FuncReport>,
 }
+
+#[cfg(test)]
+mod golden {
+    //! Golden files for every renderer. `TACHY_BLESS=1 cargo test` rewrites them.
+
+    use super::*;
+    use std::path::Path;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn sample(unit: Unit) -> Report {
+        let mut a = Counts::default();
+        // 800 calls: 612 between 1.024 and 2.047 ms, 188 between 2.048 and 4.095 ms.
+        let mut record = |c: &mut Counts, ns: u64, n: u64| {
+            c.hist.buckets[hist::bucket_of(ns / unit.ns())] += n;
+            c.count += n;
+            c.total_ns += ns * n;
+            c.min_ns = if c.min_ns == 0 { ns } else { c.min_ns.min(ns) };
+            c.max_ns = c.max_ns.max(ns);
+        };
+        record(&mut a, 1_100_000, 300);
+        record(&mut a, 1_610_000, 312);
+        record(&mut a, 2_120_000, 150);
+        record(&mut a, 2_433_000, 38);
+        a.unwound = 3;
+        let mut b = Counts::default();
+        record(&mut b, 7, 2);
+        record(&mut b, 300, 5);
+        b.filtered = 4;
+        Report {
+            time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            unit,
+            timestamp: false,
+            funcs: vec![
+                FuncReport {
+                    name: "db::Table::scan(db::Range const&) [clone .isra.0]".into(),
+                    raw_name: "_ZN2db5Table4scanERKNS_5RangeE.isra.0".into(),
+                    object: "/srv/db/bin/dbd".into(),
+                    counts: a,
+                },
+                FuncReport {
+                    name: "fast".into(),
+                    raw_name: "fast".into(),
+                    object: "/srv/db/bin/dbd".into(),
+                    counts: b,
+                },
+            ],
+        }
+    }
+
+    fn check(name: &str, got: &[u8]) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/report/golden")
+            .join(name);
+        if std::env::var_os("TACHY_BLESS").is_some() {
+            std::fs::write(&path, got).unwrap();
+            return;
+        }
+        let want = std::fs::read(&path)
+            .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
+        assert_eq!(
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(&want),
+            "{name} differs; TACHY_BLESS=1 rewrites it"
+        );
+    }
+
+    #[test]
+    fn text_nsec() {
+        let mut out = Vec::new();
+        text::render(&sample(Unit::Nsec), &mut out).unwrap();
+        check("text_nsec.txt", &out);
+    }
+
+    #[test]
+    fn text_usec_single_function() {
+        let mut r = sample(Unit::Usec);
+        r.funcs.truncate(1);
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        check("text_usec.txt", &out);
+    }
+
+    #[test]
+    fn json_usec() {
+        let mut out = Vec::new();
+        json::render(&sample(Unit::Usec), &mut out).unwrap();
+        check("json_usec.json", &out);
+    }
+
+    #[test]
+    fn empty_function_prints_no_table() {
+        let r = Report {
+            time: UNIX_EPOCH,
+            unit: Unit::Msec,
+            timestamp: false,
+            funcs: vec![FuncReport {
+                name: "f".into(),
+                raw_name: "f".into(),
+                object: "/x".into(),
+                counts: Counts::default(),
+            }],
+        };
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "avg = 0 msec, total: 0 msec, count: 0\nleft by exception or unwind: 0\n"
+        );
+    }
+}
