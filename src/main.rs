@@ -21,6 +21,14 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
+            // A closed pipe (`tachy list … | head`) is the reader's choice, not an error.
+            let broken_pipe = e
+                .chain()
+                .filter_map(|c| c.downcast_ref::<std::io::Error>())
+                .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
+            if broken_pipe {
+                std::process::exit(0);
+            }
             eprintln!("tachy: {e:#}");
             std::process::exit(1);
         }
