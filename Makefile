@@ -27,7 +27,7 @@ demo: build
 
 # The whole test suite: unit tests and root-run BPF integration tests.
 test: deps
-	$(CARGO) test -- --test-threads=1
+	$(CARGO) test --no-fail-fast -- --test-threads=1
 
 check: deps
 	$(CARGO) fmt --check

@@ -153,10 +153,13 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                 };
                 let found = match symbols::find(&obj, &pat) {
                     Ok(f) => f,
+                    // An object with no symbols (a stripped executable) hides
+                    // no match elsewhere; only one named explicitly is an error.
+                    Err(e) if spec.object.is_some() && groups.len() == 1 && group.len() == 1 => {
+                        return Err(e)
+                    }
                     Err(e) => {
-                        if spec.object.is_some() || group.len() == 1 {
-                            return Err(e);
-                        }
+                        first_err.get_or_insert(e);
                         continue;
                     }
                 };

@@ -110,7 +110,7 @@ mod golden {
     fn sample(unit: Unit) -> Report {
         let mut a = Counts::default();
         // 800 calls: 612 between 1.024 and 2.047 ms, 188 between 2.048 and 4.095 ms.
-        let mut record = |c: &mut Counts, ns: u64, n: u64| {
+        let record = |c: &mut Counts, ns: u64, n: u64| {
             c.hist.buckets[hist::bucket_of(ns / unit.ns())] += n;
             c.count += n;
             c.total_ns += ns * n;

@@ -1,7 +1,7 @@
 //! Function patterns as users write them: `ns::Class::read`, `ns::Class::read(int)`,
 //! `ns::Class::*`, `crate::module::func`, `malloc`, or a raw mangled name.
 
-use super::demangle::Names;
+use super::demangle::{Lang, Names};
 
 /// A parsed function pattern.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,31 +58,38 @@ impl Pattern {
         if raw == self.text || names.stem == self.text {
             return true;
         }
-        let subject = if self.with_params {
-            normalize(&names.full)
-        } else {
-            names.base.clone()
-        };
-        // `[abi:cxx11]` tags (functions returning std::string) are noise
-        // unless the pattern spells one out.
-        let subject = if self.text.contains("[abi:") {
-            subject
-        } else {
-            strip_abi_tags(&subject)
-        };
         let pat = if self.with_params {
             normalize(&self.text)
         } else {
             self.text.clone()
         };
-        let hit = tails(&subject).any(|tail| {
-            if self.glob {
-                glob_match(&pat, tail)
+        let mut subjects = vec![if self.with_params {
+            normalize(&names.full)
+        } else {
+            names.base.clone()
+        }];
+        // Rust v0 names carry generic arguments in the full name only
+        // (`app::f::<u32>`), so a pattern can pick one instantiation.
+        if !self.with_params && names.lang == Lang::Rust && names.full != names.base {
+            subjects.push(names.full.clone());
+        }
+        subjects.iter().any(|subject| {
+            // `[abi:cxx11]` tags (functions returning std::string) are noise
+            // unless the pattern spells one out.
+            let subject = if self.text.contains("[abi:") {
+                subject.clone()
             } else {
-                pat == tail
-            }
-        });
-        hit
+                strip_abi_tags(subject)
+            };
+            let hit = tails(&subject).any(|tail| {
+                if self.glob {
+                    glob_match(&pat, tail)
+                } else {
+                    pat == tail
+                }
+            });
+            hit
+        })
     }
 }
 

@@ -1,0 +1,262 @@
+//! Error paths of tachy: every failure is one line on stderr starting with
+//! `tachy: ` and exit code 1; clap usage errors exit 2; nothing panics.
+//! None of these attach probes, so they need no root.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs tachy with `args`, killing it after 30 s.
+fn tachy(args: &[&str]) -> Output {
+    let mut child = Command::new(common::tachy())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cannot start tachy");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tachy {args:?} did not finish in time: {}",
+                show(args, &out)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "command: tachy {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs tachy expecting an error: exit code 1, nothing on stdout, exactly
+/// one line on stderr starting with `tachy: `, no panic. Returns the message
+/// (after `tachy: `).
+fn error(args: &[&str]) -> String {
+    let out = tachy(args);
+    let text = show(args, &out);
+    assert!(!text.contains("panicked"), "panic:\n{text}");
+    assert_eq!(out.status.code(), Some(1), "exit code:\n{text}");
+    assert!(out.stdout.is_empty(), "stdout not empty:\n{text}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.ends_with('\n'), "{text}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "not exactly one line on stderr:\n{text}");
+    lines[0]
+        .strip_prefix("tachy: ")
+        .unwrap_or_else(|| panic!("stderr does not start with `tachy: `:\n{text}"))
+        .to_string()
+}
+
+/// Asserts that `msg` contains every one of `parts`.
+fn assert_mentions(msg: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(msg.contains(p), "error {msg:?} does not mention {p:?}");
+    }
+}
+
+/// Runs tachy expecting a clap usage error: exit code 2, clap's `error: `
+/// message with a pointer to `--help` on stderr, nothing on stdout, no panic.
+fn usage_error(args: &[&str]) -> String {
+    let out = tachy(args);
+    let text = show(args, &out);
+    assert!(!text.contains("panicked"), "panic:\n{text}");
+    assert_eq!(out.status.code(), Some(2), "exit code:\n{text}");
+    assert!(out.stdout.is_empty(), "stdout not empty:\n{text}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.starts_with("error: "), "{text}");
+    assert!(stderr.contains("--help"), "{text}");
+    stderr
+}
+
+/// A pid that no process has.
+fn unused_pid() -> u32 {
+    [999_999u32, 4_194_000, 3_999_999, 888_888]
+        .into_iter()
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .expect("every candidate pid exists")
+}
+
+/// A scratch directory for these tests.
+fn scratch() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("errors");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn no_such_pid() {
+    let _lock = common::serial();
+    let pid = unused_pid().to_string();
+    let msg = error(&["latency", "-p", &pid, "foo"]);
+    assert_mentions(&msg, &["no such process", &pid]);
+    let msg = error(&["list", "-p", &pid, "foo"]);
+    assert_mentions(&msg, &["no such process", &pid]);
+    let msg = error(&["latency", "-p", "0", "foo"]);
+    assert_mentions(&msg, &["-p 0"]);
+}
+
+#[test]
+fn path_not_elf() {
+    let _lock = common::serial();
+    let file = scratch().join("notes.txt");
+    std::fs::write(&file, "just some text\n").unwrap();
+    let path = file.to_str().unwrap();
+    let spec = format!("{path}:foo");
+    let msg = error(&["latency", &spec]);
+    assert_mentions(&msg, &[path, "not an ELF file"]);
+    let msg = error(&["list", path, "foo"]);
+    assert_mentions(&msg, &[path, "not an ELF file"]);
+    let msg = error(&["latency", "/nonexistent/dir/app:foo"]);
+    assert_mentions(&msg, &["/nonexistent/dir/app"]);
+}
+
+#[test]
+fn no_match_suggests_near_names() {
+    let _lock = common::serial();
+    let bin = common::build("cpp_o2");
+    let path = bin.to_str().unwrap();
+    let spec = format!("{path}:shop::Store::lokup");
+    let msg = error(&["latency", &spec]);
+    assert_mentions(
+        &msg,
+        &[
+            "no function matches",
+            "shop::Store::lokup",
+            path,
+            "near names: shop::Store::lookup",
+        ],
+    );
+    let msg = error(&["list", path, "shop::Store::lokup"]);
+    assert_mentions(&msg, &["near names: shop::Store::lookup"]);
+    // With a command: the executable and its libraries are searched.
+    let msg = error(&["latency", "shop::Store::lokup", "--", path, "1", "1"]);
+    assert_mentions(&msg, &["near names: shop::Store::lookup"]);
+}
+
+#[test]
+fn bad_durations() {
+    let _lock = common::serial();
+    let bin = common::build("cpp_o2");
+    let spec = format!("{}:shop::target", bin.to_str().unwrap());
+    let msg = error(&["latency", "--slower-than", "5", &spec]);
+    assert_mentions(&msg, &["\"5\"", "unit"]);
+    let msg = error(&["latency", "--faster-than", "3h", &spec]);
+    assert_mentions(&msg, &["3h"]);
+    let msg = error(&["latency", "--slower-than", "fast", &spec]);
+    assert_mentions(&msg, &["fast"]);
+    let msg = error(&[
+        "latency",
+        "--slower-than",
+        "2ms",
+        "--faster-than",
+        "1ms",
+        &spec,
+    ]);
+    assert_mentions(&msg, &["--slower-than", "--faster-than"]);
+    let msg = error(&["latency", "-d", "0", &spec]);
+    assert_mentions(&msg, &["-d"]);
+    let msg = error(&["latency", "-i", "0", &spec]);
+    assert_mentions(&msg, &["-i"]);
+}
+
+#[test]
+fn pid_and_command_are_exclusive() {
+    let _lock = common::serial();
+    let marker = scratch().join("must-not-exist");
+    let _ = std::fs::remove_file(&marker);
+    let pid = std::process::id().to_string();
+    let msg = error(&[
+        "latency",
+        "-p",
+        &pid,
+        "foo",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_mentions(&msg, &["-p", "--"]);
+    // The command was not started.
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!marker.exists(), "the command ran");
+}
+
+#[test]
+fn library_not_mapped() {
+    let _lock = common::serial();
+    // This test process maps libc but no libnosuchthing.
+    let pid = std::process::id().to_string();
+    let msg = error(&["latency", "-p", &pid, "nosuchthing:foo"]);
+    assert_mentions(&msg, &["nosuchthing", &pid]);
+    let msg = error(&["list", "-p", &pid, "nosuchthing:foo"]);
+    assert_mentions(&msg, &["nosuchthing"]);
+    // Without a process, the library is looked for on disk.
+    let msg = error(&["latency", "libnosuchthing:foo"]);
+    assert_mentions(&msg, &["nosuchthing"]);
+    // A library the command does not need.
+    let bin = common::build("cpp_o2");
+    let msg = error(&[
+        "latency",
+        "nosuchthing:foo",
+        "--",
+        bin.to_str().unwrap(),
+        "1",
+        "1",
+    ]);
+    assert_mentions(&msg, &["nosuchthing"]);
+}
+
+#[test]
+fn bare_function_needs_a_target() {
+    let _lock = common::serial();
+    let msg = error(&["latency", "foo"]);
+    assert_mentions(&msg, &["foo", "-p"]);
+    let msg = error(&["list", "foo"]);
+    assert_mentions(&msg, &["foo", "-p"]);
+}
+
+#[test]
+fn unknown_command() {
+    let _lock = common::serial();
+    let msg = error(&["latency", "foo", "--", "/nonexistent/cmd"]);
+    assert_mentions(&msg, &["/nonexistent/cmd"]);
+    let msg = error(&["latency", "foo", "--", "no-such-command-for-tachy"]);
+    assert_mentions(&msg, &["no-such-command-for-tachy"]);
+}
+
+#[test]
+fn unsupported_targets() {
+    let _lock = common::serial();
+    let msg = error(&["latency", "k:vfs_read"]);
+    assert_mentions(&msg, &["vfs_read", "not supported"]);
+    let msg = error(&["latency", ":foo"]);
+    assert_mentions(&msg, &[":foo"]);
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    let msg = error(&["list", "-p", "1", path, "slow_sum"]);
+    assert_mentions(&msg, &["-p"]);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let _lock = common::serial();
+    usage_error(&["latency"]);
+    usage_error(&["latency", "--bogus", "foo"]);
+    usage_error(&["latency", "-u", "-m", "-p", "1", "foo"]);
+    usage_error(&["latency", "-d", "soon", "-p", "1", "foo"]);
+    usage_error(&["list"]);
+    usage_error(&["frobnicate"]);
+}
