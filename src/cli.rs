@@ -27,12 +27,28 @@ then in the libraries it maps.
 Exit status: 0 on success (or the traced command's own status with --),
 1 on any error (one line on stderr), 2 on bad usage.";
 
+const NESTED_EXAMPLES: &str = "\
+Examples:
+  tachy nested -p 4242 'db::Table::scan'                  its call sites, one level
+  tachy nested -p 4242 'db::Table::scan' --depth 2        and the call sites of its callees
+  tachy nested -p 4242 'db::Table::scan' --expand 'db::Page::load'
+  tachy nested -p 4242 'db::Table::scan' --slower-than 1ms   only the slow calls
+  tachy nested --folded -d 10 -p 4242 scan > scan.folded
+  tachy nested --svg scan.svg -d 10 -p 4242 scan
+  tachy nested 'kv::Store::read' -- ./kvdemo
+
+Each call site (`call`, through the PLT, indirect, or a tail jump) is timed
+from the call to its return while the function is the innermost traced frame
+on that thread; self is the function's time outside them. With --slower-than
+the breakdown covers only the calls of the function that were that slow.";
+
 const LIST_EXAMPLES: &str = "\
 Examples:
   tachy list -p 4242 'db::Table::*'
   tachy list ./build/server 'Conn::read'
   tachy list /usr/lib/x86_64-linux-gnu/libc.so.6:malloc
-  tachy list -p 4242 c:pthread_mutex_lock";
+  tachy list -p 4242 c:pthread_mutex_lock
+  tachy list --sites ./build/server 'Conn::read'   with every call site, at file:line";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -52,6 +68,9 @@ pub enum Command {
     /// Time functions: a log2 histogram with count, average, total and percentiles
     #[command(after_help = LATENCY_EXAMPLES)]
     Latency(LatencyArgs),
+    /// Time every call site inside a function, several levels deep, with self time
+    #[command(after_help = NESTED_EXAMPLES)]
+    Nested(NestedArgs),
     /// List the functions a pattern matches, with addresses and exit probes
     #[command(after_help = LIST_EXAMPLES)]
     List(ListArgs),
@@ -126,6 +145,147 @@ pub struct LatencyArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct NestedArgs {
+    /// The function to break down: FUNC, LIB:FUNC or PATH:FUNC
+    #[arg(value_name = "FUNC")]
+    pub func: String,
+
+    /// Levels of call sites to time: 1 is the function's own
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub depth: u32,
+
+    /// Also break down callees matching PATTERN, at any level (repeatable)
+    #[arg(long, value_name = "PATTERN")]
+    pub expand: Vec<String>,
+
+    /// Trace this process (its executable and the libraries it maps)
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Trace only this thread
+    #[arg(short, long, value_name = "TID")]
+    pub tid: Option<u32>,
+
+    /// Print a report every SECS seconds (each covers only its interval)
+    #[arg(short, long, value_name = "SECS")]
+    pub interval: Option<u64>,
+
+    /// Stop after SECS seconds
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<u64>,
+
+    /// Print a timestamp before each report
+    #[arg(short = 'T', long)]
+    pub timestamp: bool,
+
+    /// Keep only calls of the function that took at least DUR (250us, 1ms, 2s)
+    #[arg(long, value_name = "DUR")]
+    pub slower_than: Option<String>,
+
+    /// Keep only calls of the function that took at most DUR
+    #[arg(long, value_name = "DUR")]
+    pub faster_than: Option<String>,
+
+    /// Also print a log2 histogram of each call site (every call, unfiltered)
+    #[arg(long)]
+    pub hist: bool,
+
+    /// Histogram unit: microseconds
+    #[arg(short = 'u', long = "microseconds", conflicts_with = "milliseconds")]
+    pub microseconds: bool,
+
+    /// Histogram unit: milliseconds
+    #[arg(short = 'm', long = "milliseconds")]
+    pub milliseconds: bool,
+
+    /// Print each report as one JSON object per line
+    #[arg(long, conflicts_with_all = ["folded", "svg"])]
+    pub json: bool,
+
+    /// Print folded stacks weighted by self nanoseconds (for flame graph tools)
+    #[arg(long, conflicts_with = "svg")]
+    pub folded: bool,
+
+    /// Write a flame graph of the final report to FILE (SVG)
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
+
+    /// Print the probes that would be attached, and exit (needs no privilege)
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Say which probes were chosen, and show libbpf's messages
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Command to start and trace until it exits (after --)
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// How `tachy nested` prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TreeFormat {
+    Text,
+    Json,
+    Folded,
+    Svg(std::path::PathBuf),
+}
+
+/// What `tachy nested` adds to the common settings.
+#[derive(Clone, Debug)]
+pub struct NestedOpts {
+    pub depth: u32,
+    pub expand: Vec<String>,
+    pub hist: bool,
+    pub format: TreeFormat,
+}
+
+impl NestedArgs {
+    pub fn validate(self) -> Result<LatencySettings> {
+        if self.depth == 0 || self.depth > 8 {
+            bail!("--depth must be between 1 and 8");
+        }
+        for e in &self.expand {
+            crate::symbols::Pattern::parse(e)
+                .with_context(|| format!("bad --expand pattern {e:?}"))?;
+        }
+        let format = match (self.json, self.folded, self.svg) {
+            (true, _, _) => TreeFormat::Json,
+            (_, true, _) => TreeFormat::Folded,
+            (_, _, Some(p)) => TreeFormat::Svg(p),
+            _ => TreeFormat::Text,
+        };
+        let common = LatencyArgs {
+            funcs: vec![self.func],
+            pid: self.pid,
+            tid: self.tid,
+            microseconds: self.microseconds,
+            milliseconds: self.milliseconds,
+            interval: self.interval,
+            duration: self.duration,
+            timestamp: self.timestamp,
+            json: format != TreeFormat::Text,
+            slower_than: self.slower_than,
+            faster_than: self.faster_than,
+            outermost: false,
+            uretprobe: false,
+            dry_run: self.dry_run,
+            verbose: self.verbose,
+            command: self.command,
+        };
+        let mut s = common.validate()?;
+        s.nested = Some(NestedOpts {
+            depth: self.depth,
+            expand: self.expand,
+            hist: self.hist,
+            format,
+        });
+        Ok(s)
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct ListArgs {
     /// [PATH] PATTERN, or PATH:PATTERN, or LIB:PATTERN with -p
     #[arg(required = true, num_args = 1..=2, value_name = "PATTERN")]
@@ -134,6 +294,10 @@ pub struct ListArgs {
     /// Look in this process's executable and libraries
     #[arg(short, long, value_name = "PID")]
     pub pid: Option<u32>,
+
+    /// Also list each function's call sites (what `tachy nested` times)
+    #[arg(long)]
+    pub sites: bool,
 }
 
 /// A function spec: `FUNC`, `LIB:FUNC`, `PATH:FUNC`, `k:FUNC`.
@@ -222,6 +386,8 @@ pub struct LatencySettings {
     pub uretprobe: bool,
     pub dry_run: bool,
     pub verbose: bool,
+    /// `tachy nested`: the tree to time.
+    pub nested: Option<NestedOpts>,
 }
 
 impl LatencyArgs {
@@ -280,6 +446,7 @@ impl LatencyArgs {
             uretprobe: self.uretprobe,
             dry_run: self.dry_run,
             verbose: self.verbose,
+            nested: None,
         })
     }
 }

@@ -1,5 +1,6 @@
 //! tachy: live function latency for compiled programs.
 
+mod callsites;
 mod cli;
 mod disasm;
 mod plan;
@@ -16,6 +17,7 @@ fn main() {
     let cli = cli::Cli::parse();
     let result = match cli.cmd {
         cli::Command::Latency(a) => a.validate().and_then(session::latency),
+        cli::Command::Nested(a) => a.validate().and_then(session::latency),
         cli::Command::List(a) => session::list(a),
     };
     match result {

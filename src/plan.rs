@@ -8,11 +8,16 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
+use crate::callsites::{self, Names, Site, SiteKind};
 use crate::disasm::{self, Decoded, EntryCandidate, ProbeCost, Range, Target};
+use crate::symbols::lines::LineTable;
 use crate::symbols::{self, ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
 const MAX_TAIL_CALLEES: usize = 16;
+
+/// Nodes of a nested tree (TACHY_MAX_NODES in tachy.h).
+pub const MAX_NODES: usize = 128;
 
 /// One probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -30,6 +35,41 @@ pub enum ProbeKind {
     Tail { cookie: u64 },
     /// A uretprobe on a function's entry (`--uretprobe` only).
     Uret,
+    /// A call site of `tachy nested`: opens a frame for node `id` if node
+    /// `parent` is the innermost open frame. `exit_first`: this instruction
+    /// is also the return address of another site, closed first.
+    Site {
+        id: u32,
+        parent: u32,
+        tail: bool,
+        exit_first: bool,
+    },
+    /// The return of site `id`: closes its frame only, keyed by SP plus
+    /// `sp_adjust` (the probe may stand a few instructions after the
+    /// return address, where the kernel can probe).
+    SiteEnd { id: u32, sp_adjust: i32 },
+}
+
+/// How far `tachy nested` drills down, and how it names what it finds.
+pub struct Drill<'a> {
+    pub names: &'a Names,
+    pub lines: Option<&'a LineTable>,
+    /// Levels of call sites under a traced function.
+    pub depth: u32,
+    /// Whether a callee (by raw name) is expanded at any level.
+    pub expand: &'a dyn Fn(&str) -> bool,
+}
+
+/// A call site in the `tachy nested` tree. Its node id is
+/// `funcs.len()` + its index in `Plan::sites`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteNode {
+    pub parent: u32,
+    pub site: Site,
+    /// Levels below the traced function (1: its own call sites).
+    pub level: u32,
+    /// Whether its callee's sites are in the tree too.
+    pub expanded: bool,
 }
 
 /// Cookie bits of a tail probe (mirror of TACHY_TAIL_* in tachy.h).
@@ -90,6 +130,8 @@ pub struct Plan {
     /// (display path, path handed to the kernel)
     pub objects: Vec<(PathBuf, PathBuf)>,
     pub funcs: Vec<TracedFunc>,
+    /// `tachy nested` only: call sites, ids after the functions'.
+    pub sites: Vec<SiteNode>,
     pub probes: Vec<Probe>,
     /// Process filter for the links; -1 for every process.
     pub pid: i32,
@@ -278,6 +320,120 @@ impl Plan {
         Ok(id)
     }
 
+    /// Number of counter slots: functions, then sites.
+    pub fn ids(&self) -> u32 {
+        (self.funcs.len() + self.sites.len()) as u32
+    }
+
+    /// Adds the call sites of traced function `root` (already added) and,
+    /// to `depth` levels or where `expand` says, those of their callees.
+    pub fn add_sites(
+        &mut self,
+        obj: &ElfObject,
+        f: &Function,
+        root: u32,
+        drill: &Drill<'_>,
+    ) -> Result<()> {
+        let decoded = decode_function(obj, f)?;
+        let mut path = vec![f.addr];
+        self.add_sites_of(obj, &decoded, root, 1, drill, &mut path)
+    }
+
+    fn add_sites_of(
+        &mut self,
+        obj: &ElfObject,
+        decoded: &Decoded,
+        parent: u32,
+        level: u32,
+        drill: &Drill<'_>,
+        path: &mut Vec<u64>,
+    ) -> Result<()> {
+        let object = self.object_index(obj);
+        // Siblings get consecutive ids, in address order, before any is
+        // expanded: a site whose call is its previous sibling's return
+        // address closes id - 1 first.
+        let sites: Vec<Site> = callsites::sites(decoded, drill.names, drill.lines)
+            .into_iter()
+            // A tail jump to unknown code ends the traced call where it
+            // jumps (see add_function): nothing to time after it.
+            .filter(|site| !(site.kind == SiteKind::Tail && site.callee.is_none()))
+            .collect();
+        if self.funcs.len() + self.sites.len() + sites.len() > MAX_NODES {
+            bail!("the call tree has more than {MAX_NODES} nodes: lower --depth or name fewer functions with --expand");
+        }
+        let first = (self.funcs.len() + self.sites.len()) as u32;
+        let mut prev_ret: Option<u64> = None;
+        for (k, site) in sites.iter().enumerate() {
+            let id = first + k as u32;
+            let tail = site.kind == SiteKind::Tail;
+            let exit_first = prev_ret == Some(site.addr);
+            self.push(
+                obj,
+                object,
+                site.addr,
+                ProbeKind::Site {
+                    id,
+                    parent,
+                    tail,
+                    exit_first,
+                },
+            )?;
+            prev_ret = None;
+            if let Some(ret) = site.ret {
+                // A call that cannot return (`_Unwind_Resume`, `abort`) is
+                // often followed by a landing pad: nothing ends there.
+                if !callsites::never_returns(site) {
+                    match decoded.probe_point_from(ret) {
+                        Some((at, _)) if at == ret => prev_ret = Some(ret),
+                        Some((at, sp_adjust)) => {
+                            self.push(obj, object, at, ProbeKind::SiteEnd { id, sp_adjust })?
+                        }
+                        None => {}
+                    }
+                    if prev_ret.is_some() {
+                        self.push(obj, object, ret, ProbeKind::SiteEnd { id, sp_adjust: 0 })?;
+                    }
+                }
+            }
+            self.sites.push(SiteNode {
+                parent,
+                site: site.clone(),
+                level,
+                expanded: false,
+            });
+        }
+        for (k, site) in sites.iter().enumerate() {
+            let id = first + k as u32;
+            let callee = match (site.kind, site.callee) {
+                (SiteKind::Call | SiteKind::Tail, Some(a)) if !path.contains(&a) => {
+                    let named = site
+                        .callee_raw
+                        .as_deref()
+                        .is_some_and(|r| (drill.expand)(r));
+                    (level < drill.depth || named).then_some(a)
+                }
+                _ => None,
+            };
+            let Some(a) = callee else { continue };
+            let Some(g) = symbols::function_at(obj, a)?.filter(|g| g.addr == a) else {
+                continue;
+            };
+            let g = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
+                .functions
+                .into_iter()
+                .find(|x| x.addr == a)
+                .unwrap_or(g);
+            let Ok(gd) = decode_function(obj, &g) else {
+                continue;
+            };
+            self.sites[id as usize - self.funcs.len()].expanded = true;
+            path.push(a);
+            self.add_sites_of(obj, &gd, id, level + 1, drill, path)?;
+            path.pop();
+        }
+        Ok(())
+    }
+
     /// Sorts and removes duplicate probes: a `ret` shared by two traced
     /// functions (one tail-calls the other) is probed once.
     pub fn finish(&mut self) {
@@ -285,6 +441,39 @@ impl Plan {
             .sort_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
         self.probes
             .dedup_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
+        // Where a site's call is also its previous sibling's return address,
+        // the site probe closes that sibling first (two probes at one
+        // address run in no defined order), so that end probe goes.
+        let merged: BTreeSet<(usize, u64)> = self
+            .probes
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.kind,
+                    ProbeKind::Site {
+                        exit_first: true,
+                        ..
+                    }
+                )
+            })
+            .map(|p| (p.object, p.offset))
+            .collect();
+        self.probes.retain(|p| {
+            !(matches!(p.kind, ProbeKind::SiteEnd { sp_adjust: 0, .. })
+                && merged.contains(&(p.object, p.offset)))
+        });
+        // A direct tail jump of a traced function that is also a site: the
+        // site probe marks the frame as left, as the tail probe would.
+        let tail_sites: BTreeSet<(usize, u64)> = self
+            .probes
+            .iter()
+            .filter(|p| matches!(p.kind, ProbeKind::Site { tail: true, .. }))
+            .map(|p| (p.object, p.offset))
+            .collect();
+        self.probes.retain(|p| {
+            !(matches!(p.kind, ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT == 0)
+                && tail_sites.contains(&(p.object, p.offset)))
+        });
     }
 
     /// A human-readable listing of the plan (`--dry-run`).
@@ -311,6 +500,19 @@ impl Plan {
             let kind = match p.kind {
                 ProbeKind::Entry { id, sp_adjust, .. } => format!("entry [{id}] sp{sp_adjust:+}"),
                 ProbeKind::Uret => "uretprobe".to_string(),
+                ProbeKind::SiteEnd { id, sp_adjust } => {
+                    format!("site end [{id}] sp{sp_adjust:+}")
+                }
+                ProbeKind::Site {
+                    id,
+                    parent,
+                    tail,
+                    exit_first,
+                } => format!(
+                    "site [{id}] in [{parent}]{}{}",
+                    if tail { " tail" } else { "" },
+                    if exit_first { " +exit" } else { "" }
+                ),
                 ProbeKind::Exit => "exit".to_string(),
                 ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT != 0 => {
                     "tail (unknown callee)".to_string()
@@ -357,5 +559,7 @@ fn kind_rank(k: ProbeKind) -> (u8, u64) {
         ProbeKind::Exit => (1, 0),
         ProbeKind::Tail { cookie } => (2, cookie),
         ProbeKind::Uret => (3, 0),
+        ProbeKind::Site { id, .. } => (4, id as u64),
+        ProbeKind::SiteEnd { id, .. } => (5, id as u64),
     }
 }

@@ -20,8 +20,10 @@ mod skel {
 
 use skel::{types, TachySkel, TachySkelBuilder};
 
-/// Entry cookie bit (TACHY_ENTRY_TAILING in tachy.h).
+/// Cookie bits (TACHY_ENTRY_TAILING, TACHY_SITE_* in tachy.h).
 const ENTRY_TAILING: u64 = 0x8000_0000;
+const SITE_TAIL: u64 = 0x4000_0000;
+const SITE_EXIT_FIRST: u64 = 0x8000_0000;
 
 // SAFETY: tachy_stats is plain old data generated from tachy.h: integers
 // only, no padding-sensitive invariants, valid for any bit pattern.
@@ -43,6 +45,8 @@ enum Prog {
     Exit,
     Tail,
     Uret,
+    Site,
+    SiteEnd,
 }
 
 fn silence_libbpf(verbose: bool) {
@@ -68,7 +72,7 @@ impl<'obj> Tracer<'obj> {
         verbose: bool,
     ) -> Result<Tracer<'obj>> {
         silence_libbpf(verbose);
-        let nfuncs = plan.funcs.len() as u32;
+        let nfuncs = plan.ids();
         let mut open = TachySkelBuilder::default()
             .open(storage)
             .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
@@ -84,12 +88,14 @@ impl<'obj> Tracer<'obj> {
             ro.max_ns = plan.settings.max_ns;
             ro.outermost = plan.settings.outermost;
             ro.unit_ns = plan.settings.unit_ns.max(1);
+            ro.nested = !plan.sites.is_empty();
         }
         open.maps
             .stats
             .set_max_entries(2 * nfuncs)
             .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
         let multi = uprobe_multi_supported();
+        let nested = !plan.sites.is_empty();
         for (p, on) in [
             (&mut open.progs.tachy_entry_m, multi),
             (&mut open.progs.tachy_exit_m, multi),
@@ -105,6 +111,10 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_entry_s, !multi),
             (&mut open.progs.tachy_exit_s, !multi),
             (&mut open.progs.tachy_tail_s, !multi),
+            (&mut open.progs.tachy_site_m, multi && nested),
+            (&mut open.progs.tachy_site_s, !multi && nested),
+            (&mut open.progs.tachy_send_m, multi && nested),
+            (&mut open.progs.tachy_send_s, !multi && nested),
         ] {
             p.set_autoload(on);
         }
@@ -132,7 +142,14 @@ impl<'obj> Tracer<'obj> {
 
     fn attach_all(&mut self, plan: &Plan) -> Result<()> {
         for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
-            for kind in [Prog::Entry, Prog::Exit, Prog::Tail, Prog::Uret] {
+            for kind in [
+                Prog::Entry,
+                Prog::Exit,
+                Prog::Tail,
+                Prog::Uret,
+                Prog::Site,
+                Prog::SiteEnd,
+            ] {
                 let sites: Vec<(usize, u64)> = plan
                     .probes
                     .iter()
@@ -152,6 +169,25 @@ impl<'obj> Tracer<'obj> {
                                 | ((sp_adjust as u32 as u64) << 32),
                         )),
                         (Prog::Uret, ProbeKind::Uret) => Some((p.offset as usize, 0)),
+                        (Prog::SiteEnd, ProbeKind::SiteEnd { id, sp_adjust }) => Some((
+                            p.offset as usize,
+                            id as u64 | ((sp_adjust as u32 as u64) << 32),
+                        )),
+                        (
+                            Prog::Site,
+                            ProbeKind::Site {
+                                id,
+                                parent,
+                                tail,
+                                exit_first,
+                            },
+                        ) => Some((
+                            p.offset as usize,
+                            id as u64
+                                | if tail { SITE_TAIL } else { 0 }
+                                | if exit_first { SITE_EXIT_FIRST } else { 0 }
+                                | ((parent as u64) << 32),
+                        )),
                         (Prog::Exit, ProbeKind::Exit) => Some((p.offset as usize, 0)),
                         (Prog::Tail, ProbeKind::Tail { cookie }) => {
                             Some((p.offset as usize, cookie))
@@ -169,24 +205,39 @@ impl<'obj> Tracer<'obj> {
                         Prog::Exit => &self.skel.progs.tachy_exit_m,
                         Prog::Tail => &self.skel.progs.tachy_tail_m,
                         Prog::Uret => &self.skel.progs.tachy_uret_m,
+                        Prog::Site => &self.skel.progs.tachy_site_m,
+                        Prog::SiteEnd => &self.skel.progs.tachy_send_m,
                     };
-                    let opts = UprobeMultiOpts {
-                        retprobe: kind == Prog::Uret,
-                        offsets: sites.iter().map(|s| s.0).collect(),
-                        cookies: sites.iter().map(|s| s.1).collect(),
-                        ..Default::default()
-                    };
-                    let link = prog
-                        .attach_uprobe_multi_with_opts(plan.pid, open_path, "", opts)
-                        .map_err(|e| attach_error(e.to_string()))
-                        .with_context(what)?;
-                    self.links.push(link);
+                    // One function expanded under two parents has its sites
+                    // twice: each link holds an offset once.
+                    let mut batches: Vec<Vec<(usize, u64)>> = Vec::new();
+                    for site in sites {
+                        match batches.iter_mut().find(|b| b.iter().all(|x| x.0 != site.0)) {
+                            Some(b) => b.push(site),
+                            None => batches.push(vec![site]),
+                        }
+                    }
+                    for batch in batches {
+                        let opts = UprobeMultiOpts {
+                            retprobe: kind == Prog::Uret,
+                            offsets: batch.iter().map(|s| s.0).collect(),
+                            cookies: batch.iter().map(|s| s.1).collect(),
+                            ..Default::default()
+                        };
+                        let link = prog
+                            .attach_uprobe_multi_with_opts(plan.pid, open_path, "", opts)
+                            .map_err(|e| attach_error(e.to_string()))
+                            .with_context(what)?;
+                        self.links.push(link);
+                    }
                 } else {
                     let prog = match kind {
                         Prog::Entry => &self.skel.progs.tachy_entry_s,
                         Prog::Exit => &self.skel.progs.tachy_exit_s,
                         Prog::Tail => &self.skel.progs.tachy_tail_s,
                         Prog::Uret => &self.skel.progs.tachy_uret_s,
+                        Prog::Site => &self.skel.progs.tachy_site_s,
+                        Prog::SiteEnd => &self.skel.progs.tachy_send_s,
                     };
                     for (off, cookie) in sites {
                         let opts = UprobeOpts {

@@ -8,12 +8,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::{FuncSpec, LatencySettings, ListArgs};
+use crate::callsites;
+use crate::cli::{FuncSpec, LatencySettings, ListArgs, NestedOpts, TreeFormat};
 use crate::disasm::ProbeCost;
-use crate::plan::{Plan, Settings};
+use crate::plan::{self, Drill, Plan, Settings};
 use crate::probe::{self, Tracer};
-use crate::report::{self, FuncReport, Report};
+use crate::report::tree::{self, human, TreeNode, TreeReport};
+use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
+use crate::symbols::lines::LineTable;
+use crate::symbols::{demangle, Pattern};
 use crate::target::{self, Spawned};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -52,9 +56,33 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
         },
         ..Default::default()
     };
+    let mut roots = Vec::new();
     for r in &resolved {
         for f in &r.funcs {
-            plan.add_function(&r.obj, f, r.source)?;
+            let id = plan.add_function(&r.obj, f, r.source)?;
+            roots.push((r, f, id));
+        }
+    }
+    if let Some(n) = &s.nested {
+        let expand: Vec<Pattern> = n
+            .expand
+            .iter()
+            .map(|e| Pattern::parse(e))
+            .collect::<Result<_>>()?;
+        let matches_expand = |raw: &str| {
+            let names = demangle(raw);
+            expand.iter().any(|p| p.matches(raw, &names))
+        };
+        for (r, f, id) in roots {
+            let names = callsites::Names::load(&r.obj)?;
+            let lines = LineTable::load(&r.obj);
+            let drill = Drill {
+                names: &names,
+                lines: lines.as_ref(),
+                depth: n.depth,
+                expand: &matches_expand,
+            };
+            plan.add_sites(&r.obj, f, id, &drill)?;
         }
     }
     plan.finish();
@@ -131,11 +159,30 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         }
     };
     let n = plan.funcs.len();
-    let header = format!(
-        "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
-        if n == 1 { "" } else { "s" },
-        names_line(&plan)
-    );
+    let header = match &s.nested {
+        None => format!(
+            "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
+            if n == 1 { "" } else { "s" },
+            names_line(&plan)
+        ),
+        Some(_) => {
+            let levels = plan.sites.iter().map(|x| x.level).max().unwrap_or(0);
+            format!(
+                "Tracing {} and {} call site{} ({} level{}) {whom}. Hit Ctrl-C to end.",
+                names_line(&plan),
+                plan.sites.len(),
+                if plan.sites.len() == 1 { "" } else { "s" },
+                levels,
+                if levels == 1 { "" } else { "s" },
+            )
+        }
+    };
+    if s.nested.is_some() && plan.sites.len() > 300 {
+        eprintln!(
+            "tachy: warning: {} call sites is many; each traced call pays for every site it passes",
+            plan.sites.len()
+        );
+    }
     if s.verbose {
         eprintln!(
             "attached {} probes with {} {} link(s)",
@@ -206,6 +253,9 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
 
 fn emit(tracer: &mut Tracer<'_>, plan: &Plan, s: &LatencySettings) -> Result<()> {
     let counts = tracer.take()?;
+    if let Some(n) = &s.nested {
+        return emit_tree(plan, s, n, counts);
+    }
     let report = Report {
         time: SystemTime::now(),
         unit: s.unit,
@@ -228,6 +278,79 @@ fn emit(tracer: &mut Tracer<'_>, plan: &Plan, s: &LatencySettings) -> Result<()>
     } else {
         writeln!(out)?;
         report::text::render(&report, &mut out)?;
+    }
+    out.flush().context("cannot write the report")?;
+    Ok(())
+}
+
+fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
+    let nf = plan.funcs.len();
+    let c = &counts[id as usize];
+    let children = plan
+        .sites
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.parent == id)
+        .map(|(i, _)| tree_node(plan, counts, (nf + i) as u32, hist))
+        .collect();
+    let (name, site, kind) = if (id as usize) < nf {
+        (plan.funcs[id as usize].name.clone(), None, "function")
+    } else {
+        let x = &plan.sites[id as usize - nf].site;
+        (x.name.clone(), x.location.clone(), x.kind.as_str())
+    };
+    TreeNode {
+        name,
+        site,
+        kind,
+        count: c.count,
+        total_ns: c.total_ns,
+        unwound: c.unwound,
+        filtered: c.filtered,
+        hist: (hist && kind != "function").then(|| c.hist.clone()),
+        children,
+    }
+}
+
+fn emit_tree(plan: &Plan, s: &LatencySettings, n: &NestedOpts, counts: Vec<Counts>) -> Result<()> {
+    let filter = match (s.min_ns, s.max_ns) {
+        (0, 0) => None,
+        (lo, 0) => Some(format!("slower than {}", human(lo as f64))),
+        (0, hi) => Some(format!("faster than {}", human(hi as f64))),
+        (lo, hi) => Some(format!(
+            "between {} and {}",
+            human(lo as f64),
+            human(hi as f64)
+        )),
+    };
+    let report = TreeReport {
+        time: SystemTime::now(),
+        timestamp: s.timestamp,
+        unit: s.unit,
+        filter,
+        roots: (0..plan.funcs.len() as u32)
+            .map(|id| tree_node(plan, &counts, id, n.hist))
+            .collect(),
+    };
+    let mut out = std::io::stdout().lock();
+    match &n.format {
+        TreeFormat::Text => {
+            writeln!(out)?;
+            tree::render_text(&report, &mut out)?;
+        }
+        TreeFormat::Json => tree::render_json(&report, &mut out)?,
+        TreeFormat::Folded => tree::render_folded(&report, &mut out)?,
+        TreeFormat::Svg(path) => {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+            );
+            tree::render_svg(&report, &mut f)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            f.flush()
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("tachy: flame graph written to {}", path.display());
+        }
     }
     out.flush().context("cannot write the report")?;
     Ok(())
@@ -275,6 +398,11 @@ pub fn list(a: ListArgs) -> Result<i32> {
             r.obj.display.display(),
             r.source.describe()
         )?;
+        let site_names = if a.sites {
+            Some((callsites::Names::load(&r.obj)?, LineTable::load(&r.obj)))
+        } else {
+            None
+        };
         for f in &r.funcs {
             let mut p = Plan::default();
             let line = match p.add_function(&r.obj, f, r.source) {
@@ -316,6 +444,26 @@ pub fn list(a: ListArgs) -> Result<i32> {
             };
             writeln!(out, "  {}  ({})", f.display_name(), f.names.lang.as_str())?;
             writeln!(out, "{line}")?;
+            if let Some((names, lines)) = &site_names {
+                let decoded = plan::decode_function(&r.obj, f)?;
+                let sites = callsites::sites(&decoded, names, lines.as_ref());
+                writeln!(
+                    out,
+                    "    {} call site{}:",
+                    sites.len(),
+                    if sites.len() == 1 { "" } else { "s" }
+                )?;
+                for st in sites {
+                    writeln!(
+                        out,
+                        "      {:#x}  {:<8}  {}  {}",
+                        st.addr,
+                        st.kind.as_str(),
+                        st.location.as_deref().unwrap_or("?"),
+                        st.name
+                    )?;
+                }
+            }
         }
     }
     Ok(0)

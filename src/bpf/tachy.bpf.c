@@ -31,6 +31,8 @@ const volatile __u32 filter_tid = 0;
 const volatile __u64 min_ns = 0;
 const volatile __u64 max_ns = 0;
 const volatile bool outermost = false;
+/* `tachy nested`: ids past the traced functions are call sites. */
+const volatile bool nested = false;
 /* Durations are bucketed in display units (ns per unit), as funclatency. */
 const volatile __u64 unit_ns = 1;
 
@@ -103,12 +105,20 @@ static __always_inline void count_unwound(__u32 id)
 		s->unwound++;
 }
 
+static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
+{
+	__u32 b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
+
+	if (b >= TACHY_NBUCKETS)
+		b = TACHY_NBUCKETS - 1;
+	s->buckets[b]++;
+}
+
 static __always_inline void record(struct tachy_frame *f, __u64 now,
 				   bool indirect_tail)
 {
 	struct tachy_stats *s = stats_of(f->id);
 	__u64 d = now - f->start_ns;
-	__u32 b;
 
 	if (!s)
 		return;
@@ -124,10 +134,93 @@ static __always_inline void record(struct tachy_frame *f, __u64 now,
 		s->min_ns = d ? d : 1;
 	if (d > s->max_ns)
 		s->max_ns = d;
-	b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
-	if (b >= TACHY_NBUCKETS)
-		b = TACHY_NBUCKETS - 1;
-	s->buckets[b]++;
+	add_bucket(s, d);
+}
+
+struct flush_ctx {
+	struct tachy_thread *t;
+	bool keep;
+};
+
+static long flush_one(__u64 i, void *data)
+{
+	struct flush_ctx *c = data;
+	struct tachy_thread *t = c->t;
+	struct tachy_stats *s;
+
+	if (i >= TACHY_MAX_NODES)
+		return 1;
+	if (!t->pend_cnt[i])
+		return 0;
+	if (c->keep) {
+		s = stats_of(i);
+		if (s) {
+			s->count += t->pend_cnt[i];
+			s->total_ns += t->pend_ns[i];
+		}
+	}
+	t->pend_cnt[i] = 0;
+	t->pend_ns[i] = 0;
+	return 0;
+}
+
+/*
+ * Adds, then clears, what the sites of the ending call accumulated. A
+ * bpf_loop keeps this out of the callers' loops, which the verifier would
+ * otherwise unroll into each other.
+ */
+static __always_inline void flush_pending(struct tachy_thread *t, bool keep)
+{
+	struct flush_ctx c = {.t = t, .keep = keep};
+	__u32 n = nfuncs < TACHY_MAX_NODES ? nfuncs : TACHY_MAX_NODES;
+
+	bpf_loop(n, flush_one, &c, 0);
+}
+
+/* A frame ends normally at `now`. */
+static __always_inline void close_frame(struct tachy_thread *t,
+					struct tachy_frame *f, __u64 now)
+{
+	__u64 d = now - f->start_ns;
+	__u32 id = f->id;
+
+	if (f->flags & TACHY_FRAME_SITE) {
+		struct tachy_stats *s = stats_of(id);
+
+		/* The histogram counts every call; count and total wait for
+		 * the outermost traced call to end, and its filter. */
+		if (s)
+			add_bucket(s, d);
+		if (id < TACHY_MAX_NODES) {
+			t->pend_ns[id] += d;
+			t->pend_cnt[id]++;
+		}
+		return;
+	}
+	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
+		bool keep = !(d < min_ns || (max_ns && d > max_ns));
+
+		record(f, now, false);
+		if (t->roots)
+			t->roots--;
+		if (!t->roots)
+			flush_pending(t, keep);
+		return;
+	}
+	record(f, now, false);
+}
+
+/* A frame was abandoned (exception, longjmp, lost exit). */
+static __always_inline void drop_frame(struct tachy_thread *t,
+				       struct tachy_frame *f)
+{
+	count_unwound(f->id);
+	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
+		if (t->roots)
+			t->roots--;
+		if (!t->roots)
+			flush_pending(t, false);
+	}
 }
 
 static __always_inline struct tachy_thread *current_thread(bool create)
@@ -153,6 +246,67 @@ static __always_inline bool above(struct tachy_frame *f, __u64 sp)
 	return f->sp < sp && sp - f->sp < TACHY_STACK_WINDOW;
 }
 
+static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
+				 __u32 id, __u32 flags)
+{
+	struct tachy_frame *f;
+
+	if (t->depth >= TACHY_MAX_DEPTH) {
+		struct tachy_stats *s = stats_of(id);
+
+		if (s)
+			s->overflow++;
+		return false;
+	}
+	f = &t->frames[t->depth & (TACHY_MAX_DEPTH - 1)];
+	f->sp = sp;
+	f->start_ns = now;
+	f->child_ns = 0;
+	f->id = id;
+	f->flags = flags;
+	t->depth++;
+	if (flags & TACHY_FRAME_ROOT)
+		t->roots++;
+	return true;
+}
+
+/*
+ * Before a frame opens at `sp`: frames below it were abandoned, and so is
+ * one at the same SP unless it left by a tail jump (its callee then runs in
+ * its place and returns for it).
+ */
+struct walk_ctx {
+	struct tachy_thread *t;
+	__u64 sp;
+	__u64 now;
+	__u32 only;
+	bool all; /* pop every frame: the thread is exiting */
+};
+
+static long pop_one(__u64 i, void *data)
+{
+	struct walk_ctx *c = data;
+	struct tachy_thread *t = c->t;
+	struct tachy_frame *f = top(t);
+
+	if (!f)
+		return 1;
+	if (!c->all && !above(f, c->sp) &&
+	    !(f->sp == c->sp && !(f->flags & TACHY_FRAME_TAILING)))
+		return 1;
+	drop_frame(t, f);
+	t->depth--;
+	return 0;
+}
+
+static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp)
+{
+	struct walk_ctx c = {.t = t, .sp = sp};
+
+	/* bpf_loop keeps the verifier from unrolling nested loops. */
+	bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
+}
+
 static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -170,21 +324,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	if (!t)
 		return 0;
 
-	/*
-	 * Frames at or below this entry's SP were abandoned. A frame at the
-	 * same SP stays open only if it left by a tail jump: this function then
-	 * runs in its place and returns for it.
-	 */
-	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
-		f = top(t);
-		if (!f)
-			break;
-		if (!above(f, sp) &&
-		    !(f->sp == sp && !(f->flags & TACHY_FRAME_TAILING)))
-			break;
-		count_unwound(f->id);
-		t->depth--;
-	}
+	pop_abandoned(t, sp);
 
 	if (outermost) {
 		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
@@ -195,47 +335,127 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		}
 	}
 
-	if (t->depth >= TACHY_MAX_DEPTH) {
-		struct tachy_stats *s = stats_of(id);
-
-		if (s)
-			s->overflow++;
-		return 0;
-	}
-	f = &t->frames[t->depth & (TACHY_MAX_DEPTH - 1)];
-	f->sp = sp;
-	f->start_ns = now;
-	f->child_ns = 0;
-	f->id = id;
-	f->flags = (cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING : 0;
-	t->depth++;
+	push(t, sp, now, id,
+	     TACHY_FRAME_ROOT |
+		     ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING
+						     : 0));
 	return 0;
 }
 
-/* A function returns with SP at its return-address slot: close its frame. */
+#define ANY_ID 0xffffffffU
+
+/*
+ * SP is at a frame's key: close it. Frames below were abandoned, except a
+ * tail-jump site, which ends with its parent. `only`: close no frame but
+ * the one of this id (a site's end), else every frame at this key (a
+ * function's `ret` also ends the frames that tail-jumped into it).
+ */
+static long exit_one(__u64 i, void *data)
+{
+	struct walk_ctx *c = data;
+	struct tachy_thread *t = c->t;
+	struct tachy_frame *f = top(t), *below;
+
+	if (!f)
+		return 1;
+	if (f->sp == c->sp) {
+		if (c->only != ANY_ID && f->id != c->only)
+			return 1;
+		close_frame(t, f, c->now);
+		t->depth--;
+		return c->only != ANY_ID;
+	}
+	if (!above(f, c->sp))
+		return 1;
+	below = t->depth >= 2
+			? &t->frames[(t->depth - 2) & (TACHY_MAX_DEPTH - 1)]
+			: NULL;
+	if ((f->flags & TACHY_FRAME_TAILSITE) && below && below->sp == c->sp)
+		close_frame(t, f, c->now);
+	else
+		drop_frame(t, f);
+	t->depth--;
+	return 0;
+}
+
+static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
+				    __u32 only)
+{
+	struct walk_ctx c = {.t = t, .sp = sp, .now = now, .only = only};
+
+	bpf_loop(TACHY_MAX_DEPTH, exit_one, &c, 0);
+}
+
 static __always_inline int do_exit(__u64 sp)
 {
 	struct tachy_thread *t;
-	struct tachy_frame *f;
-	__u64 now;
-	int i;
 
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
+	exit_at(t, sp, bpf_ktime_get_ns(), ANY_ID);
+	return 0;
+}
+
+/* The return of a call site (cookie: its id, and an SP adjustment when the
+ * probe stands after the return address). */
+static __always_inline int do_site_end(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
+	struct tachy_thread *t;
+
+	t = current_thread(false);
+	if (!t || !t->depth)
+		return 0;
+	exit_at(t, sp, bpf_ktime_get_ns(), cookie & TACHY_SITE_ID_MASK);
+	return 0;
+}
+
+/*
+ * A call site of `tachy nested` opens, at a `call` (keyed by SP there,
+ * which is SP again at the return address) or a tail jump. It counts only
+ * while its parent frame is the innermost open one on this thread.
+ */
+static __always_inline int do_site(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 id = cookie & TACHY_SITE_ID_MASK;
+	__u32 parent = cookie >> 32;
+	__u64 sp = PT_REGS_SP(ctx);
+	struct tachy_thread *t;
+	struct tachy_frame *f;
+	__u64 now;
+
+	if (filter_tid && (__u32)bpf_get_current_pid_tgid() != filter_tid)
+		return 0;
+	t = current_thread(false);
+	if (!t || !t->depth)
+		return 0;
 	now = bpf_ktime_get_ns();
-	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
+	/* This call is the previous site's return address: end it first. */
+	if (cookie & TACHY_SITE_EXIT_FIRST)
+		exit_at(t, sp, now, id - 1);
+	if (cookie & TACHY_SITE_TAIL) {
+		/*
+		 * The function has torn its frame down: SP is its entry key,
+		 * which is the parent's key for a traced function, or one slot
+		 * below the parent's for a function entered through a site.
+		 */
 		f = top(t);
-		if (!f)
-			break;
-		if (f->sp == sp)
-			record(f, now, false);
-		else if (above(f, sp))
-			count_unwound(f->id);
-		else
-			break;
-		t->depth--;
+		if (!f || f->id != parent || sp > f->sp || f->sp - sp > 8)
+			return 0;
+		f->flags |= TACHY_FRAME_TAILING;
+		push(t, sp, now, id,
+		     TACHY_FRAME_SITE | TACHY_FRAME_TAILSITE |
+			     TACHY_FRAME_TAILING);
+		return 0;
 	}
+	pop_abandoned(t, sp);
+	f = top(t);
+	if (!f || f->id != parent)
+		return 0;
+	push(t, sp, now, id, TACHY_FRAME_SITE);
 	return 0;
 }
 
@@ -331,6 +551,18 @@ int tachy_tail_m(struct pt_regs *ctx)
 	return do_tail(ctx);
 }
 
+SEC("uprobe.multi")
+int tachy_site_m(struct pt_regs *ctx)
+{
+	return do_site(ctx);
+}
+
+SEC("uprobe.multi")
+int tachy_send_m(struct pt_regs *ctx)
+{
+	return do_site_end(ctx);
+}
+
 /* Single uprobe links, for kernels without uprobe_multi. */
 SEC("uprobe")
 int tachy_entry_s(struct pt_regs *ctx)
@@ -342,6 +574,18 @@ SEC("uprobe")
 int tachy_exit_s(struct pt_regs *ctx)
 {
 	return do_exit(PT_REGS_SP(ctx));
+}
+
+SEC("uprobe")
+int tachy_site_s(struct pt_regs *ctx)
+{
+	return do_site(ctx);
+}
+
+SEC("uprobe")
+int tachy_send_s(struct pt_regs *ctx)
+{
+	return do_site_end(ctx);
 }
 
 SEC("uretprobe")
@@ -364,13 +608,10 @@ int BPF_PROG(tachy_thread_exit, struct task_struct *task)
 	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)
 		return 0;
-	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
-		struct tachy_frame *f = top(t);
+	{
+		struct walk_ctx c = {.t = t, .all = true};
 
-		if (!f)
-			break;
-		count_unwound(f->id);
-		t->depth--;
+		bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
 	}
 	return 0;
 }

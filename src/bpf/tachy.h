@@ -39,7 +39,22 @@
 #define TACHY_ENTRY_TAILING 0x80000000ULL
 
 /* Frame flags. */
-#define TACHY_FRAME_TAILING 0x1
+#define TACHY_FRAME_TAILING  0x1 /* left by a tail jump; its callee returns */
+#define TACHY_FRAME_SITE     0x2 /* a call site of `tachy nested` */
+#define TACHY_FRAME_TAILSITE 0x4 /* a tail-jump site: ends with its parent */
+#define TACHY_FRAME_ROOT     0x8 /* a traced function (not a site) */
+
+/* Nodes of a `tachy nested` tree whose time is held per thread until the
+ * outermost traced call ends (so --slower-than sees whole calls). */
+#define TACHY_MAX_NODES 128
+
+/*
+ * Site cookie: node id in bits 0-29, TACHY_SITE_TAIL and TACHY_SITE_EXIT_FIRST
+ * flags, parent node id in bits 32-63.
+ */
+#define TACHY_SITE_ID_MASK    0x3fffffffULL
+#define TACHY_SITE_TAIL	      0x40000000ULL
+#define TACHY_SITE_EXIT_FIRST 0x80000000ULL
 
 struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */
@@ -51,8 +66,10 @@ struct tachy_frame {
 
 struct tachy_thread {
 	__u32 depth;
-	__u32 pad;
+	__u32 roots; /* open ROOT frames */
 	struct tachy_frame frames[TACHY_MAX_DEPTH];
+	__u64 pend_ns[TACHY_MAX_NODES];
+	__u32 pend_cnt[TACHY_MAX_NODES];
 };
 
 /* Per function id and per CPU; summed by user space. */

@@ -81,6 +81,48 @@ pub struct Decoded {
     pub boundaries: Vec<u64>,
     /// The straight-line start of the function, first instruction first.
     pub prologue: Vec<EntryCandidate>,
+    /// Every instruction, in decoding order.
+    pub insns: Vec<InsnInfo>,
+    /// Targets of the function's direct jumps.
+    pub branch_targets: std::collections::BTreeSet<u64>,
+    /// Whether a computed jump (a jump table) may reach any instruction.
+    pub computed_jump: bool,
+}
+
+/// What probe placement needs to know of one instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsnInfo {
+    pub addr: u64,
+    pub cost: ProbeCost,
+    pub probeable: bool,
+    /// How it moves SP, when known (0 if it does not write it).
+    pub sp_change: Option<i32>,
+    /// Whether execution always continues with the next instruction.
+    pub falls_through: bool,
+}
+
+impl Decoded {
+    /// Where to observe that the instruction at `addr` is reached: the first
+    /// instruction from `addr` on, along straight-line code that nothing
+    /// else jumps into, that the kernel will probe. Returns that address and
+    /// the SP adjustment back to SP at `addr`.
+    pub fn probe_point_from(&self, addr: u64) -> Option<(u64, i32)> {
+        let start = self.insns.iter().position(|i| i.addr == addr)?;
+        let mut adjust = 0i32;
+        for (k, i) in self.insns[start..].iter().enumerate() {
+            if k > 0 && (self.computed_jump || self.branch_targets.contains(&i.addr)) {
+                return None;
+            }
+            if i.probeable {
+                return Some((i.addr, adjust));
+            }
+            if !i.falls_through {
+                return None;
+            }
+            adjust -= i.sp_change?;
+        }
+        None
+    }
 }
 
 /// A range of code: the function or one of its fragments.

@@ -6,7 +6,7 @@ use iced_x86::{
     Mnemonic, OpKind, Register,
 };
 
-use super::{Call, Decoded, EntryCandidate, Insn, ProbeCost, Range, TailJump, Target};
+use super::{Call, Decoded, EntryCandidate, Insn, InsnInfo, ProbeCost, Range, TailJump, Target};
 
 /// Instructions in the straight-line start of a function considered for the
 /// entry probe.
@@ -37,6 +37,13 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
             }
             let ip = insn.ip();
             out.boundaries.push(ip);
+            out.insns.push(InsnInfo {
+                addr: ip,
+                cost: probe_cost(&insn),
+                probeable: probeable(&insn),
+                sp_change: sp_change(&insn),
+                falls_through: insn.flow_control() == FlowControl::Next,
+            });
             if insn.op0_kind() == OpKind::NearBranch64
                 && matches!(
                     insn.flow_control(),
@@ -122,6 +129,8 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
     for c in out.prologue.iter_mut() {
         c.branch_target = computed_jump || targets.contains(&c.addr);
     }
+    out.branch_targets = targets.into_iter().collect();
+    out.computed_jump = computed_jump;
     Ok(out)
 }
 

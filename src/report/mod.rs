@@ -5,6 +5,7 @@
 pub mod hist;
 pub mod json;
 pub mod text;
+pub mod tree;
 
 use std::path::PathBuf;
 use std::time::SystemTime;

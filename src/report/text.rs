@@ -108,7 +108,7 @@ pub fn print_log2_hist(vals: &[u64], val_type: &str, w: &mut impl Write) -> io::
 }
 
 /// Local wall-clock time as HH:MM:SS.
-fn clock(t: std::time::SystemTime) -> String {
+pub fn clock(t: std::time::SystemTime) -> String {
     let secs = t
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as libc::time_t)

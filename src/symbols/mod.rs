@@ -5,6 +5,7 @@
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
+pub mod lines;
 pub mod pattern;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,252 @@
+//! The `tachy nested` report: a tree of call sites under each traced
+//! function, with counts, averages, self time and shares; rendered as text,
+//! JSON, folded stacks or a flame graph.
+
+use std::io::{self, Write};
+use std::time::SystemTime;
+
+use serde_json::{json, Value};
+
+use super::text::print_log2_hist;
+use super::{Hist, Unit};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeNode {
+    pub name: String,
+    /// `file:line` of a call site; None for a traced function.
+    pub site: Option<String>,
+    /// `function`, `call`, `plt`, `indirect` or `tail`.
+    pub kind: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    pub unwound: u64,
+    /// Calls of a traced function outside the duration filter.
+    pub filtered: u64,
+    pub hist: Option<Hist>,
+    pub children: Vec<TreeNode>,
+}
+
+impl TreeNode {
+    /// Own time: total less the children's, never negative.
+    pub fn self_ns(&self) -> u64 {
+        let kids: u64 = self.children.iter().map(|c| c.total_ns).sum();
+        self.total_ns.saturating_sub(kids)
+    }
+
+    fn label(&self) -> String {
+        let tail = if self.kind == "tail" { " (tail)" } else { "" };
+        match &self.site {
+            Some(s) => format!("{s}  {}{tail}", self.name),
+            None => format!("{}{tail}", self.name),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeReport {
+    pub time: SystemTime,
+    pub timestamp: bool,
+    pub unit: Unit,
+    /// Says which root calls were kept, e.g. "slower than 1ms".
+    pub filter: Option<String>,
+    pub roots: Vec<TreeNode>,
+}
+
+/// `1.23 ms`, `400.3 us`, `12 ns`.
+pub fn human(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} us", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
+    if r.timestamp {
+        writeln!(w, "{}", super::text::clock(r.time))?;
+    }
+    for (i, root) in r.roots.iter().enumerate() {
+        if i > 0 {
+            writeln!(w)?;
+        }
+        let width = label_width(root, 0).clamp(30, 90);
+        let mut head = format!("{}  calls {}", root.name, root.count);
+        if root.filtered > 0 {
+            let what = r.filter.as_deref().unwrap_or("in the duration filter");
+            head.push_str(&format!(
+                " (of {}; {} not {what})",
+                root.count + root.filtered,
+                root.filtered
+            ));
+        }
+        if root.count > 0 {
+            head.push_str(&format!(
+                "  avg {}  total {}",
+                human(root.total_ns as f64 / root.count as f64),
+                human(root.total_ns as f64)
+            ));
+        }
+        if root.unwound > 0 {
+            head.push_str(&format!("  left by exception: {}", root.unwound));
+        }
+        writeln!(w, "{head}")?;
+        render_children(root, root.total_ns, 1, width, r.unit, w)?;
+    }
+    Ok(())
+}
+
+fn label_width(n: &TreeNode, depth: usize) -> usize {
+    let own = if depth == 0 {
+        0
+    } else {
+        depth * 2 + n.label().chars().count()
+    };
+    n.children
+        .iter()
+        .map(|c| label_width(c, depth + 1))
+        .max()
+        .unwrap_or(0)
+        .max(own)
+}
+
+fn render_children(
+    parent: &TreeNode,
+    root_total: u64,
+    depth: usize,
+    width: usize,
+    unit: Unit,
+    w: &mut impl Write,
+) -> io::Result<()> {
+    if parent.children.is_empty() || parent.count == 0 {
+        return Ok(());
+    }
+    let indent = "  ".repeat(depth);
+    let pcount = parent.count as f64;
+    let pad = width.saturating_sub(indent.len());
+    let s = parent.self_ns();
+    writeln!(
+        w,
+        "{indent}{:<pad$}  {:>15}  avg {:>9}  {:>5.1}%",
+        "self",
+        "",
+        human(s as f64 / pcount),
+        pct(s, root_total)
+    )?;
+    for c in &parent.children {
+        let per_call = format!("{:.2} per call", c.count as f64 / pcount);
+        let avg = if c.count > 0 {
+            human(c.total_ns as f64 / c.count as f64)
+        } else {
+            "-".into()
+        };
+        let mut line = format!(
+            "{indent}{:<pad$}  {per_call:>15}  avg {avg:>9}  {:>5.1}%",
+            c.label(),
+            pct(c.total_ns, root_total)
+        );
+        if c.unwound > 0 {
+            line.push_str(&format!("  ({} left by exception)", c.unwound));
+        }
+        writeln!(w, "{line}")?;
+        if let Some(h) = &c.hist {
+            let mut buf = Vec::new();
+            print_log2_hist(&h.log2_slots(), unit.label(), &mut buf)?;
+            for l in String::from_utf8_lossy(&buf).lines() {
+                writeln!(w, "{indent}    {l}")?;
+            }
+        }
+        render_children(c, root_total, depth + 1, width, unit, w)?;
+    }
+    Ok(())
+}
+
+fn node_json(n: &TreeNode) -> Value {
+    let mut v = json!({
+        "name": n.name,
+        "site": n.site,
+        "kind": n.kind,
+        "count": n.count,
+        "total_ns": n.total_ns,
+        "self_ns": n.self_ns(),
+        "unwound": n.unwound,
+        "children": n.children.iter().map(node_json).collect::<Vec<_>>(),
+    });
+    if n.kind == "function" {
+        v["filtered"] = json!(n.filtered);
+    }
+    if let Some(h) = &n.hist {
+        v["log2_buckets"] = json!(h.log2_slots());
+    }
+    v
+}
+
+pub fn render_json(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
+    let ts = r
+        .time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let v = json!({ "time": ts, "roots": r.roots.iter().map(node_json).collect::<Vec<_>>() });
+    serde_json::to_writer(&mut *w, &v)?;
+    writeln!(w)
+}
+
+/// Folded stacks (`root;site;site weight`), weighted by self nanoseconds.
+pub fn folded_lines(r: &TreeReport) -> Vec<String> {
+    fn frame(n: &TreeNode) -> String {
+        let name = match &n.site {
+            Some(s) => format!("{} [{s}]", n.name),
+            None => n.name.clone(),
+        };
+        name.replace([';', '\n'], ",")
+    }
+    fn walk(n: &TreeNode, stack: &mut Vec<String>, out: &mut Vec<String>) {
+        stack.push(frame(n));
+        let s = n.self_ns();
+        if s > 0 {
+            out.push(format!("{} {s}", stack.join(";")));
+        }
+        for c in &n.children {
+            walk(c, stack, out);
+        }
+        stack.pop();
+    }
+    let mut out = Vec::new();
+    for root in &r.roots {
+        walk(root, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+pub fn render_folded(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
+    for l in folded_lines(r) {
+        writeln!(w, "{l}")?;
+    }
+    Ok(())
+}
+
+/// A flame graph (SVG) of the folded stacks, drawn by inferno.
+pub fn render_svg(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
+    let lines = folded_lines(r);
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = "tachy nested".to_string();
+    opts.count_name = "ns".to_string();
+    if lines.is_empty() {
+        // inferno refuses empty input; an empty report is still a report.
+        return writeln!(w, "<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>");
+    }
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+        .map_err(|e| io::Error::other(e.to_string()))
+}
