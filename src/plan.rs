@@ -85,9 +85,38 @@ pub struct Probe {
     pub kind: ProbeKind,
 }
 
+/// How a traced function's return is observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitMode {
+    /// Probes on every `ret` (and tail jump): safe whatever unwinds.
+    Rets,
+    /// A uretprobe: the function calls nothing, so no exception crosses it.
+    UretprobeLeaf,
+    /// A uretprobe: its object has no exception or unwinding machinery.
+    UretprobeNoUnwind,
+    /// A uretprobe because the user asked (`--uretprobe`).
+    UretprobeForced,
+}
+
+impl ExitMode {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExitMode::Rets => "probes on each ret (safe if an exception passes)",
+            ExitMode::UretprobeLeaf => "uretprobe (a leaf: nothing can unwind through it)",
+            ExitMode::UretprobeNoUnwind => {
+                "uretprobe (its object has no exception or unwinding code)"
+            }
+            ExitMode::UretprobeForced => {
+                "uretprobe (--uretprobe: an exception through it aborts the process)"
+            }
+        }
+    }
+}
+
 /// How a traced function's exit is timed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExitSummary {
+    pub mode: ExitMode,
     pub rets: usize,
     /// Direct tail callees whose returns end this function's frame.
     pub tail_callees: Vec<String>,
@@ -136,6 +165,8 @@ pub struct Plan {
     /// Process filter for the links; -1 for every process.
     pub pid: i32,
     pub settings: Settings,
+    /// Per object: whether anything can unwind through its code.
+    pub unwinding: std::collections::HashMap<usize, bool>,
 }
 
 /// Decodes a function with its fragments.
@@ -207,7 +238,13 @@ impl Plan {
         }
         let id = self.funcs.len() as u32;
         let decoded = decode_function(obj, f)?;
-        let Some(entry) = choose_entry(&decoded) else {
+        let known_callee = |a: u64| {
+            symbols::function_at(obj, a)
+                .ok()
+                .flatten()
+                .is_some_and(|g| g.addr == a)
+        };
+        let Some(entry) = choose_entry(&decoded, &known_callee) else {
             bail!(
                 "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
                 f.display_name(),
@@ -229,6 +266,7 @@ impl Plan {
         )?;
 
         let mut exits = ExitSummary {
+            mode: ExitMode::Rets,
             rets: 0,
             tail_callees: Vec::new(),
             unknown_tails: 0,
@@ -236,10 +274,28 @@ impl Plan {
         let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
         let mut work = vec![decoded];
         let mut own = true;
-        if self.settings.uretprobe {
-            // The kernel follows the return address itself, tail calls included.
-            self.push(obj, object, f.addr, ProbeKind::Uret)?;
+        let uret = if self.settings.uretprobe {
+            Some(ExitMode::UretprobeForced)
+        } else if entry.sp_offset == 0 && work[0].calls.is_empty() && work[0].tails.is_empty() {
+            Some(ExitMode::UretprobeLeaf)
+        } else if entry.sp_offset == 0 && !self.unwinds(object, obj) {
+            Some(ExitMode::UretprobeNoUnwind)
+        } else {
+            None
+        };
+        if let Some(mode) = uret {
+            // A uretprobe is far cheaper than a probe on `ret` (the kernel
+            // single-steps `ret`), and safe where no unwinder can meet its
+            // trampoline. It must stand where SP is at the return address:
+            // on the entry probe when that is so, sharing its trap.
+            let at = if entry.sp_offset == 0 {
+                entry.addr
+            } else {
+                f.addr
+            };
+            self.push(obj, object, at, ProbeKind::Uret)?;
             exits.rets = work.pop().map_or(0, |d| d.rets.len());
+            exits.mode = mode;
             self.funcs.push(TracedFunc {
                 name: f.display_name(),
                 raw_name: f.raw.clone(),
@@ -434,6 +490,18 @@ impl Plan {
         Ok(())
     }
 
+    /// Whether an exception, a Rust panic or a thread cancellation may
+    /// unwind through code of this object: it has an exception table, or
+    /// defines or imports what throws, unwinds or cancels.
+    fn unwinds(&mut self, object: usize, obj: &ElfObject) -> bool {
+        if let Some(&u) = self.unwinding.get(&object) {
+            return u;
+        }
+        let u = obj.has_unwinding().unwrap_or(true);
+        self.unwinding.insert(object, u);
+        u
+    }
+
     /// Sorts and removes duplicate probes: a `ret` shared by two traced
     /// functions (one tail-calls the other) is probed once.
     pub fn finish(&mut self) {
@@ -536,19 +604,38 @@ impl Plan {
 /// the straight-line start is cheaper (emulated rather than single-stepped)
 /// or the first cannot be probed. A later one must run exactly once per
 /// call: no branch may reach it, and the stack offset up to it is known.
-pub fn choose_entry(d: &Decoded) -> Option<EntryCandidate> {
-    // A later tail jump would need its entry and tail probes to run in order.
-    let is_tail = |a: u64| d.tails.iter().any(|t| t.addr == a);
-    let usable = |(i, c): &(usize, &EntryCandidate)| {
-        c.probeable && (*i == 0 || (!c.branch_target && !is_tail(c.addr)))
+pub fn choose_entry(d: &Decoded, known_callee: &dyn Fn(u64) -> bool) -> Option<EntryCandidate> {
+    // A direct tail jump can be the entry: the entry probe then opens the
+    // frame as already left (see add_function). Any other would need its
+    // entry and tail probes to run in an order the kernel does not promise.
+    let bad_tail = |a: u64| {
+        d.tails.iter().any(|t| {
+            t.addr == a
+                && (t.cond.is_some() || !matches!(t.target, Target::Direct(c) if known_callee(c)))
+        })
     };
-    let cands: Vec<(usize, &EntryCandidate)> =
-        d.prologue.iter().enumerate().filter(usable).collect();
+    // Past the first instruction, a candidate runs once per call only if
+    // nothing jumps to it or to any instruction before it.
+    let reached_once = d
+        .prologue
+        .iter()
+        .skip(1)
+        .take_while(|c| !c.branch_target)
+        .count()
+        + 1;
+    let cands: Vec<&EntryCandidate> = d
+        .prologue
+        .iter()
+        .take(reached_once)
+        .enumerate()
+        .filter(|(i, c)| c.probeable && (*i == 0 || !bad_tail(c.addr)))
+        .map(|(_, c)| c)
+        .collect();
     cands
         .iter()
-        .find(|(_, c)| c.cost == ProbeCost::Emulated)
+        .find(|c| c.cost == ProbeCost::Emulated)
         .or_else(|| cands.first())
-        .map(|(_, c)| (*c).clone())
+        .map(|c| (*c).clone())
 }
 
 /// Entry probes of distinct functions never share an address, and all
@@ -561,5 +648,84 @@ fn kind_rank(k: ProbeKind) -> (u8, u64) {
         ProbeKind::Uret => (3, 0),
         ProbeKind::Site { id, .. } => (4, id as u64),
         ProbeKind::SiteEnd { id, .. } => (5, id as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disasm::decode;
+
+    fn entry_of(code: &[u8], known: bool) -> EntryCandidate {
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: code,
+        }])
+        .unwrap();
+        choose_entry(&d, &|_| known).unwrap()
+    }
+
+    #[test]
+    fn entry_moves_past_endbr64_onto_push() {
+        // endbr64; push %rbp; mov %rsp,%rbp; pop %rbp; ret
+        let e = entry_of(
+            &[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3],
+            true,
+        );
+        assert_eq!(
+            (e.addr, e.sp_offset, e.cost),
+            (0x1004, 0, ProbeCost::Emulated)
+        );
+    }
+
+    #[test]
+    fn entry_after_sub_rsp_keeps_the_stack_offset() {
+        // sub $0x18,%rsp; call 0x2000; add $0x18,%rsp; ret
+        let e = entry_of(
+            &[
+                0x48, 0x83, 0xec, 0x18, 0xe8, 0xf7, 0x0f, 0x00, 0x00, 0x48, 0x83, 0xc4, 0x18, 0xc3,
+            ],
+            true,
+        );
+        assert_eq!((e.addr, e.sp_offset), (0x1004, 0x18));
+        // push %rbx; push %rbp: the second push stands 8 bytes down.
+        let e = entry_of(&[0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x55, 0xc3], true);
+        assert_eq!((e.addr, e.sp_offset), (0x1004, 0));
+    }
+
+    #[test]
+    fn entry_never_moves_onto_a_branch_target() {
+        // lea 1(%rdi),%eax; nop; jne 0x1003 (back onto the nop); ret
+        let e = entry_of(&[0x8d, 0x47, 0x01, 0x90, 0x75, 0xfd, 0xc3], true);
+        assert_eq!(e.addr, 0x1000);
+    }
+
+    #[test]
+    fn unprobeable_first_instruction_moves_the_entry() {
+        // lock addq $1,0x10(%rip); add $1,%edi; jmp 0x2000 (a tail call)
+        let code = [
+            0xf0, 0x48, 0x83, 0x05, 0x10, 0x00, 0x00, 0x00, 0x01, 0x83, 0xc7, 0x01, 0xe9, 0xef,
+            0x0f, 0x00, 0x00,
+        ];
+        assert_eq!(entry_of(&code, true).addr, 0x100c);
+        // Tail jump to unknown code: the entry stays off it.
+        assert_eq!(entry_of(&code, false).addr, 0x1009);
+    }
+
+    #[test]
+    fn probe_point_skips_lock_prefixed_return_addresses() {
+        // call 0x2000; lock addq $1,0x10(%rip); push %rax; ret
+        let code = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00, 0xf0, 0x48, 0x83, 0x05, 0x10, 0x00, 0x00, 0x00, 0x01,
+            0x50, 0xc3,
+        ];
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
+        assert_eq!(d.probe_point_from(0x1005), Some((0x100e, 0)));
+        assert_eq!(d.probe_point_from(0x100e), Some((0x100e, 0)));
+        assert_eq!(d.probe_point_from(0x100f), Some((0x100f, 0)));
     }
 }

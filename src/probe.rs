@@ -96,18 +96,13 @@ impl<'obj> Tracer<'obj> {
             .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
         let multi = uprobe_multi_supported();
         let nested = !plan.sites.is_empty();
+        let uret = plan.probes.iter().any(|p| p.kind == ProbeKind::Uret);
         for (p, on) in [
             (&mut open.progs.tachy_entry_m, multi),
             (&mut open.progs.tachy_exit_m, multi),
             (&mut open.progs.tachy_tail_m, multi),
-            (
-                &mut open.progs.tachy_uret_m,
-                multi && plan.settings.uretprobe,
-            ),
-            (
-                &mut open.progs.tachy_uret_s,
-                !multi && plan.settings.uretprobe,
-            ),
+            (&mut open.progs.tachy_uret_m, multi && uret),
+            (&mut open.progs.tachy_uret_s, !multi && uret),
             (&mut open.progs.tachy_entry_s, !multi),
             (&mut open.progs.tachy_exit_s, !multi),
             (&mut open.progs.tachy_tail_s, !multi),

@@ -433,8 +433,11 @@ pub fn list(a: ListArgs) -> Result<i32> {
                         format!(" at +{:#x}", t.entry_addr - t.addr)
                     };
                     format!(
-                        "    address {:#x}  size {}{frags}  entry{at} `{}` ({cost})  exits: {exits}",
-                        t.addr, t.size, t.first_insn
+                        "    address {:#x}  size {}{frags}  entry{at} `{}` ({cost})  return: {}  exits: {exits}",
+                        t.addr,
+                        t.size,
+                        t.first_insn,
+                        t.exits.mode.describe()
                     )
                 }
                 Err(e) => format!(

@@ -149,6 +149,34 @@ impl ElfObject {
         self.map.get(start as usize..(last + 1) as usize)
     }
 
+    /// Whether exceptions, panics or thread cancellation may unwind through
+    /// this object's code: it has an exception table (`.gcc_except_table`),
+    /// or defines or imports a function that throws, unwinds or cancels.
+    pub fn has_unwinding(&self) -> Result<bool> {
+        const UNWINDERS: &[&str] = &[
+            "_Unwind_RaiseException",
+            "_Unwind_Resume",
+            "_Unwind_ForcedUnwind",
+            "__cxa_throw",
+            "__cxa_rethrow",
+            "__gxx_personality_v0",
+            "rust_eh_personality",
+            "__rust_start_panic",
+            "pthread_exit",
+            "pthread_cancel",
+        ];
+        let file = self.parse()?;
+        if file.section_by_name(".gcc_except_table").is_some() {
+            return Ok(true);
+        }
+        let named = |s: object::read::elf::ElfSymbol<'_, '_, elf::FileHeader64<Endianness>>| {
+            s.name()
+                .map(|n| UNWINDERS.contains(&n.split('@').next().unwrap_or(n)))
+                .unwrap_or(false)
+        };
+        Ok(file.symbols().any(named) || file.dynamic_symbols().any(named))
+    }
+
     /// Function symbols: the full table when the object has one, else the
     /// dynamic one.
     pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
