@@ -250,6 +250,9 @@ pub fn sites(decoded: &Decoded, names: &Names, lines: Option<&LineTable>) -> Vec
             location: locate(t.addr),
         });
     }
-    out.sort_by_key(|s| s.addr);
+    // Call order: the function's body, then its `.cold` parts.
+    let body = decoded.first.as_ref().map_or(0, |f| f.addr);
+    let end = decoded.body_end;
+    out.sort_by_key(|s| (!(s.addr >= body && s.addr < end), s.addr));
     out
 }

@@ -81,6 +81,8 @@ pub struct Decoded {
     pub boundaries: Vec<u64>,
     /// The straight-line start of the function, first instruction first.
     pub prologue: Vec<EntryCandidate>,
+    /// End of the function's body (its first range), exclusive.
+    pub body_end: u64,
     /// Every instruction, in decoding order.
     pub insns: Vec<InsnInfo>,
     /// Targets of the function's direct jumps.

@@ -24,6 +24,9 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
     let mut computed_jump = false;
     let mut prologue_open = true;
     let mut sp_offset: i32 = 0;
+    if let Some(r) = ranges.first() {
+        out.body_end = r.addr + r.bytes.len() as u64;
+    }
     for (ri, range) in ranges.iter().enumerate() {
         let mut dec = Decoder::with_ip(64, range.bytes, range.addr, DecoderOptions::NONE);
         let mut insn = Instruction::default();

@@ -33,11 +33,22 @@ impl TreeNode {
         self.total_ns.saturating_sub(kids)
     }
 
+    /// The text report's label: `file:line  name`, long C++ names shortened.
     fn label(&self) -> String {
         let tail = if self.kind == "tail" { " (tail)" } else { "" };
+        let name = compact(&self.name, 60);
         match &self.site {
-            Some(s) => format!("{s}  {}{tail}", self.name),
-            None => format!("{}{tail}", self.name),
+            Some(s) => {
+                let s = match s.split_once(" (inlined from ") {
+                    Some((at, f)) => format!(
+                        "{at} (inlined from {})",
+                        compact(f.strip_suffix(')').unwrap_or(f), 40)
+                    ),
+                    None => s.clone(),
+                };
+                format!("{s}  {name}{tail}")
+            }
+            None => format!("{name}{tail}"),
         }
     }
 }
@@ -50,6 +61,40 @@ pub struct TreeReport {
     /// Says which root calls were kept, e.g. "slower than 1ms".
     pub filter: Option<String>,
     pub roots: Vec<TreeNode>,
+}
+
+/// Shortens a long demangled name for a column: template arguments go
+/// first (`basic_string<…>`), then parameters (`f(…)`).
+pub fn compact(name: &str, max: usize) -> String {
+    fn strip(s: &str, open: char, close: char) -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut depth = 0usize;
+        for c in s.chars() {
+            if c == open {
+                if depth == 0 {
+                    out.push(open);
+                    out.push('…');
+                }
+                depth += 1;
+            } else if c == close && depth > 0 {
+                depth -= 1;
+                if depth == 0 {
+                    out.push(close);
+                }
+            } else if depth == 0 {
+                out.push(c);
+            }
+        }
+        out
+    }
+    if name.chars().count() <= max {
+        return name.to_string();
+    }
+    let shorter = strip(name, '<', '>');
+    if shorter.chars().count() <= max {
+        return shorter;
+    }
+    strip(&shorter, '(', ')')
 }
 
 /// `1.23 ms`, `400.3 us`, `12 ns`.
@@ -249,4 +294,159 @@ pub fn render_svg(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
     }
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
         .map_err(|e| io::Error::other(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn node(
+        name: &str,
+        site: Option<&str>,
+        kind: &'static str,
+        count: u64,
+        total_ns: u64,
+        children: Vec<TreeNode>,
+    ) -> TreeNode {
+        TreeNode {
+            name: name.into(),
+            site: site.map(Into::into),
+            kind,
+            count,
+            total_ns,
+            unwound: 0,
+            filtered: 0,
+            hist: None,
+            children,
+        }
+    }
+
+    fn sample() -> TreeReport {
+        let load = node(
+            "db::Page::load(int)",
+            Some("table.cc:91"),
+            "call",
+            1310,
+            1_152_800_000,
+            vec![node(
+                "pread64@plt",
+                Some("page.cc:17"),
+                "plt",
+                1310,
+                1_150_442_000,
+                vec![],
+            )],
+        );
+        let mut root = node(
+            "db::Table::scan(db::Range const&)",
+            None,
+            "function",
+            312,
+            1_219_920_000,
+            vec![
+                node(
+                    "db::Index::seek(long)",
+                    Some("table.cc:88"),
+                    "call",
+                    312,
+                    12_573_600,
+                    vec![],
+                ),
+                load,
+                node(
+                    "db::Row::decode()",
+                    Some("table.cc:95"),
+                    "tail",
+                    312,
+                    53_664_000,
+                    vec![],
+                ),
+            ],
+        );
+        root.filtered = 688;
+        root.children[0].unwound = 2;
+        TreeReport {
+            time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            timestamp: false,
+            unit: Unit::Usec,
+            filter: Some("slower than 1.00 ms".into()),
+            roots: vec![root],
+        }
+    }
+
+    fn check(name: &str, got: &[u8]) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/report/golden")
+            .join(name);
+        if std::env::var_os("TACHY_BLESS").is_some() {
+            std::fs::write(&path, got).unwrap();
+            return;
+        }
+        let want = std::fs::read(&path)
+            .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
+        assert_eq!(
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(&want),
+            "{name} differs; TACHY_BLESS=1 rewrites it"
+        );
+    }
+
+    #[test]
+    fn golden_text() {
+        let mut out = Vec::new();
+        render_text(&sample(), &mut out).unwrap();
+        check("tree.txt", &out);
+    }
+
+    #[test]
+    fn golden_json() {
+        let mut out = Vec::new();
+        render_json(&sample(), &mut out).unwrap();
+        check("tree.json", &out);
+    }
+
+    #[test]
+    fn golden_folded() {
+        let mut out = Vec::new();
+        render_folded(&sample(), &mut out).unwrap();
+        check("tree.folded", &out);
+    }
+
+    #[test]
+    fn self_and_children_add_up_to_the_parent() {
+        let r = sample();
+        let root = &r.roots[0];
+        let kids: u64 = root.children.iter().map(|c| c.total_ns).sum();
+        assert_eq!(root.self_ns() + kids, root.total_ns);
+        let folded: u64 = folded_lines(&r)
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(folded, root.total_ns);
+    }
+
+    #[test]
+    fn svg_is_a_flame_graph_of_the_tree() {
+        let mut out = Vec::new();
+        render_svg(&sample(), &mut out).unwrap();
+        let svg = String::from_utf8(out).unwrap();
+        assert!(svg.contains("<svg"), "{svg}");
+        assert!(svg.contains("db::Page::load"), "{svg}");
+    }
+
+    #[test]
+    fn compact_shortens_templates_then_parameters() {
+        assert_eq!(compact("f(int)", 60), "f(int)");
+        let long = "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_dispose()";
+        assert_eq!(
+            compact(long, 60),
+            "std::__cxx11::basic_string<…>::_M_dispose()"
+        );
+        assert_eq!(
+            compact(long, 20),
+            "std::__cxx11::basic_string<…>::_M_dispose(…)"
+        );
+    }
 }
