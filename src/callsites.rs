@@ -44,12 +44,19 @@ pub struct Site {
     pub kind: SiteKind,
     /// The callee's address, when the instruction names it (for drilling down).
     pub callee: Option<u64>,
-    /// The callee's raw symbol name, when known.
+    /// The callee's raw symbol name, when known (the imported name for a
+    /// PLT or GOT call).
     pub callee_raw: Option<String>,
     /// What to show: a demangled name, `name@plt`, or `*indirect`.
     pub name: String,
     /// `file.cc:88`, with ` (inlined from f)` for code inlined into the function.
     pub location: Option<String>,
+}
+
+/// What names the sites of one object.
+pub struct Naming {
+    pub names: Names,
+    pub lines: Option<LineTable>,
 }
 
 /// Names of an object's code addresses: function symbols, PLT stubs and GOT
@@ -140,7 +147,7 @@ impl Names {
                     return (
                         SiteKind::Plt,
                         Some(a),
-                        None,
+                        Some(n.clone()),
                         format!("{}@plt", demangle(n).full),
                     );
                 }
@@ -153,7 +160,7 @@ impl Names {
                 Some(n) => (
                     SiteKind::Plt,
                     None,
-                    None,
+                    Some(n.clone()),
                     format!("{}@got", demangle(n).full),
                 ),
                 None => (SiteKind::Indirect, None, None, "*indirect".into()),

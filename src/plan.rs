@@ -5,12 +5,12 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 
-use crate::callsites::{self, Names, Site, SiteKind};
+use crate::callsites::{self, Naming, Site, SiteKind};
 use crate::disasm::{self, Decoded, EntryCandidate, ProbeCost, Range, Target};
-use crate::symbols::lines::LineTable;
 use crate::symbols::{self, ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
@@ -52,8 +52,11 @@ pub enum ProbeKind {
 
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
-    pub names: &'a Names,
-    pub lines: Option<&'a LineTable>,
+    /// Names and source lines of an object's sites.
+    pub naming: &'a dyn Fn(&ElfObject) -> Result<Rc<Naming>>,
+    /// The function an imported name (a PLT call) resolves to in the
+    /// traced process, when one is known.
+    pub import: &'a dyn Fn(&str) -> Option<(Rc<ElfObject>, Function)>,
     /// Levels of call sites under a traced function.
     pub depth: u32,
     /// Whether a callee (by raw name) is expanded at any level.
@@ -385,30 +388,31 @@ impl Plan {
     /// to `depth` levels or where `expand` says, those of their callees.
     pub fn add_sites(
         &mut self,
-        obj: &ElfObject,
+        obj: &Rc<ElfObject>,
         f: &Function,
         root: u32,
         drill: &Drill<'_>,
     ) -> Result<()> {
         let decoded = decode_function(obj, f)?;
-        let mut path = vec![f.addr];
+        let mut path = vec![(self.object_index(obj), f.addr)];
         self.add_sites_of(obj, &decoded, root, 1, drill, &mut path)
     }
 
     fn add_sites_of(
         &mut self,
-        obj: &ElfObject,
+        obj: &Rc<ElfObject>,
         decoded: &Decoded,
         parent: u32,
         level: u32,
         drill: &Drill<'_>,
-        path: &mut Vec<u64>,
+        path: &mut Vec<(usize, u64)>,
     ) -> Result<()> {
         let object = self.object_index(obj);
+        let naming = (drill.naming)(obj)?;
         // Siblings get consecutive ids, in address order, before any is
         // expanded: a site whose call is its previous sibling's return
         // address closes id - 1 first.
-        let sites: Vec<Site> = callsites::sites(decoded, drill.names, drill.lines)
+        let sites: Vec<Site> = callsites::sites(decoded, &naming.names, naming.lines.as_ref())
             .into_iter()
             // A tail jump to unknown code ends the traced call where it
             // jumps (see add_function): nothing to time after it.
@@ -460,31 +464,42 @@ impl Plan {
         }
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;
-            let callee = match (site.kind, site.callee) {
-                (SiteKind::Call | SiteKind::Tail, Some(a)) if !path.contains(&a) => {
-                    let named = site
-                        .callee_raw
-                        .as_deref()
-                        .is_some_and(|r| (drill.expand)(r));
-                    (level < drill.depth || named).then_some(a)
-                }
-                _ => None,
-            };
-            let Some(a) = callee else { continue };
-            let Some(g) = symbols::function_at(obj, a)?.filter(|g| g.addr == a) else {
+            let wanted =
+                level < drill.depth || site.callee_raw.as_deref().is_some_and(drill.expand);
+            if !wanted {
                 continue;
-            };
-            let g = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
-                .functions
-                .into_iter()
-                .find(|x| x.addr == a)
-                .unwrap_or(g);
-            let Ok(gd) = decode_function(obj, &g) else {
+            }
+            // The callee: a function of this object, or, through the PLT,
+            // the one the traced process's libraries define.
+            let (gobj, g): (Rc<ElfObject>, Function) =
+                match (site.kind, site.callee, &site.callee_raw) {
+                    (SiteKind::Call | SiteKind::Tail, Some(a), _) => {
+                        let Some(g) = symbols::function_at(obj, a)?.filter(|g| g.addr == a) else {
+                            continue;
+                        };
+                        let g = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
+                            .functions
+                            .into_iter()
+                            .find(|x| x.addr == a)
+                            .unwrap_or(g);
+                        (obj.clone(), g)
+                    }
+                    (SiteKind::Plt, _, Some(raw)) => match (drill.import)(raw) {
+                        Some(hit) => hit,
+                        None => continue,
+                    },
+                    _ => continue,
+                };
+            let key = (self.object_index(&gobj), g.addr);
+            if path.contains(&key) {
+                continue;
+            }
+            let Ok(gd) = decode_function(&gobj, &g) else {
                 continue;
             };
             self.sites[id as usize - self.funcs.len()].expanded = true;
-            path.push(a);
-            self.add_sites_of(obj, &gd, id, level + 1, drill, path)?;
+            path.push(key);
+            self.add_sites_of(&gobj, &gd, id, level + 1, drill, path)?;
             path.pop();
         }
         Ok(())

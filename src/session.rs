@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 
 use crate::callsites;
+use crate::callsites::Naming;
 use crate::cli::{FuncSpec, LatencySettings, ListArgs, NestedOpts, TreeFormat};
 use crate::disasm::ProbeCost;
 use crate::plan::{self, Drill, Plan, Settings};
@@ -17,8 +18,13 @@ use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
 use crate::symbols::lines::LineTable;
-use crate::symbols::{demangle, Pattern};
+use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
+use crate::target::ObjectRef;
 use crate::target::{self, Spawned};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
@@ -73,20 +79,69 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
             let names = demangle(raw);
             expand.iter().any(|p| p.matches(raw, &names))
         };
+        let namings: RefCell<HashMap<PathBuf, Rc<Naming>>> = RefCell::default();
+        let naming = |obj: &ElfObject| -> Result<Rc<Naming>> {
+            if let Some(n) = namings.borrow().get(&obj.open_path) {
+                return Ok(n.clone());
+            }
+            let n = Rc::new(Naming {
+                names: callsites::Names::load(obj)?,
+                lines: LineTable::load(obj),
+            });
+            namings
+                .borrow_mut()
+                .insert(obj.open_path.clone(), n.clone());
+            Ok(n)
+        };
+        let objects = RefCell::new(objects);
+        let import = |raw: &str| import_target(scope, &mut objects.borrow_mut(), raw);
+        let drill = Drill {
+            naming: &naming,
+            import: &import,
+            depth: n.depth,
+            expand: &matches_expand,
+        };
         for (r, f, id) in roots {
-            let names = callsites::Names::load(&r.obj)?;
-            let lines = LineTable::load(&r.obj);
-            let drill = Drill {
-                names: &names,
-                lines: lines.as_ref(),
-                depth: n.depth,
-                expand: &matches_expand,
-            };
             plan.add_sites(&r.obj, f, id, &drill)?;
         }
     }
     plan.finish();
     Ok(plan)
+}
+
+/// The function a PLT call to `raw` reaches in the traced process: the
+/// first library (in load order) that defines it.
+fn import_target(
+    scope: &Scope,
+    objects: &mut Objects,
+    raw: &str,
+) -> Option<(Rc<ElfObject>, Function)> {
+    let libs: Vec<ObjectRef> = match scope {
+        Scope::Process(m) => m.libs.clone(),
+        Scope::Command { libs, .. } => libs
+            .iter()
+            .map(|p| ObjectRef {
+                display: p.clone(),
+                open_path: p.clone(),
+            })
+            .collect(),
+        Scope::Files => return None,
+    };
+    let pat = Pattern::parse(raw).ok()?;
+    for lib in libs {
+        let Ok(obj) = objects.get(&lib) else { continue };
+        let Ok(found) = symbols::find(&obj, &pat) else {
+            continue;
+        };
+        if let Some(f) = found
+            .functions
+            .into_iter()
+            .find(|f| f.raw == raw || f.names.stem == raw)
+        {
+            return Some((obj, f));
+        }
+    }
+    None
 }
 
 fn names_line(plan: &Plan) -> String {
