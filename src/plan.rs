@@ -50,13 +50,16 @@ pub enum ProbeKind {
     SiteEnd { id: u32, sp_adjust: i32 },
 }
 
+/// A function reached through the PLT, and the object defining it.
+pub type Imported = (Rc<ElfObject>, Function);
+
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
     /// Names and source lines of an object's sites.
     pub naming: &'a dyn Fn(&ElfObject) -> Result<Rc<Naming>>,
     /// The function an imported name (a PLT call) resolves to in the
     /// traced process, when one is known.
-    pub import: &'a dyn Fn(&str) -> Option<(Rc<ElfObject>, Function)>,
+    pub import: &'a dyn Fn(&str) -> Option<Imported>,
     /// Levels of call sites under a traced function.
     pub depth: u32,
     /// Whether a callee (by raw name) is expanded at any level.
