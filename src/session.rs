@@ -28,6 +28,11 @@ use std::rc::Rc;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
+static INTERIM: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_usr1(_: libc::c_int) {
+    INTERIM.store(true, Ordering::SeqCst);
+}
 
 extern "C" fn on_signal(_: libc::c_int) {
     // A second Ctrl-C or SIGTERM ends tachy at once; the kernel detaches
@@ -45,6 +50,8 @@ fn install_signal_handlers() {
         let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
         libc::signal(libc::SIGINT, h);
         libc::signal(libc::SIGTERM, h);
+        let u = on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGUSR1, u);
     }
 }
 
@@ -267,6 +274,9 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
     let mut next_report = s.interval.map(|i| start + i);
     let deadline = s.duration.map(|d| start + d);
     let mut status = 0;
+    // What was read from the kernel but not yet part of an interval's
+    // report (read for a SIGUSR1 interim report).
+    let mut carry: Vec<Counts> = vec![Counts::default(); plan.ids() as usize];
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let now = Instant::now();
@@ -285,8 +295,21 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             done = true;
         }
         let due = next_report.is_some_and(|t| now >= t);
+        if INTERIM.swap(false, Ordering::SeqCst) && !(due || done) {
+            // An interim report: everything since the last report, which
+            // the next one still includes.
+            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
+                c.merge(&n);
+            }
+            emit(&plan, &s, carry.clone())?;
+        }
         if due || done {
-            emit(&mut tracer, &plan, &s)?;
+            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
+                c.merge(&n);
+            }
+            let counts =
+                std::mem::replace(&mut carry, vec![Counts::default(); plan.ids() as usize]);
+            emit(&plan, &s, counts)?;
             if let (Some(t), Some(i)) = (next_report.as_mut(), s.interval) {
                 while *t <= now {
                     *t += i;
@@ -306,8 +329,7 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
     Ok(status)
 }
 
-fn emit(tracer: &mut Tracer<'_>, plan: &Plan, s: &LatencySettings) -> Result<()> {
-    let counts = tracer.take()?;
+fn emit(plan: &Plan, s: &LatencySettings, counts: Vec<Counts>) -> Result<()> {
     if let Some(n) = &s.nested {
         return emit_tree(plan, s, n, counts);
     }
