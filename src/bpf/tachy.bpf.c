@@ -150,17 +150,19 @@ static long flush_one(__u64 i, void *data)
 
 	if (i >= TACHY_MAX_NODES)
 		return 1;
-	if (!t->pend_cnt[i])
+	if (!t->pend_cnt[i] && !t->pend_unw[i])
 		return 0;
 	if (c->keep) {
 		s = stats_of(i);
 		if (s) {
 			s->count += t->pend_cnt[i];
 			s->total_ns += t->pend_ns[i];
+			s->unwound += t->pend_unw[i];
 		}
 	}
 	t->pend_cnt[i] = 0;
 	t->pend_ns[i] = 0;
+	t->pend_unw[i] = 0;
 	return 0;
 }
 
@@ -210,11 +212,25 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	record(f, now, false);
 }
 
-/* A frame was abandoned (exception, longjmp, lost exit). */
+/*
+ * A frame was abandoned (exception, longjmp, lost exit), seen at `now`. A
+ * site's time up to then still counts for its total, so that its own sites,
+ * which ended before, never add up to more than it; like its other
+ * counters, it waits for the outermost traced call's end and filter.
+ */
 static __always_inline void drop_frame(struct tachy_thread *t,
-				       struct tachy_frame *f)
+				       struct tachy_frame *f, __u64 now)
 {
-	count_unwound(f->id);
+	__u32 id = f->id;
+
+	if (nested && (f->flags & TACHY_FRAME_SITE)) {
+		if (id < TACHY_MAX_NODES) {
+			t->pend_ns[id] += now - f->start_ns;
+			t->pend_unw[id]++;
+		}
+		return;
+	}
+	count_unwound(id);
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
 		if (t->roots)
 			t->roots--;
@@ -294,14 +310,15 @@ static long pop_one(__u64 i, void *data)
 	if (!c->all && !above(f, c->sp) &&
 	    !(f->sp == c->sp && !(f->flags & TACHY_FRAME_TAILING)))
 		return 1;
-	drop_frame(t, f);
+	drop_frame(t, f, c->now);
 	t->depth--;
 	return 0;
 }
 
-static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp)
+static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp,
+					  __u64 now)
 {
-	struct walk_ctx c = {.t = t, .sp = sp};
+	struct walk_ctx c = {.t = t, .sp = sp, .now = now};
 
 	/* bpf_loop keeps the verifier from unrolling nested loops. */
 	bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
@@ -324,7 +341,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	if (!t)
 		return 0;
 
-	pop_abandoned(t, sp);
+	pop_abandoned(t, sp, now);
 
 	if (outermost) {
 		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
@@ -373,7 +390,7 @@ static long exit_one(__u64 i, void *data)
 	if ((f->flags & TACHY_FRAME_TAILSITE) && below && below->sp == c->sp)
 		close_frame(t, f, c->now);
 	else
-		drop_frame(t, f);
+		drop_frame(t, f, c->now);
 	t->depth--;
 	return 0;
 }
@@ -451,7 +468,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 			     TACHY_FRAME_TAILING);
 		return 0;
 	}
-	pop_abandoned(t, sp);
+	pop_abandoned(t, sp, now);
 	f = top(t);
 	if (!f || f->id != parent)
 		return 0;
@@ -609,7 +626,8 @@ int BPF_PROG(tachy_thread_exit, struct task_struct *task)
 	if (!t)
 		return 0;
 	{
-		struct walk_ctx c = {.t = t, .all = true};
+		struct walk_ctx c = {
+			.t = t, .all = true, .now = bpf_ktime_get_ns()};
 
 		bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
 	}

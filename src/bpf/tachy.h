@@ -70,6 +70,7 @@ struct tachy_thread {
 	struct tachy_frame frames[TACHY_MAX_DEPTH];
 	__u64 pend_ns[TACHY_MAX_NODES];
 	__u32 pend_cnt[TACHY_MAX_NODES];
+	__u32 pend_unw[TACHY_MAX_NODES];
 };
 
 /* Per function id and per CPU; summed by user space. */

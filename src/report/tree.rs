@@ -27,6 +27,17 @@ pub struct TreeNode {
 }
 
 impl TreeNode {
+    /// Calls in `total_ns`: for a site, those left by exception too (timed
+    /// up to when tachy saw them leave); for a traced function, completed
+    /// calls only.
+    pub fn calls(&self) -> u64 {
+        if self.kind == "function" {
+            self.count
+        } else {
+            self.count + self.unwound
+        }
+    }
+
     /// Own time: total less the children's, never negative.
     pub fn self_ns(&self) -> u64 {
         let kids: u64 = self.children.iter().map(|c| c.total_ns).sum();
@@ -174,11 +185,11 @@ fn render_children(
     unit: Unit,
     w: &mut impl Write,
 ) -> io::Result<()> {
-    if parent.children.is_empty() || parent.count == 0 {
+    if parent.children.is_empty() || parent.calls() == 0 {
         return Ok(());
     }
     let indent = "  ".repeat(depth);
-    let pcount = parent.count as f64;
+    let pcount = parent.calls() as f64;
     let pad = width.saturating_sub(indent.len());
     let s = parent.self_ns();
     writeln!(
@@ -190,9 +201,9 @@ fn render_children(
         pct(s, root_total)
     )?;
     for c in &parent.children {
-        let per_call = format!("{:.2} per call", c.count as f64 / pcount);
-        let avg = if c.count > 0 {
-            human(c.total_ns as f64 / c.count as f64)
+        let per_call = format!("{:.2} per call", c.calls() as f64 / pcount);
+        let avg = if c.calls() > 0 {
+            human(c.total_ns as f64 / c.calls() as f64)
         } else {
             "-".into()
         };

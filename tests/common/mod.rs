@@ -19,6 +19,7 @@
 //! | `libfixture.so` | libfixture.c, libfixture.h  | gcc -O2 -g -fPIC -shared                |
 //! | `cpp_o2`        | workload.cpp (+ lib)        | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
 //! | `cpp_o0`        | workload.cpp (+ lib)        | g++ -std=c++17 -O0 -g, rpath `$ORIGIN`  |
+//! | `nested_o2`     | nested.cpp (+ lib)          | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
 //! | `plain`         | plain.c                     | gcc -O2 -g                              |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
@@ -97,6 +98,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["workload.cpp", "libfixture.h"],
             deps: &["libfixture.so"],
         },
+        "nested_o2" => Recipe {
+            sources: &["nested.cpp", "libfixture.h"],
+            deps: &["libfixture.so"],
+        },
         "plain" => Recipe {
             sources: &["plain.c"],
             deps: &[],
@@ -106,8 +111,8 @@ fn recipe(name: &str) -> Recipe {
             deps: &[],
         },
         other => panic!(
-            "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, plain, rust_app, \
-             rust_app_v0)"
+            "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
+             rust_app, rust_app_v0)"
         ),
     }
 }
@@ -139,6 +144,17 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(out_dir.join("libfixture.so"))
                 // Literal $ORIGIN (no shell involved): the loader finds the
                 // library next to the executable.
+                .arg("-Wl,-rpath,$ORIGIN")
+                .arg("-o")
+                .arg(tmp_out);
+            c
+        }
+        "nested_o2" => {
+            let mut c = cxx();
+            c.args(["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
+                .arg(format!("-I{}", src.display()))
+                .arg(src.join("nested.cpp"))
+                .arg(out_dir.join("libfixture.so"))
                 .arg("-Wl,-rpath,$ORIGIN")
                 .arg("-o")
                 .arg(tmp_out);
