@@ -17,6 +17,7 @@ Examples:
   tachy latency -m -i 5 -T -p 4242 'ns::Class::*'  a report every 5 s, with times
   tachy latency --slower-than 1ms -p 4242 read_page        only calls over 1 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
+  tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
 
 Functions are matched by demangled name: `ns::Class::read` matches every
 overload and compiler clone (.isra, .constprop, .part); add parameters to pick
@@ -308,6 +309,11 @@ pub struct FuncSpec {
 }
 
 impl FuncSpec {
+    /// `syscall:NAME` (or `sys:NAME`): a system call, timed enter to exit.
+    pub fn is_syscall(&self) -> bool {
+        matches!(self.object.as_deref(), Some("syscall" | "sys"))
+    }
+
     /// Splits at the first `:` that is not part of a C++ `::`.
     pub fn parse(s: &str) -> Result<FuncSpec> {
         let b = s.as_bytes();

@@ -3,6 +3,7 @@
 mod callsites;
 mod cli;
 mod disasm;
+mod kernel;
 mod plan;
 mod probe;
 mod report;

@@ -173,6 +173,8 @@ pub struct Plan {
     pub settings: Settings,
     /// Per object: whether anything can unwind through its code.
     pub unwinding: std::collections::HashMap<usize, bool>,
+    /// System calls timed enter to exit, as (number, id).
+    pub syscalls: Vec<(u32, u32)>,
 }
 
 /// Decodes a function with its fragments.
@@ -385,6 +387,45 @@ impl Plan {
     /// Number of counter slots: functions, then sites.
     pub fn ids(&self) -> u32 {
         (self.funcs.len() + self.sites.len()) as u32
+    }
+
+    /// Adds a system call, timed from its entry to its exit in the kernel.
+    pub fn add_syscall(&mut self, name: &str, nr: u32) -> u32 {
+        if let Some(&(_, id)) = self.syscalls.iter().find(|(n, _)| *n == nr) {
+            return id;
+        }
+        let object = match self
+            .objects
+            .iter()
+            .position(|o| o.0 == std::path::Path::new("kernel"))
+        {
+            Some(i) => i,
+            None => {
+                self.objects.push(("kernel".into(), PathBuf::new()));
+                self.objects.len() - 1
+            }
+        };
+        let id = self.funcs.len() as u32;
+        self.funcs.push(TracedFunc {
+            name: format!("syscall:{name}"),
+            raw_name: name.to_string(),
+            object,
+            addr: nr as u64,
+            size: 0,
+            fragments: 0,
+            source: SymSource::Symtab,
+            entry_addr: 0,
+            first_insn: String::new(),
+            entry_cost: ProbeCost::Emulated,
+            exits: ExitSummary {
+                mode: ExitMode::Rets,
+                rets: 0,
+                tail_callees: Vec::new(),
+                unknown_tails: 0,
+            },
+        });
+        self.syscalls.push((nr, id));
+        id
     }
 
     /// Adds the call sites of traced function `root` (already added) and,

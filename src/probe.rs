@@ -89,6 +89,7 @@ impl<'obj> Tracer<'obj> {
             ro.outermost = plan.settings.outermost;
             ro.unit_ns = plan.settings.unit_ns.max(1);
             ro.nested = !plan.sites.is_empty();
+            ro.filter_tgid = plan.pid.max(0) as u32;
         }
         open.maps
             .stats
@@ -110,6 +111,8 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_site_s, !multi && nested),
             (&mut open.progs.tachy_send_m, multi && nested),
             (&mut open.progs.tachy_send_s, !multi && nested),
+            (&mut open.progs.tachy_sys_enter, !plan.syscalls.is_empty()),
+            (&mut open.progs.tachy_sys_exit, !plan.syscalls.is_empty()),
         ] {
             p.set_autoload(on);
         }
@@ -122,6 +125,9 @@ impl<'obj> Tracer<'obj> {
             thread_exit: false,
         };
         t.attach_all(plan)?;
+        if !plan.syscalls.is_empty() {
+            t.attach_syscalls(plan)?;
+        }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.
         match t.skel.progs.tachy_thread_exit.attach() {
@@ -248,6 +254,27 @@ impl<'obj> Tracer<'obj> {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn attach_syscalls(&mut self, plan: &Plan) -> Result<()> {
+        for &(nr, id) in &plan.syscalls {
+            let v = id + 1;
+            self.skel
+                .maps
+                .sys_ids
+                .update(&nr.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up system call tracing: {e}"))?;
+        }
+        for prog in [
+            &self.skel.progs.tachy_sys_enter,
+            &self.skel.progs.tachy_sys_exit,
+        ] {
+            let link = prog
+                .attach()
+                .map_err(|e| anyhow!("cannot attach to the raw syscall tracepoints: {e}"))?;
+            self.links.push(link);
         }
         Ok(())
     }

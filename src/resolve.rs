@@ -74,12 +74,6 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
             spec.pattern
         );
     }
-    if matches!(obj, "syscall" | "sys") {
-        bail!(
-            "syscall latency ({obj}:{}) is not supported by this version of tachy",
-            spec.pattern
-        );
-    }
     if obj.contains('/') {
         let path = PathBuf::from(obj);
         return Ok(match scope {
@@ -131,7 +125,7 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
 /// Resolves every spec; fails on the first that matches nothing.
 pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Vec<Resolved>> {
     let mut out: Vec<Resolved> = Vec::new();
-    for spec in specs {
+    for spec in specs.iter().filter(|s| !s.is_syscall()) {
         let pat = Pattern::parse(&spec.pattern)?;
         let groups = candidate_groups(spec, scope)?;
         let mut found_any = false;

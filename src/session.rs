@@ -12,6 +12,7 @@ use crate::callsites;
 use crate::callsites::Naming;
 use crate::cli::{FuncSpec, LatencySettings, ListArgs, NestedOpts, TreeFormat};
 use crate::disasm::ProbeCost;
+use crate::kernel;
 use crate::plan::{self, Drill, Plan, Settings};
 use crate::probe::{self, Tracer};
 use crate::report::tree::{self, human, TreeNode, TreeReport};
@@ -69,6 +70,11 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
         },
         ..Default::default()
     };
+    for spec in s.specs.iter().filter(|x| x.is_syscall()) {
+        for (name, nr) in kernel::match_syscalls(&spec.pattern)? {
+            plan.add_syscall(name, nr);
+        }
+    }
     let mut roots = Vec::new();
     for r in &resolved {
         for f in &r.funcs {

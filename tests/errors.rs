@@ -260,3 +260,12 @@ fn usage_errors_exit_2() {
     usage_error(&["list"]);
     usage_error(&["frobnicate"]);
 }
+
+#[test]
+fn unknown_system_call() {
+    let _lock = common::serial();
+    let msg = error(&["latency", "--dry-run", "syscall:nanosleep_x"]);
+    assert_mentions(&msg, &["nanosleep_x", "near names: nanosleep"]);
+    let msg = error(&["latency", "--dry-run", "sys:zzzz"]);
+    assert_mentions(&msg, &["no system call is named \"zzzz\""]);
+}

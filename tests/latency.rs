@@ -1509,3 +1509,35 @@ fn thread_filter_excludes_other_threads() {
         assert_eq!(num(f, "filtered"), 0, "{f}");
     }
 }
+
+/// System call latency through the raw syscall tracepoints: the plain
+/// fixture sleeps with nanosleep (clock_nanosleep underneath) once in each
+/// of slow_sum, mix_local and each of the two fast_path calls per iteration.
+#[test]
+fn syscall_latency_counts_exactly() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let (it, th) = (6u64, 2u64);
+    let out = run_cmd(
+        &[
+            "--json",
+            "syscall:clock_nanosleep",
+            "syscall:nanosleep",
+            "slow_sum",
+        ],
+        "plain",
+        &[&it.to_string(), &th.to_string()],
+    );
+    out.assert_success();
+    let rep = single_report(&out);
+    let sleeps = func(&rep, "syscall:clock_nanosleep");
+    assert_eq!(sleeps["object"], "kernel", "{sleeps}");
+    // slow_sum, fast_path twice, mix_local: four sleeps per iteration.
+    check_func(sleeps, 4 * it * th, 0, 200_000);
+    assert_eq!(num(func(&rep, "syscall:nanosleep"), "count"), 0, "{rep:#}");
+    // The sleep inside slow_sum is part of it.
+    let slow = func(&rep, "slow_sum");
+    check_func(slow, it * th, 0, 300_000);
+}

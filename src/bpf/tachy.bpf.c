@@ -28,6 +28,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Settings, written once by user space before load. */
 const volatile __u32 nfuncs = 1;
 const volatile __u32 filter_tid = 0;
+/* Process whose system calls are timed; 0 for every process. */
+const volatile __u32 filter_tgid = 0;
 const volatile __u64 min_ns = 0;
 const volatile __u64 max_ns = 0;
 const volatile bool outermost = false;
@@ -114,11 +116,9 @@ static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
 	s->buckets[b]++;
 }
 
-static __always_inline void record(struct tachy_frame *f, __u64 now,
-				   bool indirect_tail)
+static __always_inline void record_ns(__u32 id, __u64 d, bool indirect_tail)
 {
-	struct tachy_stats *s = stats_of(f->id);
-	__u64 d = now - f->start_ns;
+	struct tachy_stats *s = stats_of(id);
 
 	if (!s)
 		return;
@@ -135,6 +135,12 @@ static __always_inline void record(struct tachy_frame *f, __u64 now,
 	if (d > s->max_ns)
 		s->max_ns = d;
 	add_bucket(s, d);
+}
+
+static __always_inline void record(struct tachy_frame *f, __u64 now,
+				   bool indirect_tail)
+{
+	record_ns(f->id, now - f->start_ns, indirect_tail);
 }
 
 struct flush_ctx {
@@ -616,6 +622,76 @@ int tachy_uret_s(struct pt_regs *ctx)
  * exception caught further up, longjmp, pthread_exit): count them, since no
  * later probe on that thread will.
  */
+/*
+ * System call latency, enter to exit, through the raw syscall tracepoints.
+ * `sys_ids` maps a syscall number to its id + 1 (0: not traced).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TACHY_MAX_SYSCALLS);
+	__type(key, __u32);
+	__type(value, __u32);
+} sys_ids SEC(".maps");
+
+struct tachy_syscall {
+	__u64 start_ns;
+	__u32 id; /* id + 1 of the syscall in progress; 0: none */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tachy_syscall);
+} sys_start SEC(".maps");
+
+static __always_inline bool syscall_wanted(void)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+
+	if (filter_tgid && (pt >> 32) != filter_tgid)
+		return false;
+	return !filter_tid || (__u32)pt == filter_tid;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
+{
+	struct tachy_syscall *sc;
+	__u32 key = nr, *id;
+
+	if (!syscall_wanted() || nr < 0 || nr >= TACHY_MAX_SYSCALLS)
+		return 0;
+	id = bpf_map_lookup_elem(&sys_ids, &key);
+	if (!id || !*id)
+		return 0;
+	sc = bpf_task_storage_get(&sys_start, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!sc)
+		return 0;
+	sc->id = *id;
+	sc->start_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct tachy_syscall *sc;
+	__u32 id;
+
+	if (!syscall_wanted())
+		return 0;
+	sc = bpf_task_storage_get(&sys_start, bpf_get_current_task_btf(), 0, 0);
+	if (!sc || !sc->id)
+		return 0;
+	id = sc->id - 1;
+	sc->id = 0;
+	record_ns(id, bpf_ktime_get_ns() - sc->start_ns, false);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(tachy_thread_exit, struct task_struct *task)
 {

@@ -6,6 +6,9 @@
 #ifndef __TACHY_H
 #define __TACHY_H
 
+/* System call numbers that can be traced (x86-64 has fewer than 512). */
+#define TACHY_MAX_SYSCALLS 512
+
 /* Open frames kept per thread. Deeper nesting is counted as overflow. */
 #define TACHY_MAX_DEPTH 64
 
