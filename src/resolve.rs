@@ -210,7 +210,7 @@ fn explain_miss(pat: &Pattern, searched: &[(Rc<ElfObject>, Option<SymSource>)]) 
         ));
     }
     if let Some(s) = source {
-        msg.push_str(&format!(" (symbols from {})", s.describe()));
+        msg.push_str(&format!(" (symbols from {})", first.describe_source(*s)));
     }
     for (obj, _) in searched {
         if let Some(inl) = dwarf::inlined_only(obj, pat) {

@@ -479,7 +479,7 @@ pub fn list(a: ListArgs) -> Result<i32> {
             out,
             "{} (symbols from {}):",
             r.obj.display.display(),
-            r.source.describe()
+            r.obj.describe_source(r.source)
         )?;
         let site_names = if a.sites {
             Some((callsites::Names::load(&r.obj)?, LineTable::load(&r.obj)))

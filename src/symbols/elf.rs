@@ -5,6 +5,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use super::debuginfo::{self, DebugData};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 #[cfg(test)]
@@ -16,6 +18,10 @@ use object::{Endianness, Object, ObjectSymbol, SymbolKind};
 pub enum SymSource {
     /// The full symbol table.
     Symtab,
+    /// The symbol table of a separate debug file (build ID or debuglink).
+    DebugFile,
+    /// The symbol table in `.gnu_debugdata` (MiniDebugInfo).
+    MiniDebugInfo,
     /// Only the dynamic symbol table: exported functions only.
     Dynsym,
 }
@@ -24,6 +30,8 @@ impl SymSource {
     pub fn describe(self) -> &'static str {
         match self {
             SymSource::Symtab => ".symtab",
+            SymSource::DebugFile => "a separate debug file",
+            SymSource::MiniDebugInfo => ".gnu_debugdata (MiniDebugInfo)",
             SymSource::Dynsym => ".dynsym (exported functions only)",
         }
     }
@@ -54,6 +62,8 @@ pub struct ElfObject {
     pub open_path: PathBuf,
     map: memmap2::Mmap,
     loads: Vec<Load>,
+    /// Separate debug information, looked up once, when first needed.
+    debug: std::cell::OnceCell<Option<DebugData>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -122,6 +132,7 @@ impl ElfObject {
             open_path: open_path.to_path_buf(),
             map,
             loads,
+            debug: std::cell::OnceCell::new(),
         })
     }
 
@@ -177,6 +188,44 @@ impl ElfObject {
         Ok(file.symbols().any(named) || file.dynamic_symbols().any(named))
     }
 
+    /// Separate debug information for this object, if it has any.
+    pub fn debug_data(&self) -> Option<&DebugData> {
+        self.debug
+            .get_or_init(|| debuginfo::find(&self.map, &self.display, &self.open_path))
+            .as_ref()
+    }
+
+    /// Where symbols of `source` come from, for messages.
+    pub fn describe_source(&self, source: SymSource) -> String {
+        match (source, self.debug_path()) {
+            (SymSource::DebugFile, Some(p)) => format!("the debug file {}", p.display()),
+            _ => source.describe().to_string(),
+        }
+    }
+
+    /// The path of the separate debug file in use, if any.
+    pub fn debug_path(&self) -> Option<&Path> {
+        match self.debug_data()? {
+            DebugData::File { path, .. } => Some(path),
+            DebugData::Mini(_) => None,
+        }
+    }
+
+    /// The bytes that hold this object's DWARF: its own, or its debug file's.
+    pub fn dwarf_bytes(&self) -> &[u8] {
+        let own_has = self
+            .parse()
+            .map(|f| f.section_by_name(".debug_info").is_some())
+            .unwrap_or(false);
+        if own_has {
+            return &self.map;
+        }
+        match self.debug_data() {
+            Some(DebugData::File { map, .. }) => map,
+            _ => &self.map,
+        }
+    }
+
     /// Function symbols: the full table when the object has one, else the
     /// dynamic one.
     pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
@@ -184,6 +233,18 @@ impl ElfObject {
         let full = collect_functions(file.symbols());
         if !full.is_empty() {
             return Ok((full, SymSource::Symtab));
+        }
+        if let Some(debug) = self.debug_data() {
+            if let Ok(dfile) = ElfFile64::<Endianness>::parse(debug.bytes()) {
+                let syms = collect_functions(dfile.symbols());
+                if !syms.is_empty() {
+                    let src = match debug {
+                        DebugData::File { .. } => SymSource::DebugFile,
+                        DebugData::Mini(_) => SymSource::MiniDebugInfo,
+                    };
+                    return Ok((syms, src));
+                }
+            }
         }
         let dynamic = collect_functions(file.dynamic_symbols());
         if dynamic.is_empty() {

@@ -331,9 +331,15 @@ impl Fixture {
     pub fn spawn_env(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Fixture {
         let path = build(name);
         let mut cmd = Command::new(&path);
-        cmd.args(args)
-            .envs(envs.iter().copied())
-            .stdin(Stdio::piped())
+        cmd.args(args).envs(envs.iter().copied());
+        Fixture::spawn_command(name, cmd)
+    }
+
+    /// Starts a prepared command that ends up running a fixture (a copy of
+    /// one, or one behind `unshare`), with the same protocol.
+    pub fn spawn_command(name: &str, mut cmd: Command) -> Fixture {
+        let path = PathBuf::from(cmd.get_program());
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd
