@@ -1,7 +1,7 @@
 # tachy: the two entry points (`make demo`, `make test`) and what they need.
 
 CARGO ?= cargo
-APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format
+APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format binutils xz-utils util-linux
 TARGET_DIR := target
 
 .PHONY: deps build demo test check bench clean
@@ -36,3 +36,18 @@ check: deps
 
 clean:
 	$(CARGO) clean
+
+# Overhead of tachy against an empty-probe floor and bpftrace on small
+# workloads, and start-up on libLLVM; as root, about 5 minutes. Prints the
+# tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds).
+BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
+
+bench: build
+	@missing=""; for p in $(BENCH_APT_PACKAGES); do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	/usr/bin/python3 bench/run.py
