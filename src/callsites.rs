@@ -131,6 +131,16 @@ impl Names {
         Ok(Names { syms, plt, slots })
     }
 
+    /// The imported function a PLT stub at `addr` jumps to.
+    pub fn plt_name(&self, addr: u64) -> Option<&str> {
+        self.plt.get(&addr).map(String::as_str)
+    }
+
+    /// The imported function a GOT slot holds.
+    pub fn slot_name(&self, slot: u64) -> Option<&str> {
+        self.slots.get(&slot).map(String::as_str)
+    }
+
     /// The function symbol starting at `addr`.
     pub fn function_at(&self, addr: u64) -> Option<&str> {
         let i = self.syms.partition_point(|s| s.0 < addr);

@@ -9,8 +9,8 @@ use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 
-use crate::callsites::{self, Naming, Site, SiteKind};
-use crate::disasm::{self, Decoded, EntryCandidate, ProbeCost, Range, Target};
+use crate::callsites::{self, Names, Naming, Site, SiteKind};
+use crate::disasm::{self, Decoded, EntryCandidate, ProbeCost, ProbePoint, Range, Target};
 use crate::symbols::{self, ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
@@ -286,7 +286,10 @@ impl Plan {
             Some(ExitMode::UretprobeForced)
         } else if entry.sp_offset == 0 && work[0].calls.is_empty() && work[0].tails.is_empty() {
             Some(ExitMode::UretprobeLeaf)
-        } else if entry.sp_offset == 0 && !self.unwinds(object, obj) {
+        } else if entry.sp_offset == 0
+            && !self.unwinds(object, obj)
+            && runs_only_quiet_code(obj, &work[0])
+        {
             Some(ExitMode::UretprobeNoUnwind)
         } else {
             None
@@ -466,11 +469,12 @@ impl Plan {
             bail!("the call tree has more than {MAX_NODES} nodes: lower --depth or name fewer functions with --expand");
         }
         let first = (self.funcs.len() + self.sites.len()) as u32;
-        let mut prev_ret: Option<u64> = None;
+        // The previous site ends where this one's call stands.
+        let mut merge_prev = false;
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;
             let tail = site.kind == SiteKind::Tail;
-            let exit_first = prev_ret == Some(site.addr);
+            let exit_first = std::mem::take(&mut merge_prev);
             self.push(
                 obj,
                 object,
@@ -482,20 +486,23 @@ impl Plan {
                     exit_first,
                 },
             )?;
-            prev_ret = None;
             if let Some(ret) = site.ret {
                 // A call that cannot return (`_Unwind_Resume`, `abort`) is
                 // often followed by a landing pad: nothing ends there.
                 if !callsites::never_returns(site) {
-                    match decoded.probe_point_from(ret) {
-                        Some((at, _)) if at == ret => prev_ret = Some(ret),
-                        Some((at, sp_adjust)) => {
-                            self.push(obj, object, at, ProbeKind::SiteEnd { id, sp_adjust })?
-                        }
+                    let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
+                    match site_end(decoded, ret, next_call) {
+                        Some(p) if p.is_call => merge_prev = true,
+                        Some(p) => self.push(
+                            obj,
+                            object,
+                            p.addr,
+                            ProbeKind::SiteEnd {
+                                id,
+                                sp_adjust: p.sp_adjust,
+                            },
+                        )?,
                         None => {}
-                    }
-                    if prev_ret.is_some() {
-                        self.push(obj, object, ret, ProbeKind::SiteEnd { id, sp_adjust: 0 })?;
                     }
                 }
             }
@@ -568,27 +575,6 @@ impl Plan {
             .sort_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
         self.probes
             .dedup_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
-        // Where a site's call is also its previous sibling's return address,
-        // the site probe closes that sibling first (two probes at one
-        // address run in no defined order), so that end probe goes.
-        let merged: BTreeSet<(usize, u64)> = self
-            .probes
-            .iter()
-            .filter(|p| {
-                matches!(
-                    p.kind,
-                    ProbeKind::Site {
-                        exit_first: true,
-                        ..
-                    }
-                )
-            })
-            .map(|p| (p.object, p.offset))
-            .collect();
-        self.probes.retain(|p| {
-            !(matches!(p.kind, ProbeKind::SiteEnd { sp_adjust: 0, .. })
-                && merged.contains(&(p.object, p.offset)))
-        });
         // A direct tail jump of a traced function that is also a site: the
         // site probe marks the frame as left, as the tail probe would.
         let tail_sites: BTreeSet<(usize, u64)> = self
@@ -657,6 +643,127 @@ impl Plan {
         }
         s
     }
+}
+
+/// Where a call site's return is observed: at the cheapest probe point of
+/// the straight-line code after the call (the kernel emulates `push`,
+/// `nop`, branches and calls, and single-steps the rest). That may be the
+/// next site's call, which then ends this site before it opens its own, if
+/// SP there is SP at the return.
+fn site_end(d: &Decoded, ret: u64, next_call: Option<u64>) -> Option<ProbePoint> {
+    let usable = |p: &&ProbePoint| !p.is_call || (Some(p.addr) == next_call && p.sp_adjust == 0);
+    let points = d.probe_points_from(ret);
+    points
+        .iter()
+        .filter(usable)
+        .find(|p| p.cost == ProbeCost::Emulated)
+        .or_else(|| points.iter().find(usable))
+        .copied()
+}
+
+/// Library functions that never run user code (no callbacks), never unwind
+/// and are no thread-cancellation points: while one runs, nothing can
+/// unwind through its caller.
+const QUIET_IMPORTS: &[&str] = &[
+    "memcpy",
+    "memmove",
+    "memset",
+    "memcmp",
+    "memchr",
+    "strlen",
+    "strnlen",
+    "strcmp",
+    "strncmp",
+    "strcpy",
+    "strncpy",
+    "strcat",
+    "strncat",
+    "strchr",
+    "strrchr",
+    "strstr",
+    "strdup",
+    "strndup",
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "aligned_alloc",
+    "posix_memalign",
+    "clock_gettime",
+    "gettimeofday",
+    "time",
+    "getpid",
+    "gettid",
+    "__errno_location",
+    "__stack_chk_fail",
+    "abs",
+    "labs",
+    "atoi",
+    "atol",
+    "strtol",
+    "strtoul",
+    "strtoll",
+    "strtoull",
+    "strtod",
+    "__memcpy_chk",
+    "__memset_chk",
+    "__memmove_chk",
+    "__strcpy_chk",
+    "__strcat_chk",
+];
+
+/// Whether everything a function can run while on the stack is code of its
+/// own object (which has no unwinding machinery) or a quiet library
+/// function: no call through a pointer, no other import. An exception
+/// thrown by a callback (a C library function calling back into C++)
+/// would otherwise unwind through it.
+fn runs_only_quiet_code(obj: &ElfObject, d: &Decoded) -> bool {
+    const MAX_FUNCS: usize = 64;
+    let Ok(names) = Names::load(obj) else {
+        return false;
+    };
+    let mut seen: BTreeSet<u64> = BTreeSet::new();
+    let mut work: Vec<Decoded> = vec![d.clone()];
+    while let Some(d) = work.pop() {
+        let targets = d
+            .calls
+            .iter()
+            .map(|c| c.target)
+            .chain(d.tails.iter().map(|t| t.target));
+        for t in targets {
+            let addr = match t {
+                Target::Indirect => return false,
+                Target::Slot(slot) => match names.slot_name(slot) {
+                    Some(n) if QUIET_IMPORTS.contains(&n) => continue,
+                    _ => return false,
+                },
+                Target::Direct(a) => a,
+            };
+            if let Some(n) = names.plt_name(addr) {
+                if QUIET_IMPORTS.contains(&n) {
+                    continue;
+                }
+                return false;
+            }
+            if !seen.insert(addr) {
+                continue;
+            }
+            if seen.len() > MAX_FUNCS {
+                return false;
+            }
+            let Ok(Some(g)) = symbols::function_at(obj, addr) else {
+                return false;
+            };
+            if g.addr != addr {
+                return false;
+            }
+            match decode_function(obj, &g) {
+                Ok(gd) => work.push(gd),
+                Err(_) => return false,
+            }
+        }
+    }
+    true
 }
 
 /// The entry probe's place: the first instruction, unless a later one of
@@ -783,8 +890,10 @@ mod tests {
             bytes: &code,
         }])
         .unwrap();
-        assert_eq!(d.probe_point_from(0x1005), Some((0x100e, 0)));
-        assert_eq!(d.probe_point_from(0x100e), Some((0x100e, 0)));
-        assert_eq!(d.probe_point_from(0x100f), Some((0x100f, 0)));
+        let at = |a| site_end(&d, a, None).map(|p| (p.addr, p.sp_adjust));
+        assert_eq!(at(0x1005), Some((0x100e, 0)));
+        assert_eq!(at(0x100e), Some((0x100e, 0)));
+        // A `ret` carries the function's exit probe: no site end there.
+        assert_eq!(at(0x100f), None);
     }
 }

@@ -104,27 +104,51 @@ pub struct InsnInfo {
 }
 
 impl Decoded {
-    /// Where to observe that the instruction at `addr` is reached: the first
-    /// instruction from `addr` on, along straight-line code that nothing
-    /// else jumps into, that the kernel will probe. Returns that address and
-    /// the SP adjustment back to SP at `addr`.
-    pub fn probe_point_from(&self, addr: u64) -> Option<(u64, i32)> {
-        let start = self.insns.iter().position(|i| i.addr == addr)?;
-        let mut adjust = 0i32;
+    /// Where the arrival at `addr` can be observed: each instruction from
+    /// `addr` on, along straight-line code that nothing else jumps into,
+    /// that the kernel will probe and that carries no other exit probe (a
+    /// `ret` or a tail jump), up to and including the first call or branch.
+    pub fn probe_points_from(&self, addr: u64) -> Vec<ProbePoint> {
+        let mut out = Vec::new();
+        let Some(start) = self.insns.iter().position(|i| i.addr == addr) else {
+            return out;
+        };
+        let mut sp_adjust = 0i32;
         for (k, i) in self.insns[start..].iter().enumerate() {
             if k > 0 && (self.computed_jump || self.branch_targets.contains(&i.addr)) {
-                return None;
+                break;
+            }
+            if self.rets.contains(&i.addr) || self.tails.iter().any(|t| t.addr == i.addr) {
+                break;
             }
             if i.probeable {
-                return Some((i.addr, adjust));
+                out.push(ProbePoint {
+                    addr: i.addr,
+                    sp_adjust,
+                    cost: i.cost,
+                    is_call: self.calls.iter().any(|c| c.addr == i.addr),
+                });
             }
             if !i.falls_through {
-                return None;
+                break;
             }
-            adjust -= i.sp_change?;
+            match i.sp_change {
+                Some(d) => sp_adjust -= d,
+                None => break,
+            }
         }
-        None
+        out
     }
+}
+
+/// A place to observe that an instruction was reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbePoint {
+    pub addr: u64,
+    /// Add to SP there to get SP at the instruction observed.
+    pub sp_adjust: i32,
+    pub cost: ProbeCost,
+    pub is_call: bool,
 }
 
 /// A range of code: the function or one of its fragments.
