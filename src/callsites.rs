@@ -9,6 +9,7 @@ use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
 
 use crate::disasm::{Decoded, Target};
+use crate::symbols::demangle::part_of;
 use crate::symbols::lines::LineTable;
 use crate::symbols::{demangle, ElfObject, Part};
 
@@ -72,7 +73,7 @@ impl Names {
         let (raw, _) = obj.function_symbols()?;
         let mut syms: Vec<(u64, u64, String)> = raw
             .iter()
-            .filter(|s| demangle(s.name).part == Part::Whole)
+            .filter(|s| part_of(s.name) == Part::Whole)
             .map(|s| (s.addr, s.size, s.name.to_string()))
             .collect();
         syms.sort();

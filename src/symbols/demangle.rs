@@ -103,14 +103,21 @@ fn is_rust_legacy(stem: &str) -> bool {
         && b[n - 17..n - 1].iter().all(|c| c.is_ascii_hexdigit())
 }
 
-/// Demangles a raw symbol name.
-pub fn demangle(raw: &str) -> Names {
-    let (stem, suffix) = split_suffix(raw);
-    let part = if suffix.contains(".cold") || suffix.contains(".warm") {
+/// Whether a raw name is a whole function or a split part, without
+/// demangling it.
+pub fn part_of(raw: &str) -> Part {
+    let (_, suffix) = split_suffix(raw);
+    if suffix.contains(".cold") || suffix.contains(".warm") {
         Part::Fragment
     } else {
         Part::Whole
-    };
+    }
+}
+
+/// Demangles a raw symbol name.
+pub fn demangle(raw: &str) -> Names {
+    let (stem, suffix) = split_suffix(raw);
+    let part = part_of(raw);
     let plain = |lang| Names {
         stem: stem.to_string(),
         suffix: suffix.to_string(),

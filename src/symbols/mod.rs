@@ -117,8 +117,8 @@ pub fn function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function>> {
     let hit = syms
         .iter()
         .filter(|s| s.addr <= addr && addr - s.addr < s.size)
-        .map(|s| (s, demangle(s.name)))
-        .find(|(_, n)| n.part == Part::Whole);
+        .find(|s| demangle::part_of(s.name) == Part::Whole)
+        .map(|s| (s, demangle(s.name)));
     Ok(hit.map(|(s, names)| Function {
         raw: s.name.to_string(),
         names,
