@@ -38,11 +38,14 @@ pub enum ProbeKind {
     /// A call site of `tachy nested`: opens a frame for node `id` if node
     /// `parent` is the innermost open frame. `exit_first`: this instruction
     /// is also the return address of another site, closed first.
+    /// `ends_with_parent`: only the function's epilogue follows the call,
+    /// so the site ends when its parent does (one single-step saved).
     Site {
         id: u32,
         parent: u32,
         tail: bool,
         exit_first: bool,
+        ends_with_parent: bool,
     },
     /// The return of site `id`: closes its frame only, keyed by SP plus
     /// `sp_adjust` (the probe may stand a few instructions after the
@@ -475,6 +478,28 @@ impl Plan {
             let id = first + k as u32;
             let tail = site.kind == SiteKind::Tail;
             let exit_first = std::mem::take(&mut merge_prev);
+            let mut ends_with_parent = false;
+            if let Some(ret) = site.ret {
+                // A call that cannot return (`_Unwind_Resume`, `abort`) is
+                // often followed by a landing pad: nothing ends there.
+                if !callsites::never_returns(site) {
+                    let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
+                    match site_end(decoded, ret, next_call) {
+                        SiteEnd::NextCall => merge_prev = true,
+                        SiteEnd::WithParent => ends_with_parent = true,
+                        SiteEnd::At(p) => self.push(
+                            obj,
+                            object,
+                            p.addr,
+                            ProbeKind::SiteEnd {
+                                id,
+                                sp_adjust: p.sp_adjust,
+                            },
+                        )?,
+                        SiteEnd::Nowhere => {}
+                    }
+                }
+            }
             self.push(
                 obj,
                 object,
@@ -484,28 +509,9 @@ impl Plan {
                     parent,
                     tail,
                     exit_first,
+                    ends_with_parent,
                 },
             )?;
-            if let Some(ret) = site.ret {
-                // A call that cannot return (`_Unwind_Resume`, `abort`) is
-                // often followed by a landing pad: nothing ends there.
-                if !callsites::never_returns(site) {
-                    let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
-                    match site_end(decoded, ret, next_call) {
-                        Some(p) if p.is_call => merge_prev = true,
-                        Some(p) => self.push(
-                            obj,
-                            object,
-                            p.addr,
-                            ProbeKind::SiteEnd {
-                                id,
-                                sp_adjust: p.sp_adjust,
-                            },
-                        )?,
-                        None => {}
-                    }
-                }
-            }
             self.sites.push(SiteNode {
                 parent,
                 site: site.clone(),
@@ -621,10 +627,16 @@ impl Plan {
                     parent,
                     tail,
                     exit_first,
+                    ends_with_parent,
                 } => format!(
-                    "site [{id}] in [{parent}]{}{}",
+                    "site [{id}] in [{parent}]{}{}{}",
                     if tail { " tail" } else { "" },
-                    if exit_first { " +exit" } else { "" }
+                    if exit_first { " +exit" } else { "" },
+                    if ends_with_parent {
+                        " ends with parent"
+                    } else {
+                        ""
+                    }
                 ),
                 ProbeKind::Exit => "exit".to_string(),
                 ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT != 0 => {
@@ -650,15 +662,41 @@ impl Plan {
 /// `nop`, branches and calls, and single-steps the rest). That may be the
 /// next site's call, which then ends this site before it opens its own, if
 /// SP there is SP at the return.
-fn site_end(d: &Decoded, ret: u64, next_call: Option<u64>) -> Option<ProbePoint> {
+fn site_end(d: &Decoded, ret: u64, next_call: Option<u64>) -> SiteEnd {
     let usable = |p: &&ProbePoint| !p.is_call || (Some(p.addr) == next_call && p.sp_adjust == 0);
     let points = d.probe_points_from(ret);
-    points
+    if let Some(p) = points
         .iter()
         .filter(usable)
         .find(|p| p.cost == ProbeCost::Emulated)
-        .or_else(|| points.iter().find(usable))
-        .copied()
+    {
+        return if p.is_call {
+            SiteEnd::NextCall
+        } else {
+            SiteEnd::At(*p)
+        };
+    }
+    if d.only_epilogue_from(ret) {
+        return SiteEnd::WithParent;
+    }
+    match points.iter().find(usable) {
+        Some(p) if p.is_call => SiteEnd::NextCall,
+        Some(p) => SiteEnd::At(*p),
+        None => SiteEnd::Nowhere,
+    }
+}
+
+/// Where a call site ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SiteEnd {
+    /// A probe of its own here.
+    At(ProbePoint),
+    /// The next site's call ends it before opening its own.
+    NextCall,
+    /// Only the function's epilogue follows: it ends when the function does.
+    WithParent,
+    /// Nowhere (it never returns, or nothing there can be probed).
+    Nowhere,
 }
 
 /// Library functions that never run user code (no callbacks), never unwind
@@ -890,10 +928,13 @@ mod tests {
             bytes: &code,
         }])
         .unwrap();
-        let at = |a| site_end(&d, a, None).map(|p| (p.addr, p.sp_adjust));
+        let at = |a| match site_end(&d, a, None) {
+            SiteEnd::At(p) => Some((p.addr, p.sp_adjust)),
+            _ => None,
+        };
         assert_eq!(at(0x1005), Some((0x100e, 0)));
         assert_eq!(at(0x100e), Some((0x100e, 0)));
-        // A `ret` carries the function's exit probe: no site end there.
-        assert_eq!(at(0x100f), None);
+        // Only the `ret` follows: the site ends with the function.
+        assert_eq!(site_end(&d, 0x100f, None), SiteEnd::WithParent);
     }
 }

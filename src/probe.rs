@@ -24,6 +24,7 @@ use skel::{types, TachySkel, TachySkelBuilder};
 const ENTRY_TAILING: u64 = 0x8000_0000;
 const SITE_TAIL: u64 = 0x4000_0000;
 const SITE_EXIT_FIRST: u64 = 0x8000_0000;
+const SITE_ENDS_WITH_PARENT: u64 = 0x2000_0000;
 
 // SAFETY: tachy_stats is plain old data generated from tachy.h: integers
 // only, no padding-sensitive invariants, valid for any bit pattern.
@@ -181,12 +182,18 @@ impl<'obj> Tracer<'obj> {
                                 parent,
                                 tail,
                                 exit_first,
+                                ends_with_parent,
                             },
                         ) => Some((
                             p.offset as usize,
                             id as u64
                                 | if tail { SITE_TAIL } else { 0 }
                                 | if exit_first { SITE_EXIT_FIRST } else { 0 }
+                                | if ends_with_parent {
+                                    SITE_ENDS_WITH_PARENT
+                                } else {
+                                    0
+                                }
                                 | ((parent as u64) << 32),
                         )),
                         (Prog::Exit, ProbeKind::Exit) => Some((p.offset as usize, 0)),

@@ -478,7 +478,11 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	f = top(t);
 	if (!f || f->id != parent)
 		return 0;
-	push(t, sp, now, id, TACHY_FRAME_SITE);
+	/* A site followed only by the function's epilogue ends with it. */
+	push(t, sp, now, id,
+	     TACHY_FRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
+					 ? TACHY_FRAME_TAILSITE
+					 : 0));
 	return 0;
 }
 

@@ -42,9 +42,11 @@
 #define TACHY_ENTRY_TAILING 0x80000000ULL
 
 /* Frame flags. */
-#define TACHY_FRAME_TAILING  0x1 /* left by a tail jump; its callee returns */
-#define TACHY_FRAME_SITE     0x2 /* a call site of `tachy nested` */
-#define TACHY_FRAME_TAILSITE 0x4 /* a tail-jump site: ends with its parent */
+#define TACHY_FRAME_TAILING 0x1 /* left by a tail jump; its callee returns */
+#define TACHY_FRAME_SITE    0x2 /* a call site of `tachy nested` */
+/* A site that ends with its parent (a tail jump, or only an epilogue follows).
+ */
+#define TACHY_FRAME_TAILSITE 0x4
 #define TACHY_FRAME_ROOT     0x8 /* a traced function (not a site) */
 
 /* Nodes of a `tachy nested` tree whose time is held per thread until the
@@ -52,12 +54,13 @@
 #define TACHY_MAX_NODES 128
 
 /*
- * Site cookie: node id in bits 0-29, TACHY_SITE_TAIL and TACHY_SITE_EXIT_FIRST
+ * Site cookie: node id in bits 0-28, TACHY_SITE_* flags in bits 29-31
  * flags, parent node id in bits 32-63.
  */
-#define TACHY_SITE_ID_MASK    0x3fffffffULL
-#define TACHY_SITE_TAIL	      0x40000000ULL
-#define TACHY_SITE_EXIT_FIRST 0x80000000ULL
+#define TACHY_SITE_ID_MASK	    0x1fffffffULL
+#define TACHY_SITE_ENDS_WITH_PARENT 0x20000000ULL
+#define TACHY_SITE_TAIL		    0x40000000ULL
+#define TACHY_SITE_EXIT_FIRST	    0x80000000ULL
 
 struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */

@@ -141,6 +141,29 @@ impl Decoded {
     }
 }
 
+impl Decoded {
+    /// Whether only an epilogue follows `addr`: straight-line code that
+    /// nothing jumps into, with no call, ending at one of the function's
+    /// `ret`s (a few instructions that restore registers).
+    pub fn only_epilogue_from(&self, addr: u64) -> bool {
+        let Some(start) = self.insns.iter().position(|i| i.addr == addr) else {
+            return false;
+        };
+        for (k, i) in self.insns[start..].iter().enumerate().take(8) {
+            if k > 0 && (self.computed_jump || self.branch_targets.contains(&i.addr)) {
+                return false;
+            }
+            if self.rets.contains(&i.addr) {
+                return true;
+            }
+            if !i.falls_through {
+                return false;
+            }
+        }
+        false
+    }
+}
+
 /// A place to observe that an instruction was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbePoint {
