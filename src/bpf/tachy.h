@@ -44,8 +44,8 @@
 /* Frame flags. */
 #define TACHY_FRAME_TAILING 0x1 /* left by a tail jump; its callee returns */
 #define TACHY_FRAME_SITE    0x2 /* a call site of `tachy nested` */
-/* A site that ends with its parent (a tail jump, or only an epilogue follows).
- */
+/* A site that ends with its parent: a tail jump, or one only an epilogue
+ * follows. */
 #define TACHY_FRAME_TAILSITE 0x4
 #define TACHY_FRAME_ROOT     0x8 /* a traced function (not a site) */
 
@@ -54,8 +54,8 @@
 #define TACHY_MAX_NODES 128
 
 /*
- * Site cookie: node id in bits 0-28, TACHY_SITE_* flags in bits 29-31
- * flags, parent node id in bits 32-63.
+ * Site cookie: node id in bits 0-28, TACHY_SITE_* flags in bits 29-31,
+ * parent node id in bits 32-63.
  */
 #define TACHY_SITE_ID_MASK	    0x1fffffffULL
 #define TACHY_SITE_ENDS_WITH_PARENT 0x20000000ULL
