@@ -388,7 +388,7 @@ pub fn check_environment() -> Result<()> {
     let missing = missing_capabilities();
     if !missing.is_empty() {
         bail!(
-            "tachy needs root, or the capabilities CAP_BPF and CAP_PERFMON (missing: {})",
+            "tracing needs root, or the capabilities CAP_BPF and CAP_PERFMON (missing: {})",
             missing.join(", ")
         );
     }

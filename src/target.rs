@@ -47,8 +47,13 @@ pub fn process_maps(pid: u32) -> Result<ProcessMaps> {
     if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
         bail!("no such process: {pid}");
     }
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
-        .with_context(|| format!("cannot read the memory map of process {pid}"))?;
+    let maps = match fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(
+            "cannot read the memory map of process {pid}: permission denied (another user's process needs root or CAP_SYS_PTRACE)"
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot read the memory map of process {pid}")),
+    };
     let exe_ino = fs::metadata(format!("/proc/{pid}/exe")).ok().map(|m| {
         use std::os::unix::fs::MetadataExt;
         (m.dev(), m.ino())

@@ -21,6 +21,7 @@
 //! | `cpp_o0`        | workload.cpp (+ lib)        | g++ -std=c++17 -O0 -g, rpath `$ORIGIN`  |
 //! | `nested_o2`     | nested.cpp (+ lib)          | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
 //! | `plain`         | plain.c                     | gcc -O2 -g                              |
+//! | `faults`        | faults.c                    | gcc -O2 -g (modes: see the source)      |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //!
@@ -106,13 +107,17 @@ fn recipe(name: &str) -> Recipe {
             sources: &["plain.c"],
             deps: &[],
         },
+        "faults" => Recipe {
+            sources: &["faults.c"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             rust_app, rust_app_v0)"
+             faults, rust_app, rust_app_v0)"
         ),
     }
 }
@@ -160,10 +165,10 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(tmp_out);
             c
         }
-        "plain" => {
+        "plain" | "faults" => {
             let mut c = cc();
             c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(src.join("plain.c"))
+                .arg(src.join(format!("{name}.c")))
                 .arg("-o")
                 .arg(tmp_out);
             c

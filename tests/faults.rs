@@ -1,0 +1,789 @@
+//! Fault injection: what happens to the traced process and to tachy when
+//! things go wrong on either side. tachy is SIGKILLed while its probes are
+//! hot, gets two Ctrl-Cs at once, or SIGUSR1s; the target crashes, execs,
+//! longjmps out of traced frames, recurses deeper than tachy's per-thread
+//! frame stack, or starts and stops many threads. Every outcome is exact.
+//!
+//! The fixture is `tests/fixtures/faults.c` (modes documented there). Every
+//! test takes the `common::serial()` lock first and is skipped (with a
+//! message) when not run as root.
+
+mod common;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::{counts, Fixture};
+use serde_json::Value;
+
+/// How long a tachy run may take before the test gives up on it.
+const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the kernel may take to take a dead tachy's breakpoints out.
+const DETACH_TIMEOUT: Duration = Duration::from_secs(2);
+/// x86 `int3`, the byte a uprobe puts in the traced process's text.
+const INT3: u8 = 0xcc;
+/// tachy's per-thread frame stack (TACHY_MAX_DEPTH in src/bpf/tachy.h).
+const MAX_DEPTH: u64 = 64;
+
+/// True (after printing why) when the test cannot run.
+fn skip_unless_root() -> bool {
+    if common::is_root() {
+        false
+    } else {
+        eprintln!("skipped: needs root to attach uprobes");
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running tachy
+// ---------------------------------------------------------------------------
+
+/// Collects what a process writes on one pipe, in a thread.
+struct Capture {
+    buf: Arc<Mutex<Vec<u8>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Capture {
+    fn new(mut r: impl Read + Send + 'static) -> Capture {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let b = buf.clone();
+        let thread = std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            loop {
+                match r.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        Capture {
+            buf,
+            thread: Some(thread),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
+    }
+
+    /// Complete (newline-terminated) lines so far.
+    fn lines(&self) -> Vec<String> {
+        let text = self.text();
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        complete.lines().map(str::to_string).collect()
+    }
+
+    /// Waits (until `deadline`) for the writer side to close.
+    fn finish(&mut self, deadline: Instant) {
+        while let Some(t) = &self.thread {
+            if t.is_finished() {
+                let _ = self.thread.take().map(|t| t.join());
+                return;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// What a finished tachy run produced.
+struct Outcome {
+    args: Vec<String>,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn assert_success(&self) {
+        assert!(
+            !self.stdout.contains("panicked") && !self.stderr.contains("panicked"),
+            "panic text in tachy's output:\n{self}"
+        );
+        assert_eq!(self.status.code(), Some(0), "tachy failed:\n{self}");
+    }
+
+    /// Every JSON report line on stdout (fixture lines never start with `{`).
+    fn reports(&self) -> Vec<Value> {
+        json_lines(&self.stdout)
+    }
+
+    /// The one report of the run.
+    fn single_report(&self) -> Value {
+        let mut r = self.reports();
+        assert_eq!(r.len(), 1, "expected exactly one JSON report\n{self}");
+        r.pop().unwrap()
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "command: tachy {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args.join(" "),
+            self.status,
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// A running tachy. Dropping it SIGKILLs it if it still runs.
+struct Tachy {
+    child: Child,
+    args: Vec<String>,
+    out: Capture,
+    err: Capture,
+}
+
+impl Tachy {
+    fn start(args: &[&str], envs: &[(&str, &str)]) -> Tachy {
+        let mut child = Command::new(common::tachy())
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start tachy");
+        let out = Capture::new(child.stdout.take().unwrap());
+        let err = Capture::new(child.stderr.take().unwrap());
+        Tachy {
+            child,
+            args: args.iter().map(|s| s.to_string()).collect(),
+            out,
+            err,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "command: tachy {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.args.join(" "),
+            self.out.text(),
+            self.err.text()
+        )
+    }
+
+    /// Waits until tachy has printed `n` complete lines on stdout that
+    /// satisfy `pred`; panics if tachy exits first or `timeout` passes.
+    fn wait_for_lines(
+        &mut self,
+        on_stderr: bool,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let lines = if on_stderr {
+                self.err.lines()
+            } else {
+                self.out.lines()
+            };
+            let hits: Vec<String> = lines.into_iter().filter(|l| pred(l)).collect();
+            if hits.len() >= n {
+                return hits;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(50));
+                panic!(
+                    "tachy exited ({status}) before printing the expected line\n{}",
+                    self.describe()
+                );
+            }
+            if Instant::now() >= deadline {
+                let d = self.describe();
+                self.kill();
+                panic!("tachy did not print the expected line within {timeout:?}\n{d}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the header `Tracing ... Hit Ctrl-C to end.` (stderr in
+    /// JSON mode, which all tests here use).
+    fn wait_for_header(&mut self) {
+        self.wait_for_lines(true, 1, Duration::from_secs(20), |l| {
+            l.starts_with("Tracing ") && l.ends_with("Hit Ctrl-C to end.")
+        });
+    }
+
+    /// Waits for the `n`th JSON report on stdout and returns it.
+    fn wait_for_report(&mut self, n: usize) -> Value {
+        let lines = self.wait_for_lines(false, n, Duration::from_secs(10), |l| l.starts_with('{'));
+        serde_json::from_str(&lines[n - 1])
+            .unwrap_or_else(|e| panic!("bad JSON line {:?}: {e}", lines[n - 1]))
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill() on our own child, which has not been reaped yet.
+        let r = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(r, 0, "kill({}, {sig}) failed", self.pid());
+    }
+
+    fn kill(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Waits for tachy to exit (up to `timeout`); panics (after killing it)
+    /// if it does not.
+    fn finish(mut self, timeout: Duration) -> Outcome {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Ok(None) => {
+                    let d = self.describe();
+                    self.kill();
+                    panic!("tachy did not exit within {timeout:?}; killed\n{d}");
+                }
+                Err(e) => panic!("waiting for tachy: {e}"),
+            }
+        };
+        // With `-- CMD` the command shares the pipes; it has exited too.
+        let grace = Instant::now() + Duration::from_secs(5);
+        self.out.finish(grace);
+        self.err.finish(grace);
+        Outcome {
+            args: self.args.clone(),
+            status,
+            stdout: self.out.text(),
+            stderr: self.err.text(),
+        }
+    }
+}
+
+impl Drop for Tachy {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs `tachy latency --json FUNCS... -- faults FX_ARGS...` to completion.
+fn run_cmd(funcs: &[&str], fx_args: &[&str]) -> Outcome {
+    let exe = common::build("faults");
+    let exe = exe.to_str().unwrap().to_string();
+    let mut args: Vec<&str> = vec!["latency", "--json"];
+    args.extend_from_slice(funcs);
+    args.push("--");
+    args.push(&exe);
+    args.extend_from_slice(fx_args);
+    Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
+}
+
+/// Starts `tachy latency --json -p PID FUNCS...` and waits for its header.
+fn attach(pid: u32, funcs: &[&str]) -> Tachy {
+    let pid = pid.to_string();
+    let mut args: Vec<&str> = vec!["latency", "--json", "-p", &pid];
+    args.extend_from_slice(funcs);
+    let mut t = Tachy::start(&args, &[]);
+    t.wait_for_header();
+    t
+}
+
+// ---------------------------------------------------------------------------
+// Reports
+// ---------------------------------------------------------------------------
+
+/// The one function of the report named exactly `name`.
+fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+    let all = rep["functions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no functions array in {rep}"));
+    let hits: Vec<&Value> = all.iter().filter(|f| f["name"] == name).collect();
+    assert_eq!(hits.len(), 1, "expected one function {name:?} in:\n{rep:#}");
+    hits[0]
+}
+
+fn num(f: &Value, key: &str) -> u64 {
+    f[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
+}
+
+/// (count, unwound, overflow, filtered) of one function.
+fn tally(rep: &Value, name: &str) -> (u64, u64, u64, u64) {
+    let f = func(rep, name);
+    (
+        num(f, "count"),
+        num(f, "unwound"),
+        num(f, "overflow"),
+        num(f, "filtered"),
+    )
+}
+
+// ---------------------------------------------------------------------------
+// The target's memory
+// ---------------------------------------------------------------------------
+
+/// Where tachy puts the entry probe of `func` in `exe`: the ELF address of
+/// the function plus the entry offset, from `tachy list`.
+fn entry_probe_vaddr(exe: &Path, func: &str) -> u64 {
+    let out = Command::new(common::tachy())
+        .args(["list", exe.to_str().unwrap(), func])
+        .output()
+        .expect("tachy list runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "tachy list failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("address "))
+        .unwrap_or_else(|| panic!("no address line in:\n{text}"));
+    let hex = |s: &str| {
+        u64::from_str_radix(s.trim_start_matches("0x"), 16)
+            .unwrap_or_else(|e| panic!("bad hex {s:?} in {line:?}: {e}"))
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let addr = hex(words[1]);
+    let entry = words
+        .iter()
+        .position(|w| *w == "entry")
+        .unwrap_or_else(|| panic!("no entry in {line:?}"));
+    let at = match (words.get(entry + 1), words.get(entry + 2)) {
+        (Some(&"at"), Some(off)) => hex(off.trim_start_matches('+')),
+        _ => 0,
+    };
+    addr + at
+}
+
+/// One line of /proc/PID/maps.
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+fn maps(pid: u32) -> Vec<Mapping> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(6, ' ').collect();
+            let (s, e) = f[0].split_once('-').unwrap();
+            Mapping {
+                start: u64::from_str_radix(s, 16).unwrap(),
+                end: u64::from_str_radix(e, 16).unwrap(),
+                offset: u64::from_str_radix(f[2], 16).unwrap(),
+                path: f.get(5).map_or("", |p| p.trim_start()).to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A place in the target's text: its runtime address, and the executable
+/// and file offset that back it.
+struct TextSpot {
+    pid: u32,
+    runtime: u64,
+    file: PathBuf,
+    file_offset: u64,
+}
+
+impl TextSpot {
+    /// The entry probe of `func` in the executable of process `pid`
+    /// (`exe`): load base (start of the executable's first mapping with
+    /// file offset 0) + ELF address + entry offset.
+    fn entry_probe(pid: u32, exe: &Path, func: &str) -> TextSpot {
+        let vaddr = entry_probe_vaddr(exe, func);
+        let exe_path = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let maps = maps(pid);
+        let base = maps
+            .iter()
+            .find(|m| m.path == exe_path && m.offset == 0)
+            .unwrap_or_else(|| panic!("no offset-0 mapping of {exe_path} in process {pid}"))
+            .start;
+        let runtime = base + vaddr;
+        let m = maps
+            .iter()
+            .find(|m| m.path == exe_path && m.start <= runtime && runtime < m.end)
+            .unwrap_or_else(|| panic!("{runtime:#x} is in no mapping of {exe_path}"));
+        TextSpot {
+            pid,
+            runtime,
+            file: PathBuf::from(&exe_path),
+            file_offset: runtime - m.start + m.offset,
+        }
+    }
+
+    /// The byte in the process's memory now.
+    fn in_memory(&self) -> u8 {
+        let mem = File::open(format!("/proc/{}/mem", self.pid)).unwrap();
+        let mut b = [0u8; 1];
+        mem.read_exact_at(&mut b, self.runtime)
+            .unwrap_or_else(|e| panic!("reading {:#x} of {}: {e}", self.runtime, self.pid));
+        b[0]
+    }
+
+    /// The byte in the executable file.
+    fn in_file(&self) -> u8 {
+        let f = File::open(&self.file).unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, self.file_offset).unwrap();
+        b[0]
+    }
+
+    /// Waits up to `timeout` for the memory to hold the file's byte again.
+    fn wait_restored(&self, timeout: Duration) -> Result<(), u8> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let b = self.in_memory();
+            if b == self.in_file() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(b);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The `forever` fixture
+// ---------------------------------------------------------------------------
+
+fn tick_number(line: &str) -> Option<u64> {
+    line.strip_prefix("tick ")?.parse().ok()
+}
+
+/// `faults forever`, running: it has printed its first `tick` line.
+fn start_forever() -> Fixture {
+    let mut fx = Fixture::spawn("faults", &["forever"]);
+    fx.go();
+    let line = fx
+        .read_line(Duration::from_secs(10))
+        .expect("faults forever prints tick lines");
+    assert!(tick_number(&line).is_some(), "unexpected line {line:?}");
+    fx
+}
+
+/// Checks that a `forever` fixture is alive and still calling `tick`: it
+/// prints a `tick N` line it had not printed when this was called.
+fn assert_still_ticking(fx: &mut Fixture, what: &str) {
+    assert!(fx.is_running(), "the fixture died {what}");
+    // Drain what was printed so far.
+    let mut last = 0;
+    while let Some(line) = fx.read_line(Duration::ZERO) {
+        if let Some(n) = tick_number(&line) {
+            last = n;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match fx.read_line(left) {
+            Some(line) if tick_number(&line).is_some_and(|n| n > last) => break,
+            Some(_) => continue,
+            None => panic!("the fixture stopped calling tick {what} (last line: tick {last})"),
+        }
+    }
+    assert!(fx.is_running(), "the fixture died {what}");
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+/// SIGKILLed while its probes are hot, tachy runs no cleanup of its own:
+/// the kernel takes the breakpoints out of the target when the links' file
+/// descriptors go, and the target runs on unharmed.
+#[test]
+fn sigkill_while_probes_are_hot_restores_the_text() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let exe = common::build("faults");
+    let mut fx = start_forever();
+    let spot = TextSpot::entry_probe(fx.pid(), &exe, "tick");
+    let original = spot.in_file();
+    assert_ne!(
+        original, INT3,
+        "the file itself has int3 at tick's entry probe"
+    );
+    assert_eq!(spot.in_memory(), original, "breakpoint before tachy ran");
+
+    let mut t = attach(fx.pid(), &["tick"]);
+    assert_eq!(
+        spot.in_memory(),
+        INT3,
+        "no breakpoint at tick's entry probe ({:#x}) while tachy runs",
+        spot.runtime
+    );
+    // The probes fire: an interim report counts calls.
+    t.signal(libc::SIGUSR1);
+    let rep = t.wait_for_report(1);
+    assert!(num(func(&rep, "tick"), "count") > 0, "{rep:#}");
+
+    t.signal(libc::SIGKILL);
+    let out = t.finish(Duration::from_secs(5));
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out}");
+    if let Err(b) = spot.wait_restored(DETACH_TIMEOUT) {
+        panic!(
+            "{DETACH_TIMEOUT:?} after tachy was killed, byte {b:#04x} (not the file's {original:#04x}) \
+             is still at tick's entry probe {:#x}",
+            spot.runtime
+        );
+    }
+    assert_still_ticking(&mut fx, "after tachy was SIGKILLed");
+}
+
+/// A target that dies by a signal ends the trace like a normal exit: tachy
+/// reports every call and exits 0.
+#[test]
+fn target_crash_ends_the_trace_with_a_full_report() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let mut fx = Fixture::spawn("faults", &["crash", "20"]);
+    let t = attach(fx.pid(), &["tick"]);
+    fx.go();
+    let (status, fx_out) = fx.wait();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGSEGV),
+        "the fixture should die by SIGSEGV: {status}\n{fx_out}"
+    );
+    assert_eq!(counts(&fx_out)["tick"], 20, "{fx_out}");
+    let out = t.finish(Duration::from_secs(15));
+    out.assert_success();
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
+}
+
+/// The same crash under `-- CMD`: the report is complete and tachy passes
+/// the shell-style status of the death by SIGSEGV on (128 + 11).
+#[test]
+fn command_crash_passes_the_signal_status_on() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["tick"], &["crash", "20"]);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV), "{out}");
+    assert_eq!(counts(&out.stdout)["tick"], 20, "{out}");
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
+}
+
+/// A target that execs another program: the calls before the exec are all
+/// reported, and tachy ends when the new program (same pid) exits.
+#[test]
+fn target_exec_ends_the_trace_when_the_new_program_exits() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let mut fx = Fixture::spawn("faults", &["exec", "20"]);
+    let t = attach(fx.pid(), &["tick"]);
+    fx.go();
+    let (status, fx_out) = fx.wait();
+    assert!(status.success(), "/bin/true after exec: {status}\n{fx_out}");
+    assert_eq!(counts(&fx_out)["tick"], 20, "{fx_out}");
+    let out = t.finish(Duration::from_secs(15));
+    out.assert_success();
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
+}
+
+/// The same exec under `-- CMD`: tachy waits for the exec'd program and
+/// passes its status (0) on.
+#[test]
+fn command_exec_ends_the_trace_when_the_new_program_exits() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["tick"], &["exec", "20"]);
+    out.assert_success();
+    assert_eq!(counts(&out.stdout)["tick"], 20, "{out}");
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
+}
+
+/// 4 waves of 64 threads that each make one traced call and exit: every
+/// call is timed, none is taken for abandoned.
+#[test]
+fn sixty_four_threads_starting_and_stopping() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["work"], &["threads", "4", "64"]);
+    out.assert_success();
+    assert_eq!(counts(&out.stdout)["work"], 256, "{out}");
+    assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "work"), (256, 0, 0, 0), "{out}");
+    assert!(num(func(&rep, "work"), "min_ns") >= 200_000, "{rep:#}");
+}
+
+/// deep(100) makes 101 nested calls. A thread keeps 64 open frames: the
+/// outer 64 calls (deep(100) .. deep(37)) are timed, the inner 37
+/// (deep(36) .. deep(0)) find the stack full and are counted as overflow
+/// only. Their returns close nothing (their SP is below every open frame),
+/// and nothing is taken for abandoned.
+#[test]
+fn recursion_deeper_than_the_frame_stack() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let (n, d) = (5u64, 100u64);
+    let out = run_cmd(&["deep"], &["deep", &n.to_string(), &d.to_string()]);
+    out.assert_success();
+    assert_eq!(counts(&out.stdout)["deep"], n * (d + 1), "{out}");
+    let rep = out.single_report();
+    assert_eq!(
+        tally(&rep, "deep"),
+        (n * MAX_DEPTH, 0, n * (d + 1 - MAX_DEPTH), 0),
+        "(count, unwound, overflow, filtered) of deep\n{out}"
+    );
+    assert_eq!((n * MAX_DEPTH, n * (d + 1 - MAX_DEPTH)), (320, 185));
+    // Even the innermost timed call contains the 50us sleep at the bottom.
+    assert!(num(func(&rep, "deep"), "min_ns") >= 50_000, "{rep:#}");
+}
+
+/// longjmp out of escape -> jumper on odd iterations: those frames are
+/// counted as unwound (when the next escape enters at the same SP, and at
+/// the last iteration when the thread exits), the others are timed.
+#[test]
+fn longjmp_out_of_traced_frames() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["escape", "jumper"], &["longjmp", "10"]);
+    out.assert_success();
+    let printed = counts(&out.stdout);
+    assert_eq!((printed["escape"], printed["jumper"]), (10, 10), "{out}");
+    assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "escape"), (5, 5, 0, 0), "escape\n{out}");
+    assert_eq!(tally(&rep, "jumper"), (5, 5, 0, 0), "jumper\n{out}");
+    assert!(num(func(&rep, "escape"), "min_ns") >= 200_000, "{rep:#}");
+}
+
+/// Two SIGINTs at once: tachy ends within 2 s, either by the first (report,
+/// status 0; the two may merge into one signal) or at once by the second
+/// (status 130). Either way the target runs on and its text is restored.
+#[test]
+fn second_ctrl_c_forces_exit() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let exe = common::build("faults");
+    let mut fx = start_forever();
+    let spot = TextSpot::entry_probe(fx.pid(), &exe, "tick");
+    let original = spot.in_file();
+    let t = attach(fx.pid(), &["tick"]);
+    assert_eq!(spot.in_memory(), INT3, "no breakpoint while tachy runs");
+    t.signal(libc::SIGINT);
+    t.signal(libc::SIGINT);
+    let sent = Instant::now();
+    let out = t.finish(Duration::from_secs(10));
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "tachy took {took:?} to exit after two SIGINTs\n{out}"
+    );
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(130)),
+        "exit status after two SIGINTs: {}\n{out}",
+        out.status
+    );
+    if out.status.code() == Some(0) {
+        assert_eq!(out.reports().len(), 1, "{out}");
+    }
+    if let Err(b) = spot.wait_restored(DETACH_TIMEOUT) {
+        panic!(
+            "byte {b:#04x} (not the file's {original:#04x}) still at tick's entry probe {:#x} \
+             {DETACH_TIMEOUT:?} after tachy exited",
+            spot.runtime
+        );
+    }
+    assert_still_ticking(&mut fx, "after tachy got two SIGINTs");
+}
+
+/// SIGUSR1 prints an interim report of everything since the last report
+/// without starting a new interval: interim counts grow, and the final
+/// report (on SIGINT) covers them all.
+#[test]
+fn sigusr1_interim_reports_are_cumulative() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let mut fx = start_forever();
+    let mut t = attach(fx.pid(), &["tick"]);
+    std::thread::sleep(Duration::from_millis(500));
+    t.signal(libc::SIGUSR1);
+    let first = num(func(&t.wait_for_report(1), "tick"), "count");
+    std::thread::sleep(Duration::from_millis(500));
+    t.signal(libc::SIGUSR1);
+    let second = num(func(&t.wait_for_report(2), "tick"), "count");
+    t.signal(libc::SIGINT);
+    let out = t.finish(Duration::from_secs(10));
+    out.assert_success();
+    let reps = out.reports();
+    assert_eq!(
+        reps.len(),
+        3,
+        "two interim reports and the final one\n{out}"
+    );
+    let last = num(func(&reps[2], "tick"), "count");
+    // ~1.1 ms per tick: hundreds of calls in the first half second.
+    assert!(first > 0, "first interim report counts nothing\n{out}");
+    assert!(
+        second >= first,
+        "interim reports are not cumulative: {first} then {second}\n{out}"
+    );
+    assert!(
+        last >= second,
+        "the final report ({last}) counts fewer calls than the interim one ({second})\n{out}"
+    );
+    for rep in &reps {
+        let (_, unwound, overflow, filtered) = tally(rep, "tick");
+        assert_eq!((unwound, overflow, filtered), (0, 0, 0), "{out}");
+    }
+    assert_still_ticking(&mut fx, "after tachy ended");
+}
