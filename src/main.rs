@@ -1,18 +1,7 @@
-//! tachy: live function latency for compiled programs.
-
-mod callsites;
-mod cli;
-mod disasm;
-mod kernel;
-mod plan;
-mod probe;
-mod report;
-mod resolve;
-mod session;
-mod symbols;
-mod target;
+//! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::Parser;
+use tachy::{cli, session};
 
 fn main() {
     let cli = cli::Cli::parse();

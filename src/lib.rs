@@ -1,0 +1,20 @@
+//! tachy: live function latency for compiled programs.
+//!
+//! The pipeline, one module a stage: `cli` (arguments) → `target`
+//! (processes, files, commands) → `resolve` and `symbols` (functions by
+//! name) → `disasm` and `callsites` (machine code) → `plan` (probes, as
+//! data) → `probe` (the only module that touches BPF) → `report` (numbers
+//! and renderers), driven by `session`. Everything but `probe` and
+//! `session` is pure and needs no privilege; the fuzz targets use it.
+
+pub mod callsites;
+pub mod cli;
+pub mod disasm;
+pub mod kernel;
+pub mod plan;
+pub mod probe;
+pub mod report;
+pub mod resolve;
+pub mod session;
+pub mod symbols;
+pub mod target;
