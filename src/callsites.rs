@@ -6,10 +6,11 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
-use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationTarget};
+use object::{Object, ObjectSection, RelocationTarget};
 
 use crate::disasm::{Decoded, Target};
 use crate::symbols::demangle::part_of;
+use crate::symbols::elf::symbol_names;
 use crate::symbols::lines::LineTable;
 use crate::symbols::{demangle, ElfObject, Part};
 
@@ -79,18 +80,12 @@ impl Names {
         syms.sort();
         let file = obj.parse()?;
         let mut slots = HashMap::new();
-        if let (Some(relocs), Some(dynsyms)) =
-            (file.dynamic_relocations(), file.dynamic_symbol_table())
-        {
+        if let Some(relocs) = file.dynamic_relocations() {
+            let dynnames = symbol_names(&file, true);
             for (off, r) in relocs {
                 if let RelocationTarget::Symbol(i) = r.target() {
-                    if let Ok(name) = dynsyms
-                        .symbol_by_index(i)
-                        .and_then(|s| s.name().map(str::to_string))
-                    {
-                        if !name.is_empty() {
-                            slots.insert(off, name);
-                        }
+                    if let Some(name) = dynnames.get(i.0).filter(|n| !n.is_empty()) {
+                        slots.insert(off, name.to_string());
                     }
                 }
             }

@@ -5,9 +5,12 @@
 //! xz-compressed ELF with a symbol table).
 
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection};
+use object::read::elf::ElfFile64;
+use object::read::ReadCache;
+use object::{Endianness, Object, ObjectSection, ReadRef};
 
 /// Where debug files live; under a process's root for a process in a
 /// container, and on the host.
@@ -15,19 +18,13 @@ const DEBUG_ROOT: &str = "usr/lib/debug";
 
 /// Bytes of separate debug information.
 pub enum DebugData {
-    /// A separate debug file, mapped.
-    File { path: PathBuf, map: memmap2::Mmap },
+    /// A separate debug file, read on demand.
+    File {
+        path: PathBuf,
+        data: ReadCache<File>,
+    },
     /// The decompressed MiniDebugInfo ELF.
     Mini(Vec<u8>),
-}
-
-impl DebugData {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            DebugData::File { map, .. } => map,
-            DebugData::Mini(v) => v,
-        }
-    }
 }
 
 /// The roots to search under: the traced process's root (when the object
@@ -50,22 +47,40 @@ fn roots(open_path: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn map(path: &Path) -> Option<memmap2::Mmap> {
+/// An ELF debug file at `path`, if `check` accepts it.
+fn debug_file(path: &Path, check: impl Fn(&File) -> bool) -> Option<DebugData> {
     let f = File::open(path).ok()?;
-    if !f.metadata().ok()?.is_file() {
+    if !f.metadata().ok()?.is_file() || !check(&f) {
         return None;
     }
-    // SAFETY: a private read-only mapping of a debug file; see ElfObject::open.
-    unsafe { memmap2::Mmap::map(&f) }.ok()
+    let data = ReadCache::new(f);
+    let ident = data.read_bytes_at(0, 4).ok()?;
+    (ident == b"\x7fELF").then(|| DebugData::File {
+        path: path.to_path_buf(),
+        data,
+    })
 }
 
-fn is_elf(data: &[u8]) -> bool {
-    data.len() > 64 && &data[..4] == b"\x7fELF"
+/// The CRC-32 a `.gnu_debuglink` names, computed over the whole file.
+fn crc32_of(f: &File) -> Option<u32> {
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut r = f;
+    loop {
+        let n = r.read(&mut buf).ok()?;
+        if n == 0 {
+            return Some(h.finalize());
+        }
+        h.update(&buf[..n]);
+    }
 }
 
-/// Finds separate debug information for an object whose own bytes are `data`.
-pub fn find(data: &[u8], display: &Path, open_path: &Path) -> Option<DebugData> {
-    let file = object::File::parse(data).ok()?;
+/// Finds separate debug information for an object.
+pub fn find<'d, R: ReadRef<'d>>(
+    file: &ElfFile64<'d, Endianness, R>,
+    display: &Path,
+    open_path: &Path,
+) -> Option<DebugData> {
     let roots = roots(open_path);
     if let Ok(Some(id)) = file.build_id() {
         if id.len() >= 2 {
@@ -76,8 +91,8 @@ pub fn find(data: &[u8], display: &Path, open_path: &Path) -> Option<DebugData> 
                     .join(".build-id")
                     .join(&hex[..2])
                     .join(format!("{}.debug", &hex[2..]));
-                if let Some(m) = map(&p).filter(|m| is_elf(m) && same_build_id(m, id)) {
-                    return Some(DebugData::File { path: p, map: m });
+                if let Some(d) = debug_file(&p, |_| true).filter(|d| same_build_id(d, id)) {
+                    return Some(d);
                 }
             }
         }
@@ -98,8 +113,8 @@ pub fn find(data: &[u8], display: &Path, open_path: &Path) -> Option<DebugData> 
                     root.join(rel).join(".debug").join(&name),
                     root.join(DEBUG_ROOT).join(rel).join(&name),
                 ] {
-                    if let Some(m) = map(&cand).filter(|m| is_elf(m) && crc32fast::hash(m) == crc) {
-                        return Some(DebugData::File { path: cand, map: m });
+                    if let Some(d) = debug_file(&cand, |f| crc32_of(f) == Some(crc)) {
+                        return Some(d);
                     }
                 }
             }
@@ -110,7 +125,7 @@ pub fn find(data: &[u8], display: &Path, open_path: &Path) -> Option<DebugData> 
     let mut out = Limited(Vec::new());
     let mut input = std::io::BufReader::new(xz);
     lzma_rs::xz_decompress(&mut input, &mut out).ok()?;
-    is_elf(&out.0).then_some(DebugData::Mini(out.0))
+    (out.0.len() > 64 && out.0.starts_with(b"\x7fELF")).then_some(DebugData::Mini(out.0))
 }
 
 /// A MiniDebugInfo ELF holds symbols only, a few MiB at most: more is
@@ -135,8 +150,11 @@ impl std::io::Write for Limited {
     }
 }
 
-fn same_build_id(debug: &[u8], id: &[u8]) -> bool {
-    object::File::parse(debug)
+fn same_build_id(debug: &DebugData, id: &[u8]) -> bool {
+    let DebugData::File { data, .. } = debug else {
+        return false;
+    };
+    ElfFile64::<Endianness, _>::parse(data)
         .ok()
         .and_then(|f| f.build_id().ok().flatten().map(|d| d == id))
         .unwrap_or(false)

@@ -23,7 +23,7 @@ struct Copy {
 /// If DWARF says the functions matching `pat` exist only as inlined copies,
 /// a sentence saying so and where the first few are.
 pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
-    let file = object::File::parse(obj.dwarf_bytes()).ok()?;
+    let file = object::File::parse(obj.dwarf_data()).ok()?;
     file.section_by_name(".debug_info")?;
     let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
         Ok(file

@@ -1,5 +1,9 @@
-//! One ELF object, mapped read-only: its symbols, its code bytes, and the one
+//! One ELF object, read on demand: its symbols, its code bytes, and the one
 //! function that turns a virtual address into a file offset.
+//!
+//! Objects are read with pread through a cache (object's `ReadCache`), not
+//! mapped: a file truncated or rewritten while tachy reads it then gives a
+//! read error, never a SIGBUS, and only the parts used are held in memory.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -9,9 +13,11 @@ use anyhow::{bail, Context, Result};
 use super::debuginfo::{self, DebugData};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
+use object::read::ReadCache;
 #[cfg(test)]
 use object::ObjectSection;
-use object::{Endianness, Object, ObjectSymbol, SymbolKind};
+use object::ReadRef;
+use object::{Endianness, Object};
 
 /// Where an object's function symbols came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +66,7 @@ pub struct ElfObject {
     pub display: PathBuf,
     /// The path tachy opened, and the kernel attaches probes to.
     pub open_path: PathBuf,
-    map: memmap2::Mmap,
+    data: ReadCache<File>,
     loads: Vec<Load>,
     /// Separate debug information, looked up once, when first needed.
     debug: std::cell::OnceCell<Option<DebugData>>,
@@ -85,22 +91,18 @@ impl ElfObject {
         if !meta.is_file() {
             bail!("{} is not a regular file", display.display());
         }
-        // SAFETY: the mapping is private and read-only. A file truncated while
-        // mapped could raise SIGBUS; objects that are mapped by a running
-        // process are not truncated in place by package managers (they
-        // replace them by rename), which is the case tachy serves.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .with_context(|| format!("cannot map {}", display.display()))?;
-        if map.len() < 4 || &map[..4] != b"\x7fELF" {
+        let data = ReadCache::new(file);
+        let ident = data.read_bytes_at(0, 20).unwrap_or(&[]);
+        if ident.len() < 4 || &ident[..4] != b"\x7fELF" {
             bail!("{} is not an ELF file", display.display());
         }
-        if map.len() < 20 || map[4] != elf::ELFCLASS64 {
+        if ident.len() < 20 || ident[4] != elf::ELFCLASS64 {
             bail!(
                 "{} is a 32-bit ELF file; tachy traces 64-bit x86-64 code",
                 display.display()
             );
         }
-        let header = elf::FileHeader64::<Endianness>::parse(&*map)
+        let header = elf::FileHeader64::<Endianness>::parse(&data)
             .with_context(|| format!("{} is a malformed ELF file", display.display()))?;
         let endian = header
             .endian()
@@ -114,7 +116,7 @@ impl ElfObject {
             );
         }
         let phdrs = header
-            .program_headers(endian, &*map)
+            .program_headers(endian, &data)
             .with_context(|| format!("{} has malformed program headers", display.display()))?;
         let loads = phdrs
             .iter()
@@ -130,14 +132,14 @@ impl ElfObject {
         Ok(ElfObject {
             display: display.to_path_buf(),
             open_path: open_path.to_path_buf(),
-            map,
+            data,
             loads,
             debug: std::cell::OnceCell::new(),
         })
     }
 
-    pub fn parse(&self) -> Result<ElfFile64<'_, Endianness>> {
-        ElfFile64::parse(&*self.map)
+    pub fn parse(&self) -> Result<ElfFile64<'_, Endianness, &ReadCache<File>>> {
+        ElfFile64::parse(&self.data)
             .with_context(|| format!("{} is a malformed ELF file", self.display.display()))
     }
 
@@ -157,7 +159,7 @@ impl ElfObject {
         if last + 1 - start != len {
             return None;
         }
-        self.map.get(start as usize..(last + 1) as usize)
+        self.data.read_bytes_at(start, len).ok()
     }
 
     /// Whether exceptions, panics or thread cancellation may unwind through
@@ -180,18 +182,18 @@ impl ElfObject {
         if file.section_by_name(".gcc_except_table").is_some() {
             return Ok(true);
         }
-        let named = |s: object::read::elf::ElfSymbol<'_, '_, elf::FileHeader64<Endianness>>| {
-            s.name()
-                .map(|n| UNWINDERS.contains(&n.split('@').next().unwrap_or(n)))
-                .unwrap_or(false)
-        };
-        Ok(file.symbols().any(named) || file.dynamic_symbols().any(named))
+        let named = |n: &&str| UNWINDERS.contains(&n.split('@').next().unwrap_or(n));
+        Ok(symbol_names(&file, false).iter().any(named)
+            || symbol_names(&file, true).iter().any(named))
     }
 
     /// Separate debug information for this object, if it has any.
     pub fn debug_data(&self) -> Option<&DebugData> {
         self.debug
-            .get_or_init(|| debuginfo::find(&self.map, &self.display, &self.open_path))
+            .get_or_init(|| {
+                let file = self.parse().ok()?;
+                debuginfo::find(&file, &self.display, &self.open_path)
+            })
             .as_ref()
     }
 
@@ -211,18 +213,18 @@ impl ElfObject {
         }
     }
 
-    /// The bytes that hold this object's DWARF: its own, or its debug file's.
-    pub fn dwarf_bytes(&self) -> &[u8] {
+    /// The file that holds this object's DWARF: itself, or its debug file.
+    pub fn dwarf_data(&self) -> &ReadCache<File> {
         let own_has = self
             .parse()
             .map(|f| f.section_by_name(".debug_info").is_some())
             .unwrap_or(false);
         if own_has {
-            return &self.map;
+            return &self.data;
         }
         match self.debug_data() {
-            Some(DebugData::File { map, .. }) => map,
-            _ => &self.map,
+            Some(DebugData::File { data, .. }) => data,
+            _ => &self.data,
         }
     }
 
@@ -230,23 +232,23 @@ impl ElfObject {
     /// dynamic one.
     pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
         let file = self.parse()?;
-        let full = collect_functions(file.symbols());
+        let full = collect_functions(&file, false);
         if !full.is_empty() {
             return Ok((full, SymSource::Symtab));
         }
-        if let Some(debug) = self.debug_data() {
-            if let Ok(dfile) = ElfFile64::<Endianness>::parse(debug.bytes()) {
-                let syms = collect_functions(dfile.symbols());
-                if !syms.is_empty() {
-                    let src = match debug {
-                        DebugData::File { .. } => SymSource::DebugFile,
-                        DebugData::Mini(_) => SymSource::MiniDebugInfo,
-                    };
-                    return Ok((syms, src));
-                }
-            }
+        let from_debug = match self.debug_data() {
+            Some(DebugData::File { data, .. }) => ElfFile64::<Endianness, _>::parse(data)
+                .ok()
+                .map(|f| (collect_functions(&f, false), SymSource::DebugFile)),
+            Some(DebugData::Mini(bytes)) => ElfFile64::<Endianness, _>::parse(&bytes[..])
+                .ok()
+                .map(|f| (collect_functions(&f, false), SymSource::MiniDebugInfo)),
+            None => None,
+        };
+        if let Some((syms, src)) = from_debug.filter(|(s, _)| !s.is_empty()) {
+            return Ok((syms, src));
         }
-        let dynamic = collect_functions(file.dynamic_symbols());
+        let dynamic = collect_functions(&file, true);
         if dynamic.is_empty() {
             bail!(
                 "{} has no function symbols (stripped, and exports nothing)",
@@ -257,16 +259,79 @@ impl ElfObject {
     }
 }
 
-fn collect_functions<'a>(
-    syms: object::read::elf::ElfSymbolIterator<'a, '_, elf::FileHeader64<Endianness>>,
+/// The names of a symbol table's entries, by index ("" where unreadable),
+/// from its string table read in one piece.
+pub fn symbol_names<'a, R: ReadRef<'a>>(
+    file: &ElfFile64<'a, Endianness, R>,
+    dynamic: bool,
+) -> Vec<&'a str> {
+    use object::read::elf::{SectionHeader, Sym};
+    let endian = file.endian();
+    let table = if dynamic {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    let strings = file
+        .elf_section_table()
+        .section(table.string_section())
+        .and_then(|sec| sec.data(endian, file.data()))
+        .unwrap_or(&[]);
+    table
+        .symbols()
+        .iter()
+        .map(|s| {
+            strings
+                .get(s.st_name(endian) as usize..)
+                .and_then(|t| t.iter().position(|&b| b == 0).map(|e| &t[..e]))
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or("")
+        })
+        .collect()
+}
+
+/// The function symbols of one table. Its string table is read in one
+/// piece; through a read cache, reading each name apart would cost a read
+/// per symbol.
+fn collect_functions<'a, R: ReadRef<'a>>(
+    file: &ElfFile64<'a, Endianness, R>,
+    dynamic: bool,
 ) -> Vec<RawSym<'a>> {
-    syms.filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.size() > 0)
+    use object::read::elf::{SectionHeader, Sym};
+    let endian = file.endian();
+    let table = if dynamic {
+        file.elf_dynamic_symbol_table()
+    } else {
+        file.elf_symbol_table()
+    };
+    if table.is_empty() {
+        return Vec::new();
+    }
+    let Ok(strsec) = file.elf_section_table().section(table.string_section()) else {
+        return Vec::new();
+    };
+    let Ok(strings) = strsec.data(endian, file.data()) else {
+        return Vec::new();
+    };
+    table
+        .symbols()
+        .iter()
         .filter_map(|s| {
-            let name = s.name().ok()?;
+            let kind = s.st_type();
+            if kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC {
+                return None;
+            }
+            let size = s.st_size(endian);
+            if s.st_shndx(endian) == elf::SHN_UNDEF || size == 0 {
+                return None;
+            }
+            let tail = strings.get(s.st_name(endian) as usize..)?;
+            let end = tail.iter().position(|&b| b == 0)?;
+            let name = std::str::from_utf8(&tail[..end]).ok()?;
             (!name.is_empty()).then_some(RawSym {
                 name,
-                addr: s.address(),
-                size: s.size(),
+                addr: s.st_value(endian),
+                size,
             })
         })
         .collect()

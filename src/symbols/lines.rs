@@ -27,7 +27,7 @@ pub struct Location {
 impl LineTable {
     /// None when the object has no DWARF.
     pub fn load(obj: &ElfObject) -> Option<LineTable> {
-        let file = object::File::parse(obj.dwarf_bytes()).ok()?;
+        let file = object::File::parse(obj.dwarf_data()).ok()?;
         file.section_by_name(".debug_info")?;
         let load = |id: gimli::SectionId| -> Result<R, gimli::Error> {
             let data: Cow<'_, [u8]> = file

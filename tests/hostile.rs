@@ -1,0 +1,153 @@
+//! Hostile input: truncated and corrupted ELF files, a file truncated while
+//! it is being read, a symbol table of a million entries, names of 64 KiB.
+//! Each gives a clear error or a correct result in bounded time, never a
+//! panic (and never a SIGBUS, which would end this test process).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use object::write::{Object, StandardSection, Symbol, SymbolSection};
+use object::{Architecture, BinaryFormat, Endianness, SymbolFlags, SymbolKind, SymbolScope};
+use tachy::symbols::{self, ElfObject, Pattern};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Everything tachy does to an object before attaching, none of which may
+/// panic whatever the bytes.
+fn exercise(path: &Path) {
+    let Ok(obj) = ElfObject::open(path, path) else {
+        return;
+    };
+    let _ = obj.function_symbols();
+    for p in ["main", "shop::*", "shop::Store::lookup(int)"] {
+        let pat = Pattern::parse(p).unwrap();
+        if let Ok(found) = symbols::find(&obj, &pat) {
+            for f in &found.functions {
+                if let Ok(d) = tachy::plan::decode_function(&obj, f) {
+                    let _ = tachy::plan::choose_entry(&d, &|_| true);
+                    if let Ok(names) = tachy::callsites::Names::load(&obj) {
+                        let lines = symbols::lines::LineTable::load(&obj);
+                        let _ = tachy::callsites::sites(&d, &names, lines.as_ref());
+                    }
+                }
+            }
+        }
+        let _ = symbols::suggest(&obj, &pat, 5);
+        let _ = symbols::dwarf::inlined_only(&obj, &pat);
+    }
+}
+
+#[test]
+fn truncated_elf_files_never_panic() {
+    let src = std::fs::read(common::build("cpp_o2")).unwrap();
+    let path = scratch("truncated");
+    let step = (src.len() / 61).max(1);
+    for len in (0..src.len()).step_by(step).chain([1, 4, 16, 63, 64, 65]) {
+        std::fs::write(&path, &src[..len]).unwrap();
+        exercise(&path);
+    }
+}
+
+#[test]
+fn corrupted_elf_files_never_panic() {
+    let src = std::fs::read(common::build("cpp_o2")).unwrap();
+    let path = scratch("corrupted");
+    // A fixed sequence of pseudo-random byte changes, heavier in the headers.
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..100 {
+        let mut bytes = src.clone();
+        for _ in 0..(1 + round % 16) {
+            let at = if next() % 2 == 0 {
+                next() as usize % 4096
+            } else {
+                next() as usize % bytes.len()
+            };
+            bytes[at] = next() as u8;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        exercise(&path);
+    }
+}
+
+#[test]
+fn file_truncated_while_read_gives_errors_not_a_crash() {
+    let path = scratch("shrinking");
+    std::fs::copy(common::build("cpp_o2"), &path).unwrap();
+    let obj = ElfObject::open(&path, &path).unwrap();
+    // Rewritten in place after tachy opened it: the rest now reads short.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    let err = obj.function_symbols().unwrap_err();
+    assert!(format!("{err:#}").contains("malformed"), "{err:#}");
+    assert!(obj.code(0x1000, 16).is_none());
+}
+
+/// An object with `n` functions named `f0`…, plus one with a 64 KiB name.
+fn many_symbols(n: usize) -> Vec<u8> {
+    let mut o = Object::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+    let text = o.section_id(StandardSection::Text);
+    let code = vec![0xc3u8; n + 1]; // one `ret` per function
+    o.append_section_data(text, &code, 16);
+    let mut add = |name: Vec<u8>, value: u64| {
+        o.add_symbol(Symbol {
+            name,
+            value,
+            size: 1,
+            kind: SymbolKind::Text,
+            scope: SymbolScope::Linkage,
+            weak: false,
+            section: SymbolSection::Section(text),
+            flags: SymbolFlags::None,
+        });
+    };
+    for i in 0..n {
+        add(format!("f{i}").into_bytes(), i as u64);
+    }
+    add(vec![b'x'; 64 * 1024], n as u64);
+    o.write().unwrap()
+}
+
+#[test]
+fn a_million_symbols_and_a_64k_name_resolve_in_bounded_time() {
+    let path = scratch("million.o");
+    std::fs::write(&path, many_symbols(1_000_000)).unwrap();
+    let obj = ElfObject::open(&path, &path).unwrap();
+    let start = Instant::now();
+    let (syms, _) = obj.function_symbols().unwrap();
+    assert_eq!(syms.len(), 1_000_001);
+    let found = symbols::find(&obj, &Pattern::parse("f999999").unwrap()).unwrap();
+    assert_eq!(found.functions.len(), 1);
+    assert_eq!(found.functions[0].addr, 999_999);
+    let long = "x".repeat(64 * 1024);
+    assert!(syms.iter().any(|s| s.name == long));
+    // A 64 KiB pattern is refused with a clear error; a glob still matches.
+    let err = Pattern::parse(&long).unwrap_err().to_string();
+    assert_eq!(err, "function pattern is longer than 4096 bytes");
+    let found = symbols::find(&obj, &Pattern::parse("xxxx*").unwrap()).unwrap();
+    assert_eq!(found.functions.len(), 1);
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    // No match among a million: near names, bounded too.
+    let near = symbols::suggest(&obj, &Pattern::parse("f99999x").unwrap(), 5);
+    assert_eq!(near.len(), 5, "{near:?}");
+}
