@@ -132,6 +132,10 @@ pub struct LatencyArgs {
     #[arg(long)]
     pub uretprobe: bool,
 
+    /// Also trace the processes the traced one forks (and theirs) after tachy attached
+    #[arg(long)]
+    pub follow: bool,
+
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
@@ -211,6 +215,10 @@ pub struct NestedArgs {
     #[arg(long, value_name = "FILE")]
     pub svg: Option<std::path::PathBuf>,
 
+    /// Also trace the processes the traced one forks (and theirs) after tachy attached
+    #[arg(long)]
+    pub follow: bool,
+
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
@@ -271,6 +279,7 @@ impl NestedArgs {
             faster_than: self.faster_than,
             outermost: false,
             uretprobe: false,
+            follow: self.follow,
             dry_run: self.dry_run,
             verbose: self.verbose,
             command: self.command,
@@ -390,6 +399,7 @@ pub struct LatencySettings {
     pub max_ns: u64,
     pub outermost: bool,
     pub uretprobe: bool,
+    pub follow: bool,
     pub dry_run: bool,
     pub verbose: bool,
     /// `tachy nested`: the tree to time.
@@ -408,6 +418,9 @@ impl LatencyArgs {
         }
         if self.pid == Some(0) {
             bail!("-p 0 is not a process");
+        }
+        if self.follow && self.pid.is_none() && self.command.is_empty() {
+            bail!("--follow needs a process to follow: -p PID or a command after --");
         }
         let min_ns = self
             .slower_than
@@ -450,6 +463,7 @@ impl LatencyArgs {
             max_ns,
             outermost: self.outermost,
             uretprobe: self.uretprobe,
+            follow: self.follow,
             dry_run: self.dry_run,
             verbose: self.verbose,
             nested: None,

@@ -158,6 +158,8 @@ pub struct Settings {
     pub outermost: bool,
     /// Time returns with uretprobes instead of probes on `ret`s.
     pub uretprobe: bool,
+    /// Attach for every process; count in the traced one and its forks.
+    pub follow: bool,
     /// Unit the kernel buckets durations in (ns per unit).
     pub unit_ns: u64,
 }

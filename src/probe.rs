@@ -91,6 +91,7 @@ impl<'obj> Tracer<'obj> {
             ro.unit_ns = plan.settings.unit_ns.max(1);
             ro.nested = !plan.sites.is_empty();
             ro.filter_tgid = plan.pid.max(0) as u32;
+            ro.follow = plan.settings.follow;
         }
         open.maps
             .stats
@@ -112,6 +113,7 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_site_s, !multi && nested),
             (&mut open.progs.tachy_send_m, multi && nested),
             (&mut open.progs.tachy_send_s, !multi && nested),
+            (&mut open.progs.tachy_fork, plan.settings.follow),
             (&mut open.progs.tachy_sys_enter, !plan.syscalls.is_empty()),
             (&mut open.progs.tachy_sys_exit, !plan.syscalls.is_empty()),
         ] {
@@ -125,6 +127,21 @@ impl<'obj> Tracer<'obj> {
             multi,
             thread_exit: false,
         };
+        if plan.settings.follow && plan.pid > 0 {
+            let key = (plan.pid as u32).to_ne_bytes();
+            t.skel
+                .maps
+                .followed
+                .update(&key, &[1u8], MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up --follow: {e}"))?;
+            let link = t
+                .skel
+                .progs
+                .tachy_fork
+                .attach()
+                .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
+            t.links.push(link);
+        }
         t.attach_all(plan)?;
         if !plan.syscalls.is_empty() {
             t.attach_syscalls(plan)?;
@@ -143,6 +160,9 @@ impl<'obj> Tracer<'obj> {
     }
 
     fn attach_all(&mut self, plan: &Plan) -> Result<()> {
+        // Following forks, probes fire in every process and the BPF side
+        // keeps only the followed ones: a fork is not known in advance.
+        let link_pid = if plan.settings.follow { -1 } else { plan.pid };
         for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
             for kind in [
                 Prog::Entry,
@@ -233,7 +253,7 @@ impl<'obj> Tracer<'obj> {
                             ..Default::default()
                         };
                         let link = prog
-                            .attach_uprobe_multi_with_opts(plan.pid, open_path, "", opts)
+                            .attach_uprobe_multi_with_opts(link_pid, open_path, "", opts)
                             .map_err(|e| attach_error(e.to_string()))
                             .with_context(what)?;
                         self.links.push(link);
@@ -254,7 +274,7 @@ impl<'obj> Tracer<'obj> {
                             ..Default::default()
                         };
                         let link = prog
-                            .attach_uprobe_with_opts(plan.pid, open_path, off, opts)
+                            .attach_uprobe_with_opts(link_pid, open_path, off, opts)
                             .map_err(|e| attach_error(e.to_string()))
                             .with_context(what)?;
                         self.links.push(link);
@@ -336,6 +356,25 @@ impl<'obj> Tracer<'obj> {
             out.push(c);
         }
         Ok(out)
+    }
+
+    /// With --follow: whether any followed process still runs. Processes
+    /// that have exited leave the set.
+    pub fn followed_alive(&mut self) -> bool {
+        let map = &self.skel.maps.followed;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut alive = false;
+        for k in keys {
+            let Ok(b) = <[u8; 4]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            if crate::target::process_alive(u32::from_ne_bytes(b)) {
+                alive = true;
+            } else {
+                let _ = map.delete(&k);
+            }
+        }
+        alive
     }
 
     pub fn link_count(&self) -> usize {

@@ -66,6 +66,7 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
             max_ns: s.max_ns,
             outermost: s.outermost,
             uretprobe: s.uretprobe,
+            follow: s.follow,
             unit_ns: s.unit.ns(),
         },
         ..Default::default()
@@ -296,6 +297,10 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             if !target::process_alive(pid) {
                 done = true;
             }
+        }
+        // Followed forks outlive their parent: go on while any runs.
+        if done && s.follow && !STOP.load(Ordering::SeqCst) && tracer.followed_alive() {
+            done = false;
         }
         if deadline.is_some_and(|d| now >= d) {
             done = true;

@@ -803,3 +803,31 @@ fn sigusr1_interim_reports_are_cumulative() {
     }
     assert_still_ticking(&mut fx, "after tachy ended");
 }
+
+/// `--follow`: a process that forks a child, which forks a grandchild, each
+/// calling tick 5 times. Without --follow only the traced process counts.
+#[test]
+fn follow_traces_forked_processes() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["--follow", "tick"], &["fork", "5"]);
+    out.assert_success();
+    assert_eq!(counts(&out.stdout)["all"], 15, "{out}");
+    assert_eq!(tally(&out.single_report(), "tick"), (15, 0, 0, 0), "{out}");
+
+    let out = run_cmd(&["tick"], &["fork", "5"]);
+    out.assert_success();
+    assert_eq!(tally(&out.single_report(), "tick"), (5, 0, 0, 0), "{out}");
+
+    // Attached to a running process: its forks after the attach count too.
+    let mut fx = Fixture::spawn("faults", &["fork", "5"]);
+    let t = attach(fx.pid(), &["--follow", "tick"]);
+    fx.go();
+    let (status, fx_out) = fx.wait();
+    assert!(status.success(), "{fx_out}");
+    let out = t.finish(Duration::from_secs(15));
+    out.assert_success();
+    assert_eq!(tally(&out.single_report(), "tick"), (15, 0, 0, 0), "{out}");
+}

@@ -21,6 +21,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "tachy.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -37,6 +38,28 @@ const volatile bool outermost = false;
 const volatile bool nested = false;
 /* Durations are bucketed in display units (ns per unit), as funclatency. */
 const volatile __u64 unit_ns = 1;
+
+/*
+ * --follow: probes are attached for every process and count only in the
+ * processes of this set, which forks of its members join.
+ */
+const volatile bool follow = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TACHY_MAX_FOLLOWED);
+	__type(key, __u32);
+	__type(value, __u8);
+} followed SEC(".maps");
+
+static __always_inline bool process_wanted(__u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+
+	if (filter_tid && (__u32)pid_tgid != filter_tid)
+		return false;
+	return !follow || bpf_map_lookup_elem(&followed, &tgid);
+}
 
 /*
  * Which half of `stats` the probes write. User space flips it, then reads
@@ -340,7 +363,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	__u64 now;
 	int i;
 
-	if (filter_tid && (__u32)bpf_get_current_pid_tgid() != filter_tid)
+	if (!process_wanted(bpf_get_current_pid_tgid()))
 		return 0;
 	now = bpf_ktime_get_ns();
 	t = current_thread(true);
@@ -450,7 +473,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	struct tachy_frame *f;
 	__u64 now;
 
-	if (filter_tid && (__u32)bpf_get_current_pid_tgid() != filter_tid)
+	if (!process_wanted(bpf_get_current_pid_tgid()))
 		return 0;
 	t = current_thread(false);
 	if (!t || !t->depth)
@@ -654,9 +677,9 @@ static __always_inline bool syscall_wanted(void)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
 
-	if (filter_tgid && (pt >> 32) != filter_tgid)
+	if (!follow && filter_tgid && (pt >> 32) != filter_tgid)
 		return false;
-	return !filter_tid || (__u32)pt == filter_tid;
+	return process_wanted(pt);
 }
 
 SEC("tp_btf/sys_enter")
@@ -693,6 +716,20 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 	id = sc->id - 1;
 	sc->id = 0;
 	record_ns(id, bpf_ktime_get_ns() - sc->start_ns, false);
+	return 0;
+}
+
+/* --follow: a process forked by a followed one is followed too. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(tachy_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 ctgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+
+	if (ptgid == ctgid || !bpf_map_lookup_elem(&followed, &ptgid))
+		return 0;
+	bpf_map_update_elem(&followed, &ctgid, &one, BPF_ANY);
 	return 0;
 }
 

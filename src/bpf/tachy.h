@@ -9,6 +9,9 @@
 /* System call numbers that can be traced (x86-64 has fewer than 512). */
 #define TACHY_MAX_SYSCALLS 512
 
+/* Processes --follow can follow at once. */
+#define TACHY_MAX_FOLLOWED 4096
+
 /* Open frames kept per thread. Deeper nesting is counted as overflow. */
 #define TACHY_MAX_DEPTH 64
 
