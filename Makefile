@@ -28,6 +28,9 @@ demo: build
 # The whole test suite: unit tests and root-run BPF integration tests.
 test: deps
 	$(CARGO) test --no-fail-fast -- --test-threads=1
+	@# Tests of kernel features this machine may lack (kprobes) say here
+	@# whether they ran or were skipped, and why.
+	@$(CARGO) test -q --test kernel -- --show-output 2>&1 | grep -E "^skipped" || true
 
 check: deps
 	$(CARGO) fmt --check

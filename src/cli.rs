@@ -323,6 +323,11 @@ impl FuncSpec {
         matches!(self.object.as_deref(), Some("syscall" | "sys"))
     }
 
+    /// `k:FUNC` (or `kernel:FUNC`): a kernel function, timed with kprobes.
+    pub fn is_kernel(&self) -> bool {
+        matches!(self.object.as_deref(), Some("k" | "kernel" | "kprobe"))
+    }
+
     /// Splits at the first `:` that is not part of a C++ `::`.
     pub fn parse(s: &str) -> Result<FuncSpec> {
         let b = s.as_bytes();

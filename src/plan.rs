@@ -180,6 +180,8 @@ pub struct Plan {
     pub unwinding: std::collections::HashMap<usize, bool>,
     /// System calls timed enter to exit, as (number, id).
     pub syscalls: Vec<(u32, u32)>,
+    /// Kernel functions timed with kprobes, as (name, id).
+    pub kprobes: Vec<(String, u32)>,
 }
 
 /// Decodes a function with its fragments.
@@ -402,23 +404,37 @@ impl Plan {
         if let Some(&(_, id)) = self.syscalls.iter().find(|(n, _)| *n == nr) {
             return id;
         }
-        let object = match self
-            .objects
-            .iter()
-            .position(|o| o.0 == std::path::Path::new("kernel"))
-        {
+        let id = self.add_kernel_item(format!("syscall:{name}"), name, nr as u64);
+        self.syscalls.push((nr, id));
+        id
+    }
+
+    /// Adds a kernel function, timed by a kprobe and a kretprobe.
+    pub fn add_kernel_function(&mut self, name: &str) -> u32 {
+        if let Some((_, id)) = self.kprobes.iter().find(|(n, _)| n == name) {
+            return *id;
+        }
+        let id = self.add_kernel_item(format!("k:{name}"), name, 0);
+        self.kprobes.push((name.to_string(), id));
+        id
+    }
+
+    /// A counter slot for something the kernel times, shown as `name`.
+    fn add_kernel_item(&mut self, name: String, raw: &str, addr: u64) -> u32 {
+        let kernel = std::path::Path::new("kernel");
+        let object = match self.objects.iter().position(|o| o.0 == kernel) {
             Some(i) => i,
             None => {
-                self.objects.push(("kernel".into(), PathBuf::new()));
+                self.objects.push((kernel.into(), PathBuf::new()));
                 self.objects.len() - 1
             }
         };
         let id = self.funcs.len() as u32;
         self.funcs.push(TracedFunc {
-            name: format!("syscall:{name}"),
-            raw_name: name.to_string(),
+            name,
+            raw_name: raw.to_string(),
             object,
-            addr: nr as u64,
+            addr,
             size: 0,
             fragments: 0,
             source: SymSource::Symtab,
@@ -432,7 +448,6 @@ impl Plan {
                 unknown_tails: 0,
             },
         });
-        self.syscalls.push((nr, id));
         id
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts, UprobeOpts};
+use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts, UprobeOpts};
 
 use crate::plan::{Plan, ProbeKind};
 use crate::report::{Counts, Hist};
@@ -114,6 +114,8 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_send_m, multi && nested),
             (&mut open.progs.tachy_send_s, !multi && nested),
             (&mut open.progs.tachy_fork, plan.settings.follow),
+            (&mut open.progs.tachy_kentry, !plan.kprobes.is_empty()),
+            (&mut open.progs.tachy_kexit, !plan.kprobes.is_empty()),
             (&mut open.progs.tachy_sys_enter, !plan.syscalls.is_empty()),
             (&mut open.progs.tachy_sys_exit, !plan.syscalls.is_empty()),
         ] {
@@ -145,6 +147,21 @@ impl<'obj> Tracer<'obj> {
         t.attach_all(plan)?;
         if !plan.syscalls.is_empty() {
             t.attach_syscalls(plan)?;
+        }
+        for (name, id) in &plan.kprobes {
+            for (prog, ret) in [
+                (&t.skel.progs.tachy_kentry, false),
+                (&t.skel.progs.tachy_kexit, true),
+            ] {
+                let opts = KprobeOpts {
+                    cookie: *id as u64,
+                    ..Default::default()
+                };
+                let link = prog.attach_kprobe_with_opts(ret, name, opts).map_err(|e| {
+                    anyhow!("cannot attach a kprobe to kernel function {name}: {e}")
+                })?;
+                t.links.push(link);
+            }
         }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.

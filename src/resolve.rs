@@ -68,12 +68,6 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
             ),
         });
     };
-    if matches!(obj, "k" | "kernel" | "kprobe" | "fentry") {
-        bail!(
-            "kernel functions ({obj}:{}) are not supported by this version of tachy",
-            spec.pattern
-        );
-    }
     if obj.contains('/') {
         let path = PathBuf::from(obj);
         return Ok(match scope {
@@ -125,7 +119,7 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
 /// Resolves every spec; fails on the first that matches nothing.
 pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Vec<Resolved>> {
     let mut out: Vec<Resolved> = Vec::new();
-    for spec in specs.iter().filter(|s| !s.is_syscall()) {
+    for spec in specs.iter().filter(|s| !s.is_syscall() && !s.is_kernel()) {
         let pat = Pattern::parse(&spec.pattern)?;
         let groups = candidate_groups(spec, scope)?;
         let mut found_any = false;

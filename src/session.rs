@@ -76,6 +76,11 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
             plan.add_syscall(name, nr);
         }
     }
+    for spec in s.specs.iter().filter(|x| x.is_kernel()) {
+        for name in kernel::match_kernel_functions(&spec.pattern)? {
+            plan.add_kernel_function(&name);
+        }
+    }
     let mut roots = Vec::new();
     for r in &resolved {
         for f in &r.funcs {

@@ -719,6 +719,70 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+/*
+ * Kernel functions, through kprobes (cookie: function id). Kernel code
+ * does not unwind, so a per-thread stack of start times matched by id is
+ * enough; a return whose entry was missed closes nothing.
+ */
+struct tachy_kframes {
+	__u32 depth;
+	__u32 pad;
+	__u64 start_ns[TACHY_MAX_KDEPTH];
+	__u32 id[TACHY_MAX_KDEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tachy_kframes);
+} kframes SEC(".maps");
+
+SEC("kprobe")
+int tachy_kentry(struct pt_regs *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct tachy_kframes *k;
+	__u32 d;
+
+	if (!syscall_wanted())
+		return 0;
+	k = bpf_task_storage_get(&kframes, bpf_get_current_task_btf(), 0,
+				 BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!k)
+		return 0;
+	d = k->depth;
+	if (d >= TACHY_MAX_KDEPTH) {
+		struct tachy_stats *s = stats_of(id);
+
+		if (s)
+			s->overflow++;
+		return 0;
+	}
+	k->start_ns[d] = bpf_ktime_get_ns();
+	k->id[d] = id;
+	k->depth = d + 1;
+	return 0;
+}
+
+SEC("kretprobe")
+int tachy_kexit(struct pt_regs *ctx)
+{
+	__u32 id = bpf_get_attach_cookie(ctx);
+	struct tachy_kframes *k;
+	__u32 d;
+
+	k = bpf_task_storage_get(&kframes, bpf_get_current_task_btf(), 0, 0);
+	if (!k || !k->depth)
+		return 0;
+	d = k->depth - 1;
+	if (d >= TACHY_MAX_KDEPTH || k->id[d] != id)
+		return 0;
+	record_ns(id, bpf_ktime_get_ns() - k->start_ns[d], false);
+	k->depth = d;
+	return 0;
+}
+
 /* --follow: a process forked by a followed one is followed too. */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(tachy_fork, struct task_struct *parent, struct task_struct *child)

@@ -9,6 +9,9 @@
 /* System call numbers that can be traced (x86-64 has fewer than 512). */
 #define TACHY_MAX_SYSCALLS 512
 
+/* Kernel functions nested on one thread (kprobes). */
+#define TACHY_MAX_KDEPTH 16
+
 /* Processes --follow can follow at once. */
 #define TACHY_MAX_FOLLOWED 4096
 

@@ -1,4 +1,4 @@
-//! Kernel-side targets: system calls by name.
+//! Kernel-side targets: system calls by name, kernel functions by name.
 
 pub mod syscalls;
 
@@ -27,6 +27,43 @@ pub fn match_syscalls(pattern: &str) -> Result<Vec<(&'static str, u32)>> {
         bail!(
             "no system call is named {pattern:?}; near names: {}",
             near.join(", ")
+        );
+    }
+    Ok(hits)
+}
+
+/// Whether this kernel can attach kprobes.
+pub fn kprobes_available() -> bool {
+    std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+}
+
+/// The kernel functions (text symbols of /proc/kallsyms) a pattern names.
+pub fn match_kernel_functions(pattern: &str) -> Result<Vec<String>> {
+    if !kprobes_available() {
+        bail!(
+            "kernel function {pattern:?} cannot be traced here: this kernel has no kprobes (CONFIG_KPROBES is off), which tachy uses to time kernel functions; use a kernel built with CONFIG_KPROBES=y, or time system calls with syscall:NAME"
+        );
+    }
+    let text = std::fs::read_to_string("/proc/kallsyms")
+        .map_err(|e| anyhow::anyhow!("cannot read /proc/kallsyms: {e}"))?;
+    let mut hits: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (matches!(kind, "t" | "T") && f.next().is_none() && glob_match(pattern, name))
+                .then(|| name.to_string())
+        })
+        .collect();
+    hits.sort();
+    hits.dedup();
+    if hits.is_empty() {
+        bail!("no kernel function is named {pattern:?}");
+    }
+    if hits.len() > 64 {
+        bail!(
+            "{pattern:?} names {} kernel functions; name at most 64",
+            hits.len()
         );
     }
     Ok(hits)
