@@ -388,3 +388,54 @@ fn stripped_binary_in_its_own_mount_namespace() {
     // returned too (the other 6 calls left by exception, with their sites).
     assert_eq!((n(throw, "count"), n(throw, "unwound")), (6, 0), "{throw}");
 }
+
+/// A path target covers processes that start after tachy attached: two
+/// runs of a program started once tachy is tracing its path are both
+/// counted, exactly.
+#[test]
+fn path_target_covers_processes_started_later() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let dir = scratch("later");
+    let app = dir.join("app");
+    let spec = format!("{}:shop::Store::lookup(int)", app.display());
+    let mut child = Command::new(common::tachy())
+        .args(["latency", "--json", "-d", "4", &spec])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(
+        header.starts_with("Tracing 1 function in every process that maps "),
+        "{header}"
+    );
+    for _ in 0..2 {
+        let st = Command::new(&app)
+            .args(["3", "2"])
+            .env("FIXTURE_NO_WAIT", "1")
+            .output()
+            .unwrap();
+        assert!(st.status.success());
+    }
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{out}");
+    let rep: Value =
+        serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert_eq!(
+        n(function(&rep, "shop::Store::lookup(int)"), "count"),
+        12,
+        "{rep:#}"
+    );
+}
