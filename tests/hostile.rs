@@ -151,3 +151,18 @@ fn a_million_symbols_and_a_64k_name_resolve_in_bounded_time() {
     let near = symbols::suggest(&obj, &Pattern::parse("f99999x").unwrap(), 5);
     assert_eq!(near.len(), 5, "{near:?}");
 }
+
+/// Found by fuzzing: addresses at the ends of the address space.
+#[test]
+fn extreme_addresses_are_answered_not_panicked_on() {
+    let exe = common::build("cpp_o2");
+    let obj = ElfObject::open(&exe, &exe).unwrap();
+    let lines = symbols::lines::LineTable::load(&obj).expect("the fixture has DWARF");
+    for a in [0, 1, u64::MAX, u64::MAX - 1, 1 << 63] {
+        let _ = lines.locate(a);
+        let _ = obj.vaddr_to_offset(a);
+        let _ = obj.code(a, 16);
+        let _ = obj.code(a, u64::MAX);
+        let _ = symbols::function_at(&obj, a);
+    }
+}

@@ -132,9 +132,10 @@ impl Decoded {
             if !i.falls_through {
                 break;
             }
-            match i.sp_change {
-                Some(d) => sp_adjust -= d,
-                None => break,
+            // A change no real prologue or epilogue makes ends the walk.
+            match i.sp_change.and_then(|d| sp_adjust.checked_sub(d)) {
+                Some(a) if a.abs() <= MAX_SP_OFFSET => sp_adjust = a,
+                _ => break,
             }
         }
         out
@@ -163,6 +164,11 @@ impl Decoded {
         false
     }
 }
+
+/// The largest stack offset a probe placement follows (1 MiB): beyond it,
+/// the code is no prologue or epilogue, and arithmetic stays far from
+/// overflow.
+pub const MAX_SP_OFFSET: i32 = 1 << 20;
 
 /// A place to observe that an instruction was reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

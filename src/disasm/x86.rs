@@ -72,7 +72,14 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
                     branch_target: false,
                 });
                 match sp_change(&insn) {
-                    Some(d) if insn.flow_control() == FlowControl::Next => sp_offset -= d,
+                    Some(d)
+                        if insn.flow_control() == FlowControl::Next
+                            && sp_offset
+                                .checked_sub(d)
+                                .is_some_and(|o| o.abs() <= super::MAX_SP_OFFSET) =>
+                    {
+                        sp_offset -= d
+                    }
                     _ => prologue_open = false,
                 }
             }
@@ -151,7 +158,7 @@ fn sp_change(insn: &Instruction) -> Option<i32> {
     match insn.mnemonic() {
         Mnemonic::Push if insn.op0_kind() == OpKind::Register => Some(-8),
         Mnemonic::Pop if insn.op0_kind() == OpKind::Register && !writes_rsp => Some(8),
-        Mnemonic::Sub if writes_rsp => imm().map(|n| -n),
+        Mnemonic::Sub if writes_rsp => imm().and_then(i32::checked_neg),
         Mnemonic::Add if writes_rsp => imm(),
         Mnemonic::Cmp | Mnemonic::Test => Some(0),
         Mnemonic::Push

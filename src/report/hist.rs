@@ -108,16 +108,17 @@ impl Hist {
 /// A value known to lie in [lo, hi], printed with no more digits than that
 /// range supports: the midpoint, rounded to the power of ten below the width.
 pub fn round_to_precision(lo: u64, hi: u64) -> u64 {
+    let (lo, hi) = (lo.min(hi), lo.max(hi));
     let mid = lo + (hi - lo) / 2;
-    let width = hi - lo + 1;
+    let width = (hi - lo).saturating_add(1);
     let mut step = 1u64;
-    while step.saturating_mul(10) <= width {
-        step *= 10;
+    while let Some(next) = step.checked_mul(10).filter(|&n| n <= width) {
+        step = next;
     }
     if step == 1 {
         return mid;
     }
-    ((mid + step / 2) / step) * step
+    (mid.saturating_add(step / 2) / step).saturating_mul(step)
 }
 
 #[cfg(test)]
@@ -181,5 +182,8 @@ mod tests {
         assert_eq!(round_to_precision(7, 7), 7);
         assert_eq!(round_to_precision(360_448, 376_831), 370_000);
         assert_eq!(round_to_precision(1024, 1087), 1060);
+        // Found by fuzzing: the whole range, and a reversed one.
+        assert!(round_to_precision(0, u64::MAX) > 0);
+        assert_eq!(round_to_precision(9, 7), 8);
     }
 }

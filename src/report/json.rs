@@ -19,7 +19,9 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
             for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
                 let v = p.map(|(lo, hi)| {
                     // Bucket midpoint in ns, within the exact min and max.
-                    ((lo + (hi - lo) / 2) * per).clamp(c.min_ns, c.max_ns)
+                    (lo + (hi - lo) / 2)
+                        .saturating_mul(per)
+                        .clamp(c.min_ns.min(c.max_ns), c.max_ns)
                 });
                 pct.insert(name.to_string(), json!(v));
             }

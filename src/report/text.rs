@@ -45,7 +45,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
         for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
             if let Some((lo, hi)) = p {
-                let v = round_to_precision(lo, hi).clamp(min, max);
+                // A call of 0 ns is kept as min 1 ns by the kernel: never
+                // let min exceed max.
+                let v = round_to_precision(lo, hi).clamp(min.min(max), max);
                 write!(w, ", {name} = {v} {u}")?;
             }
         }

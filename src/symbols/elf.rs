@@ -149,14 +149,15 @@ impl ElfObject {
         self.loads
             .iter()
             .find(|l| l.exec && vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz.min(l.memsz))
-            .map(|l| vaddr - l.vaddr + l.offset)
+            .and_then(|l| (vaddr - l.vaddr).checked_add(l.offset))
     }
 
     /// The code bytes of `[vaddr, vaddr + len)`, if all are in the file.
     pub fn code(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
         let start = self.vaddr_to_offset(vaddr)?;
         let last = self.vaddr_to_offset(vaddr.checked_add(len)?.checked_sub(1)?)?;
-        if last + 1 - start != len {
+        // Both ends in one segment, contiguous in the file.
+        if last.checked_sub(start)?.checked_add(1)? != len {
             return None;
         }
         self.data.read_bytes_at(start, len).ok()

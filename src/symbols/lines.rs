@@ -42,6 +42,11 @@ impl LineTable {
     }
 
     pub fn locate(&self, addr: u64) -> Option<Location> {
+        // addr2line looks one byte past the address; no code sits at the
+        // very top of the address space anyway.
+        if addr >= u64::MAX - 1 {
+            return None;
+        }
         let mut frames = self.ctx.find_frames(addr).skip_all_loads().ok()?;
         let mut innermost: Option<(Option<String>, Option<String>)> = None;
         let mut depth = 0;
