@@ -918,14 +918,21 @@ mod tests {
     fn absurd_stack_adjustments_stop_the_walk() {
         // Found by fuzzing: sub $-0x80000000,%rsp; push %rbp, and a run of
         // huge subs, overflowed the stack offset.
-        let e = entry_of(&[0x48, 0x81, 0xec, 0x00, 0x00, 0x00, 0x80, 0x55, 0xc3], true);
+        let e = entry_of(
+            &[0x48, 0x81, 0xec, 0x00, 0x00, 0x00, 0x80, 0x55, 0xc3],
+            true,
+        );
         assert_eq!(e.addr, 0x1000);
         let mut code = Vec::new();
         for _ in 0..4 {
             code.extend([0x48, 0x81, 0xec, 0xff, 0xff, 0xff, 0x7f]); // sub $0x7fffffff,%rsp
         }
         code.extend([0x55, 0xc3]);
-        let d = decode(&[Range { addr: 0x1000, bytes: &code }]).unwrap();
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
         let _ = choose_entry(&d, &|_| true);
         for b in &d.boundaries {
             let _ = site_end(&d, *b, None);

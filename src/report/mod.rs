@@ -189,6 +189,33 @@ mod golden {
     }
 
     #[test]
+    fn a_zero_nanosecond_call_renders() {
+        // The kernel keeps min at 1 ns for a call of 0 ns, so min > max.
+        let mut c = Counts {
+            count: 1,
+            min_ns: 1,
+            max_ns: 0,
+            ..Counts::default()
+        };
+        c.hist.buckets[0] = 1;
+        let r = Report {
+            time: UNIX_EPOCH,
+            unit: Unit::Nsec,
+            timestamp: false,
+            funcs: vec![FuncReport {
+                name: "f".into(),
+                raw_name: "f".into(),
+                object: "/x".into(),
+                counts: c,
+            }],
+        };
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains("p50 = 0 nsec"));
+        json::render(&r, &mut Vec::new()).unwrap();
+    }
+
+    #[test]
     fn empty_function_prints_no_table() {
         let r = Report {
             time: UNIX_EPOCH,
