@@ -151,12 +151,13 @@ static __always_inline void record_ns(__u32 id, __u64 d, bool indirect_tail)
 	}
 	if (indirect_tail)
 		s->indirect_tail++;
-	s->count++;
-	s->total_ns += d;
-	if (!s->min_ns || d < s->min_ns)
-		s->min_ns = d ? d : 1;
+	/* min is meaningful once count is: a call of 0 ns is min 0. */
+	if (!s->count || d < s->min_ns)
+		s->min_ns = d;
 	if (d > s->max_ns)
 		s->max_ns = d;
+	s->count++;
+	s->total_ns += d;
 	add_bucket(s, d);
 }
 

@@ -89,7 +89,7 @@ struct tachy_thread {
 struct tachy_stats {
 	__u64 count; /* completed calls recorded in buckets */
 	__u64 total_ns;
-	__u64 min_ns; /* 0: none yet */
+	__u64 min_ns; /* meaningful once count > 0 */
 	__u64 max_ns;
 	__u64 unwound;	/* left by exception, longjmp or a lost exit */
 	__u64 filtered; /* completed, outside --slower-than/--faster-than */

@@ -190,7 +190,8 @@ mod golden {
 
     #[test]
     fn a_zero_nanosecond_call_renders() {
-        // The kernel keeps min at 1 ns for a call of 0 ns, so min > max.
+        // Counters whose min exceeds max (as per-CPU sums of a broken
+        // kernel side could be) still render.
         let mut c = Counts {
             count: 1,
             min_ns: 1,
