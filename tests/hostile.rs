@@ -166,3 +166,38 @@ fn extreme_addresses_are_answered_not_panicked_on() {
         let _ = symbols::function_at(&obj, a);
     }
 }
+
+/// Every input the fuzzers ever crashed on stays a test.
+#[test]
+fn fuzz_regressions_stay_fixed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+    let mut n = 0;
+    for target in ["elf_symbols", "debuginfo"] {
+        let Ok(rd) = std::fs::read_dir(dir.join(target)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let path = scratch(&format!("regression-{n}"));
+            std::fs::copy(e.path(), &path).unwrap();
+            exercise(&path);
+            n += 1;
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(dir.join("decode")) {
+        for e in rd.flatten() {
+            let bytes = std::fs::read(e.path()).unwrap();
+            if let Ok(d) = tachy::disasm::decode(&[tachy::disasm::Range {
+                addr: 0x1000,
+                bytes: &bytes,
+            }]) {
+                let _ = tachy::plan::choose_entry(&d, &|_| true);
+                for b in &d.boundaries {
+                    let _ = d.probe_points_from(*b);
+                    let _ = d.only_epilogue_from(*b);
+                }
+            }
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no regression inputs under {}", dir.display());
+}

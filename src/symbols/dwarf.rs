@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
-use object::{Object, ObjectSection};
+use object::Object;
 
 use super::demangle::{demangle, Lang, Names, Part};
 use super::{ElfObject, Pattern};
@@ -28,7 +28,7 @@ pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
     let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
         Ok(file
             .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
+            .and_then(|s| super::section_data(&s))
             .unwrap_or(Cow::Borrowed(&[])))
     };
     let sections = gimli::DwarfSections::load(load).ok()?;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::rc::Rc;
 
 use gimli::{EndianRcSlice, RunTimeEndian};
-use object::{Object, ObjectSection};
+use object::Object;
 
 use super::{demangle, ElfObject};
 
@@ -32,7 +32,7 @@ impl LineTable {
         let load = |id: gimli::SectionId| -> Result<R, gimli::Error> {
             let data: Cow<'_, [u8]> = file
                 .section_by_name(id.name())
-                .and_then(|s| s.uncompressed_data().ok())
+                .and_then(|s| super::section_data(&s))
                 .unwrap_or(Cow::Borrowed(&[]));
             Ok(EndianRcSlice::new(Rc::from(&*data), RunTimeEndian::Little))
         };

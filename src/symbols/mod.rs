@@ -17,6 +17,19 @@ pub use demangle::{demangle, Names, Part};
 pub use elf::{ElfObject, SymSource};
 pub use pattern::Pattern;
 
+/// Largest debug section tachy decompresses: a header claiming more is
+/// hostile input, not debug information.
+const MAX_SECTION: u64 = 1 << 30;
+
+/// A section's bytes, decompressed if need be, within MAX_SECTION.
+pub fn section_data<'d, S: object::ObjectSection<'d>>(s: &S) -> Option<std::borrow::Cow<'d, [u8]>> {
+    let c = s.compressed_data().ok()?;
+    if c.uncompressed_size > MAX_SECTION {
+        return None;
+    }
+    c.decompress().ok()
+}
+
 /// A `.cold`/`.warm` part of a function: its code, never an entry point.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fragment {
