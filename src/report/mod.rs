@@ -148,7 +148,9 @@ mod golden {
         }
     }
 
-    fn check(name: &str, got: &[u8]) {
+    /// Compares output with its golden file in src/report/golden;
+    /// `TACHY_BLESS=1` rewrites the file instead.
+    pub(crate) fn check(name: &str, got: &[u8]) {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("src/report/golden")
             .join(name);

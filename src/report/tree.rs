@@ -310,7 +310,6 @@ pub fn render_svg(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn node(
@@ -387,22 +386,7 @@ mod tests {
         }
     }
 
-    fn check(name: &str, got: &[u8]) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/report/golden")
-            .join(name);
-        if std::env::var_os("TACHY_BLESS").is_some() {
-            std::fs::write(&path, got).unwrap();
-            return;
-        }
-        let want = std::fs::read(&path)
-            .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
-        assert_eq!(
-            String::from_utf8_lossy(got),
-            String::from_utf8_lossy(&want),
-            "{name} differs; TACHY_BLESS=1 rewrites it"
-        );
-    }
+    use crate::report::golden::check;
 
     #[test]
     fn golden_text() {
