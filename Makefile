@@ -77,7 +77,8 @@ fuzz: deps
 	mkdir -p $$TMPDIR && \
 	for t in $$($(CARGO) fuzz list); do \
 		mkdir -p target/corpus/$$t && \
-		dirs="target/corpus/$$t corpus/$$t" && \
+		dirs="target/corpus/$$t" && \
+		if [ -d corpus/$$t ]; then dirs="$$dirs corpus/$$t"; fi && \
 		if [ -d regressions/$$t ]; then dirs="$$dirs regressions/$$t"; fi && \
 		$(CARGO) fuzz run --sanitizer $(FUZZ_SANITIZER) $$t $$dirs -- \
 			-runs=$(FUZZ_RUNS) -malloc_limit_mb=1048576 -print_final_stats=1 || exit 1; \

@@ -43,7 +43,10 @@ for t in "${targets[@]}"; do
 	# New inputs go to a scratch corpus; the seeds in corpus/$t stay as they
 	# are. The inputs of bugs found before (regressions/$t) run first, too.
 	mkdir -p "$work/corpus/$t"
-	dirs=("$work/corpus/$t" "corpus/$t")
+	dirs=("$work/corpus/$t")
+	if [ -d "corpus/$t" ]; then
+		dirs+=("corpus/$t")
+	fi
 	if [ -d "regressions/$t" ]; then
 		dirs+=("regressions/$t")
 	fi
