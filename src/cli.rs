@@ -18,12 +18,14 @@ Examples:
   tachy latency --slower-than 1ms -p 4242 read_page        only calls over 1 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
+  tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
 
 Functions are matched by demangled name: `ns::Class::read` matches every
 overload and compiler clone (.isra, .constprop, .part); add parameters to pick
 one overload; `*` and `?` glob; a mangled name matches itself. Prefix LIB: or
 PATH: to pick the object; with -p a bare name is looked up in the executable,
-then in the libraries it maps.
+then in the libraries it maps, then among the kernel's functions (k:FUNC names
+one outright; with -p only that process's calls count).
 
 Exit status: 0 on success (or the traced command's own status with --),
 1 on any error (one line on stderr), 2 on bad usage.";
@@ -79,7 +81,7 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
-    /// Functions to trace: FUNC, LIB:FUNC or PATH:FUNC
+    /// Functions to trace: FUNC, LIB:FUNC, PATH:FUNC, k:FUNC or syscall:NAME
     #[arg(required = true, value_name = "FUNC")]
     pub funcs: Vec<String>,
 
@@ -323,7 +325,8 @@ impl FuncSpec {
         matches!(self.object.as_deref(), Some("syscall" | "sys"))
     }
 
-    /// `k:FUNC` (or `kernel:FUNC`): a kernel function, timed with kprobes.
+    /// `k:FUNC` (or `kernel:FUNC`): a kernel function, timed with fentry/fexit
+    /// or kprobes.
     pub fn is_kernel(&self) -> bool {
         matches!(self.object.as_deref(), Some("k" | "kernel" | "kprobe"))
     }

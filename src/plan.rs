@@ -180,7 +180,7 @@ pub struct Plan {
     pub unwinding: std::collections::HashMap<usize, bool>,
     /// System calls timed enter to exit, as (number, id).
     pub syscalls: Vec<(u32, u32)>,
-    /// Kernel functions timed with kprobes, as (name, id).
+    /// Kernel functions, as (name, id): timed with fentry/fexit, or kprobes.
     pub kprobes: Vec<(String, u32)>,
 }
 
@@ -409,7 +409,7 @@ impl Plan {
         id
     }
 
-    /// Adds a kernel function, timed by a kprobe and a kretprobe.
+    /// Adds a kernel function, timed by fentry/fexit or a kprobe pair.
     pub fn add_kernel_function(&mut self, name: &str) -> u32 {
         if let Some((_, id)) = self.kprobes.iter().find(|(n, _)| n == name) {
             return *id;
@@ -623,6 +623,23 @@ impl Plan {
             self.pid
         );
         for (i, f) in self.funcs.iter().enumerate() {
+            let id = i as u32;
+            if let Some(&(nr, _)) = self.syscalls.iter().find(|x| x.1 == id) {
+                let _ = writeln!(
+                    s,
+                    "  [{i}] {}: system call {nr}, timed by the sys_enter and sys_exit tracepoints",
+                    f.name
+                );
+                continue;
+            }
+            if self.kprobes.iter().any(|x| x.1 == id) {
+                let _ = writeln!(
+                    s,
+                    "  [{i}] {}: kernel function, timed by fentry/fexit, else a kprobe and kretprobe",
+                    f.name
+                );
+                continue;
+            }
             let _ = writeln!(
                 s,
                 "  [{i}] {} in {} at {:#x} (symbols from {})",

@@ -4,6 +4,7 @@
 //! descriptors, so the kernel removes them even if tachy is killed.
 
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -32,11 +33,17 @@ unsafe impl plain::Plain for types::tachy_stats {}
 
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
+    /// One more instance of the program per kernel function timed with
+    /// fentry/fexit (an attach target is fixed at load), sharing `skel`'s
+    /// maps and counters.
+    kfuncs: Vec<TachySkel<'obj>>,
     links: Vec<Link>,
     nfuncs: u32,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
+    /// How kernel functions were attached: fentry/fexit or kprobes.
+    pub kernel_with: Option<&'static str>,
 }
 
 /// The kinds of link a probe kind is attached with.
@@ -66,9 +73,12 @@ fn silence_libbpf(verbose: bool) {
 
 impl<'obj> Tracer<'obj> {
     /// Loads the BPF program configured for `plan` and attaches every probe.
-    /// On any error, whatever was attached is detached again.
+    /// `kstorage` holds one object per kernel function (fentry/fexit needs
+    /// an instance of the program each). On any error, whatever was attached
+    /// is detached again.
     pub fn attach(
         storage: &'obj mut MaybeUninit<OpenObject>,
+        kstorage: &'obj mut [MaybeUninit<OpenObject>],
         plan: &Plan,
         verbose: bool,
     ) -> Result<Tracer<'obj>> {
@@ -77,22 +87,7 @@ impl<'obj> Tracer<'obj> {
         let mut open = TachySkelBuilder::default()
             .open(storage)
             .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
-        {
-            let ro = open
-                .maps
-                .rodata_data
-                .as_deref_mut()
-                .context("BPF program has no settings section")?;
-            ro.nfuncs = nfuncs;
-            ro.filter_tid = plan.settings.filter_tid;
-            ro.min_ns = plan.settings.min_ns;
-            ro.max_ns = plan.settings.max_ns;
-            ro.outermost = plan.settings.outermost;
-            ro.unit_ns = plan.settings.unit_ns.max(1);
-            ro.nested = !plan.sites.is_empty();
-            ro.filter_tgid = plan.pid.max(0) as u32;
-            ro.follow = plan.settings.follow;
-        }
+        configure(&mut open, plan, 0)?;
         open.maps
             .stats
             .set_max_entries(2 * nfuncs)
@@ -118,16 +113,21 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_kexit, !plan.kprobes.is_empty()),
             (&mut open.progs.tachy_sys_enter, !plan.syscalls.is_empty()),
             (&mut open.progs.tachy_sys_exit, !plan.syscalls.is_empty()),
+            // Loaded in instances of their own (attach_fentry).
+            (&mut open.progs.tachy_fentry, false),
+            (&mut open.progs.tachy_fexit, false),
         ] {
             p.set_autoload(on);
         }
         let skel = open.load().map_err(|e| load_error(e.to_string()))?;
         let mut t = Tracer {
             skel,
+            kfuncs: Vec::new(),
             links: Vec::new(),
             nfuncs,
             multi,
             thread_exit: false,
+            kernel_with: None,
         };
         if plan.settings.follow && plan.pid > 0 {
             let key = (plan.pid as u32).to_ne_bytes();
@@ -148,20 +148,8 @@ impl<'obj> Tracer<'obj> {
         if !plan.syscalls.is_empty() {
             t.attach_syscalls(plan)?;
         }
-        for (name, id) in &plan.kprobes {
-            for (prog, ret) in [
-                (&t.skel.progs.tachy_kentry, false),
-                (&t.skel.progs.tachy_kexit, true),
-            ] {
-                let opts = KprobeOpts {
-                    cookie: *id as u64,
-                    ..Default::default()
-                };
-                let link = prog.attach_kprobe_with_opts(ret, name, opts).map_err(|e| {
-                    anyhow!("cannot attach a kprobe to kernel function {name}: {e}")
-                })?;
-                t.links.push(link);
-            }
+        if !plan.kprobes.is_empty() {
+            t.attach_kernel_functions(plan, kstorage, verbose)?;
         }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.
@@ -174,6 +162,112 @@ impl<'obj> Tracer<'obj> {
             Err(_) => {}
         }
         Ok(t)
+    }
+
+    /// Times the plan's kernel functions with fentry/fexit where the kernel
+    /// allows (cheapest: a direct call from the function's ftrace site), else
+    /// with a kprobe/kretprobe pair; says in one line why neither works.
+    fn attach_kernel_functions(
+        &mut self,
+        plan: &Plan,
+        kstorage: &'obj mut [MaybeUninit<OpenObject>],
+        verbose: bool,
+    ) -> Result<()> {
+        let mut fentry_refused = fentry_unavailable().map(str::to_string);
+        let mut slots = kstorage.iter_mut();
+        for (name, id) in &plan.kprobes {
+            if fentry_refused.is_none() {
+                let slot = slots
+                    .next()
+                    .context("no room for another instance of the BPF program")?;
+                match self.attach_fentry(plan, slot, name, *id) {
+                    Ok(()) => {
+                        self.kernel_with = Some("fentry/fexit");
+                        continue;
+                    }
+                    Err(e) => {
+                        if verbose {
+                            eprintln!("tachy: fentry/fexit on {name}: {e}");
+                        }
+                        // Refused once, refused for every function: the
+                        // rest go straight to kprobes.
+                        fentry_refused = Some(e.to_string());
+                    }
+                }
+            }
+            if !crate::kernel::kprobes_available() {
+                let fentry = fentry_refused.as_deref().unwrap_or("not tried");
+                bail!(
+                    "kernel function {name} cannot be traced here: fentry/fexit failed ({fentry}) and this kernel has no kprobes (CONFIG_KPROBES is off); a kernel with CONFIG_KPROBES=y, or one that loads fentry programs (CONFIG_DEBUG_INFO_BTF=y and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y), can; system calls are timed here with syscall:NAME"
+                );
+            }
+            for (prog, ret) in [
+                (&self.skel.progs.tachy_kentry, false),
+                (&self.skel.progs.tachy_kexit, true),
+            ] {
+                let opts = KprobeOpts {
+                    cookie: *id as u64,
+                    ..Default::default()
+                };
+                let link = prog.attach_kprobe_with_opts(ret, name, opts).map_err(|e| {
+                    anyhow!("cannot attach a kprobe to kernel function {name}: {e}")
+                })?;
+                self.links.push(link);
+            }
+            self.kernel_with = Some(match self.kernel_with {
+                Some("fentry/fexit") => "fentry/fexit and kprobes",
+                _ => "kprobes",
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads an instance of the program whose fentry and fexit programs
+    /// are attached to kernel function `name`, counting as function `id`,
+    /// on the maps of the first instance.
+    fn attach_fentry(
+        &mut self,
+        plan: &Plan,
+        slot: &'obj mut MaybeUninit<OpenObject>,
+        name: &str,
+        id: u32,
+    ) -> Result<()> {
+        let mut open = TachySkelBuilder::default()
+            .open(slot)
+            .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
+        configure(&mut open, plan, id)?;
+        let shared = &self.skel.maps;
+        let m = &mut open.maps;
+        for (map, from) in [
+            (&mut m.kframes, shared.kframes.as_fd()),
+            (&mut m.followed, shared.followed.as_fd()),
+            (&mut m.threads, shared.threads.as_fd()),
+            (&mut m.stats, shared.stats.as_fd()),
+            (&mut m.sys_ids, shared.sys_ids.as_fd()),
+            (&mut m.sys_start, shared.sys_start.as_fd()),
+            // The interval generation the counters are kept under.
+            (&mut m.bss, shared.bss.as_fd()),
+        ] {
+            map.reuse_fd(from)
+                .map_err(|e| anyhow!("cannot share the BPF maps: {e}"))?;
+        }
+        for mut prog in open.open_object_mut().progs_mut() {
+            prog.set_autoload(false);
+        }
+        for p in [&mut open.progs.tachy_fentry, &mut open.progs.tachy_fexit] {
+            p.set_autoload(true);
+            p.set_attach_target(0, Some(name.to_string()))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        let skel = open.load().map_err(|e| anyhow!("{}", short_errno(&e)))?;
+        for p in [&skel.progs.tachy_fentry, &skel.progs.tachy_fexit] {
+            let link = p
+                .attach_trace()
+                .map_err(|e| anyhow!("{}", short_errno(&e)))?;
+            self.links.push(link);
+        }
+        self.kfuncs.push(skel);
+        Ok(())
     }
 
     fn attach_all(&mut self, plan: &Plan) -> Result<()> {
@@ -413,6 +507,53 @@ fn uprobe_multi_supported() -> bool {
         .map(|x| x.parse::<u32>().unwrap_or(0));
     let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     (maj, min) >= (6, 6)
+}
+
+/// Writes the plan's settings into the program's read-only data; `kfunc_id`
+/// is the function an fentry/fexit instance counts as.
+fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> Result<()> {
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF program has no settings section")?;
+    ro.nfuncs = plan.ids();
+    ro.filter_tid = plan.settings.filter_tid;
+    ro.min_ns = plan.settings.min_ns;
+    ro.max_ns = plan.settings.max_ns;
+    ro.outermost = plan.settings.outermost;
+    ro.unit_ns = plan.settings.unit_ns.max(1);
+    ro.nested = !plan.sites.is_empty();
+    ro.filter_tgid = plan.pid.max(0) as u32;
+    ro.follow = plan.settings.follow;
+    ro.kfunc_id = kfunc_id;
+    Ok(())
+}
+
+/// Why fentry/fexit is not even tried, if it is not: it needs the kernel's
+/// BTF. TACHY_NO_FENTRY=1 forces kprobes (to compare the two).
+fn fentry_unavailable() -> Option<&'static str> {
+    if std::env::var_os("TACHY_NO_FENTRY").is_some() {
+        return Some("disabled by TACHY_NO_FENTRY");
+    }
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF, /sys/kernel/btf/vmlinux");
+    }
+    None
+}
+
+/// A libbpf error as the errno it carries ("Operation not permitted"),
+/// without libbpf's context.
+fn short_errno(e: &libbpf_rs::Error) -> String {
+    let s = e.to_string();
+    let s = match s.rsplit_once(": ") {
+        Some((_, tail)) if !tail.is_empty() => tail,
+        _ => &s,
+    };
+    match s.split_once(" (os error") {
+        Some((msg, _)) => msg.to_string(),
+        None => s.to_string(),
+    }
 }
 
 fn load_error(msg: String) -> anyhow::Error {

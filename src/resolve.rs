@@ -22,6 +22,14 @@ pub enum Scope {
     Files,
 }
 
+/// What the specs name: functions of objects, and kernel functions (a bare
+/// name that no user function matches but the kernel has).
+#[derive(Default)]
+pub struct Resolution {
+    pub user: Vec<Resolved>,
+    pub kernel: Vec<String>,
+}
+
 /// The functions one object contributes.
 pub struct Resolved {
     pub obj: Rc<ElfObject>,
@@ -63,7 +71,7 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
                 libs.iter().map(|l| file_ref(l)).collect(),
             ],
             Scope::Files => bail!(
-                "{:?} names no object: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
+                "{:?} names no object nor kernel function: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
                 spec.pattern
             ),
         });
@@ -116,12 +124,37 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
     Ok(vec![hits])
 }
 
-/// Resolves every spec; fails on the first that matches nothing.
-pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Vec<Resolved>> {
+/// The kernel functions a bare name matches, if any; an error if it names
+/// too many.
+fn kernel_fallback(spec: &FuncSpec) -> Option<Result<Vec<String>>> {
+    if spec.object.is_some() {
+        return None;
+    }
+    let hits = crate::kernel::kernel_functions(&spec.pattern).ok()?;
+    if hits.is_empty() {
+        return None;
+    }
+    Some(crate::kernel::check_count(&spec.pattern, hits))
+}
+
+/// Resolves every spec; fails on the first that matches nothing. A bare
+/// name that matches no function of the target's objects (or names none,
+/// without a target) is looked up among the kernel's functions.
+pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Resolution> {
     let mut out: Vec<Resolved> = Vec::new();
+    let mut kernel: Vec<String> = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_syscall() && !s.is_kernel()) {
         let pat = Pattern::parse(&spec.pattern)?;
-        let groups = candidate_groups(spec, scope)?;
+        let groups = match candidate_groups(spec, scope) {
+            Ok(g) => g,
+            Err(e) => match kernel_fallback(spec) {
+                Some(k) if matches!(scope, Scope::Files) => {
+                    kernel.extend(k?);
+                    continue;
+                }
+                _ => return Err(e),
+            },
+        };
         let mut found_any = false;
         let mut searched: Vec<(Rc<ElfObject>, Option<SymSource>)> = Vec::new();
         let mut first_err = None;
@@ -176,6 +209,10 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             }
         }
         if !found_any {
+            if let Some(k) = kernel_fallback(spec) {
+                kernel.extend(k?);
+                continue;
+            }
             if searched.is_empty() {
                 if let Some(e) = first_err {
                     return Err(e);
@@ -184,7 +221,9 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             bail!("{}", explain_miss(&pat, &searched));
         }
     }
-    Ok(out)
+    kernel.sort();
+    kernel.dedup();
+    Ok(Resolution { user: out, kernel })
 }
 
 /// One line saying why nothing matched and what might have been meant.

@@ -81,8 +81,17 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
             plan.add_kernel_function(&name);
         }
     }
+    for name in &resolved.kernel {
+        plan.add_kernel_function(name);
+    }
+    if s.nested.is_some() && !plan.funcs.is_empty() {
+        bail!(
+            "tachy nested times the call sites of user functions; {} is timed by the kernel: use tachy latency",
+            plan.funcs[0].name
+        );
+    }
     let mut roots = Vec::new();
-    for r in &resolved {
+    for r in &resolved.user {
         for f in &r.funcs {
             let id = plan.add_function(&r.obj, f, r.source)?;
             roots.push((r, f, id));
@@ -214,7 +223,8 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         _ => -1,
     };
     let mut storage = MaybeUninit::uninit();
-    let mut tracer = Tracer::attach(&mut storage, &plan, s.verbose)?;
+    let mut kstorage: Vec<_> = plan.kprobes.iter().map(|_| MaybeUninit::uninit()).collect();
+    let mut tracer = Tracer::attach(&mut storage, &mut kstorage, &plan, s.verbose)?;
     if let Some(pid) = s.pid {
         if !target::process_alive(pid) {
             bail!("process {pid} exited while probes were being attached");
@@ -224,12 +234,18 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         (Some(pid), _, Scope::Process(m)) => format!("in pid {pid} ({})", m.exe.display.display()),
         (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.command.join(" ")),
         _ => {
+            // Kernel items stand in the plan as an object with no path.
             let objs: Vec<String> = plan
                 .objects
                 .iter()
+                .filter(|o| !o.1.as_os_str().is_empty())
                 .map(|o| o.0.display().to_string())
                 .collect();
-            format!("in every process that maps {}", objs.join(", "))
+            if objs.is_empty() {
+                "in every process".to_string()
+            } else {
+                format!("in every process that maps {}", objs.join(", "))
+            }
         }
     };
     let n = plan.funcs.len();
@@ -256,6 +272,9 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             "tachy: warning: {} call sites is many; each traced call pays for every site it passes",
             plan.sites.len()
         );
+    }
+    if let (true, Some(with)) = (s.verbose, tracer.kernel_with) {
+        eprintln!("tachy: kernel functions timed with {with}");
     }
     if s.verbose {
         eprintln!(
@@ -484,7 +503,16 @@ pub fn list(a: ListArgs) -> Result<i32> {
     let mut objects = Objects::default();
     let resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     let mut out = std::io::stdout().lock();
-    for r in &resolved {
+    if !resolved.kernel.is_empty() {
+        writeln!(out, "kernel (functions from /proc/kallsyms):")?;
+        for name in &resolved.kernel {
+            writeln!(
+                out,
+                "  k:{name}  timed by fentry/fexit where the kernel allows, else a kprobe and kretprobe"
+            )?;
+        }
+    }
+    for r in &resolved.user {
         writeln!(
             out,
             "{} (symbols from {}):",

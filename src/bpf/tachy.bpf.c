@@ -721,10 +721,14 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 }
 
 /*
- * Kernel functions, through kprobes (cookie: function id). Kernel code
- * does not unwind, so a per-thread stack of start times matched by id is
- * enough; a return whose entry was missed closes nothing.
+ * Kernel functions, through fentry/fexit where the kernel allows them, else
+ * kprobes (the function id is the kprobe's cookie; an fentry/fexit pair is
+ * one instance of this object per function, with its id in kfunc_id).
+ * Kernel code does not unwind, so a per-thread stack of start times matched
+ * by id is enough; a return whose entry was missed closes nothing.
  */
+const volatile __u32 kfunc_id = 0;
+
 struct tachy_kframes {
 	__u32 depth;
 	__u32 pad;
@@ -739,10 +743,8 @@ struct {
 	__type(value, struct tachy_kframes);
 } kframes SEC(".maps");
 
-SEC("kprobe")
-int tachy_kentry(struct pt_regs *ctx)
+static __always_inline int kfunc_enter(__u32 id)
 {
-	__u32 id = bpf_get_attach_cookie(ctx);
 	struct tachy_kframes *k;
 	__u32 d;
 
@@ -766,10 +768,8 @@ int tachy_kentry(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("kretprobe")
-int tachy_kexit(struct pt_regs *ctx)
+static __always_inline int kfunc_exit(__u32 id)
 {
-	__u32 id = bpf_get_attach_cookie(ctx);
 	struct tachy_kframes *k;
 	__u32 d;
 
@@ -782,6 +782,31 @@ int tachy_kexit(struct pt_regs *ctx)
 	record_ns(id, bpf_ktime_get_ns() - k->start_ns[d], false);
 	k->depth = d;
 	return 0;
+}
+
+SEC("kprobe")
+int tachy_kentry(struct pt_regs *ctx)
+{
+	return kfunc_enter(bpf_get_attach_cookie(ctx));
+}
+
+SEC("kretprobe")
+int tachy_kexit(struct pt_regs *ctx)
+{
+	return kfunc_exit(bpf_get_attach_cookie(ctx));
+}
+
+/* Attach targets are set by user space before load. */
+SEC("fentry")
+int BPF_PROG(tachy_fentry)
+{
+	return kfunc_enter(kfunc_id);
+}
+
+SEC("fexit")
+int BPF_PROG(tachy_fexit)
+{
+	return kfunc_exit(kfunc_id);
 }
 
 /* --follow: a process forked by a followed one is followed too. */

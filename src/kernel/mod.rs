@@ -37,13 +37,9 @@ pub fn kprobes_available() -> bool {
     std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
 }
 
-/// The kernel functions (text symbols of /proc/kallsyms) a pattern names.
-pub fn match_kernel_functions(pattern: &str) -> Result<Vec<String>> {
-    if !kprobes_available() {
-        bail!(
-            "kernel function {pattern:?} cannot be traced here: this kernel has no kprobes (CONFIG_KPROBES is off), which tachy uses to time kernel functions; use a kernel built with CONFIG_KPROBES=y, or time system calls with syscall:NAME"
-        );
-    }
+/// The kernel functions (text symbols of /proc/kallsyms) a pattern names,
+/// sorted; empty if none.
+pub fn kernel_functions(pattern: &str) -> Result<Vec<String>> {
     let text = std::fs::read_to_string("/proc/kallsyms")
         .map_err(|e| anyhow::anyhow!("cannot read /proc/kallsyms: {e}"))?;
     let mut hits: Vec<String> = text
@@ -57,12 +53,28 @@ pub fn match_kernel_functions(pattern: &str) -> Result<Vec<String>> {
         .collect();
     hits.sort();
     hits.dedup();
+    Ok(hits)
+}
+
+/// Most kernel functions one run times: each is a program instance of its
+/// own with fentry, or a kprobe pair.
+pub const MAX_KERNEL_FUNCTIONS: usize = 64;
+
+/// The kernel functions a pattern names: at least one, at most
+/// MAX_KERNEL_FUNCTIONS.
+pub fn match_kernel_functions(pattern: &str) -> Result<Vec<String>> {
+    let hits = kernel_functions(pattern)?;
     if hits.is_empty() {
         bail!("no kernel function is named {pattern:?}");
     }
-    if hits.len() > 64 {
+    check_count(pattern, hits)
+}
+
+/// `hits` if there are not too many of them.
+pub fn check_count(pattern: &str, hits: Vec<String>) -> Result<Vec<String>> {
+    if hits.len() > MAX_KERNEL_FUNCTIONS {
         bail!(
-            "{pattern:?} names {} kernel functions; name at most 64",
+            "{pattern:?} names {} kernel functions; name at most {MAX_KERNEL_FUNCTIONS}",
             hits.len()
         );
     }
