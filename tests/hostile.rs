@@ -1,6 +1,6 @@
-//! Hostile input: truncated and corrupted ELF files, a file truncated while
-//! it is being read, a symbol table of a million entries, names of 64 KiB.
-//! Each gives a clear error or a correct result in bounded time, never a
+//! Hostile input: truncated and corrupted ELF files, DWARF whose references
+//! form cycles, a file truncated while it is being read, a symbol table of
+//! a million entries, names of 64 KiB. Each gives a clear error or a correct result in bounded time, never a
 //! panic (and never a SIGBUS, which would end this test process).
 
 mod common;
@@ -200,4 +200,171 @@ fn fuzz_regressions_stay_fixed() {
         }
     }
     assert!(n > 0, "no regression inputs under {}", dir.display());
+}
+
+/// DWARF for a function `work` at [lo, lo + size) whose references go
+/// round in circles: `work` is its own abstract origin and the
+/// specification of an inline function `ns::twice`, which is its own
+/// specification and whose abstract origin is `sq`, whose abstract origin
+/// is `ns::twice`; an inlined copy of `ns::twice` in `work` contains a copy
+/// that is its own origin. Lines: `lo` is cycle.cpp:10, the rest line 11.
+/// Returns (section name, contents).
+fn cyclic_dwarf(lo: u64, size: u64) -> Vec<(String, Vec<u8>)> {
+    use gimli::write::{
+        Address, AttributeValue as A, DwarfUnit, EndianVec, LineProgram, LineString, Sections,
+    };
+    let encoding = gimli::Encoding {
+        format: gimli::Format::Dwarf32,
+        version: 4,
+        address_size: 8,
+    };
+    let mut dw = DwarfUnit::new(encoding);
+    let name = |s: &str| LineString::String(s.as_bytes().to_vec());
+    let mut lp = LineProgram::new(
+        encoding,
+        gimli::LineEncoding::default(),
+        name("/src"),
+        name("cycle.cpp"),
+        None,
+    );
+    let dir = lp.default_directory();
+    let file = lp.add_file(name("cycle.cpp"), dir, None);
+    lp.begin_sequence(Some(Address::Constant(lo)));
+    for (addr, line) in [(0, 10), (1, 11)] {
+        lp.row().address_offset = addr;
+        lp.row().file = file;
+        lp.row().line = line;
+        lp.generate_row();
+    }
+    lp.end_sequence(size);
+    dw.unit.line_program = lp;
+
+    let u = &mut dw.unit;
+    let root = u.root();
+    let at = |a| A::Address(Address::Constant(a));
+    u.get_mut(root)
+        .set(gimli::DW_AT_name, A::String(b"cycle.cpp".to_vec()));
+    u.get_mut(root).set(gimli::DW_AT_low_pc, at(lo));
+    u.get_mut(root).set(gimli::DW_AT_high_pc, A::Udata(size));
+    let ns = u.add(root, gimli::DW_TAG_namespace);
+    u.get_mut(ns)
+        .set(gimli::DW_AT_name, A::String(b"ns".to_vec()));
+    let twice = u.add(ns, gimli::DW_TAG_subprogram);
+    let sq = u.add(root, gimli::DW_TAG_subprogram);
+    let work = u.add(root, gimli::DW_TAG_subprogram);
+    for (die, n) in [(twice, "twice"), (sq, "sq"), (work, "work")] {
+        u.get_mut(die)
+            .set(gimli::DW_AT_name, A::String(n.as_bytes().to_vec()));
+    }
+    for die in [twice, sq] {
+        u.get_mut(die)
+            .set(gimli::DW_AT_inline, A::Inline(gimli::DW_INL_inlined));
+    }
+    u.get_mut(twice)
+        .set(gimli::DW_AT_specification, A::UnitRef(twice));
+    u.get_mut(twice)
+        .set(gimli::DW_AT_abstract_origin, A::UnitRef(sq));
+    u.get_mut(sq)
+        .set(gimli::DW_AT_abstract_origin, A::UnitRef(twice));
+    u.get_mut(work)
+        .set(gimli::DW_AT_abstract_origin, A::UnitRef(work));
+    u.get_mut(work)
+        .set(gimli::DW_AT_specification, A::UnitRef(twice));
+    u.get_mut(work).set(gimli::DW_AT_low_pc, at(lo));
+    u.get_mut(work).set(gimli::DW_AT_high_pc, A::Udata(size));
+    let copy = u.add(work, gimli::DW_TAG_inlined_subroutine);
+    let inner = u.add(copy, gimli::DW_TAG_inlined_subroutine);
+    for (die, origin) in [(copy, twice), (inner, inner)] {
+        let e = u.get_mut(die);
+        e.set(gimli::DW_AT_abstract_origin, A::UnitRef(origin));
+        e.set(gimli::DW_AT_low_pc, at(lo + 1));
+        e.set(gimli::DW_AT_high_pc, A::Udata(size - 2));
+        e.set(gimli::DW_AT_call_file, A::FileIndex(Some(file)));
+        e.set(gimli::DW_AT_call_line, A::Udata(11));
+    }
+    let mut sections = Sections::new(EndianVec::new(gimli::LittleEndian));
+    dw.write(&mut sections).unwrap();
+    let mut out = Vec::new();
+    sections
+        .for_each(|id, data| -> Result<(), ()> {
+            if !data.slice().is_empty() {
+                out.push((id.name().to_string(), data.slice().to_vec()));
+            }
+            Ok(())
+        })
+        .unwrap();
+    out
+}
+
+/// DWARF whose references form cycles: every lookup ends, in bounded time,
+/// with the answer the symbols and line table give. The fixture `plain`
+/// with its own DWARF replaced (objcopy) by cyclic DWARF for `slow_sum`.
+#[test]
+fn dwarf_with_reference_cycles() {
+    let exe = common::build("plain");
+    let (lo, size) = {
+        let obj = ElfObject::open(&exe, &exe).unwrap();
+        let (syms, _) = obj.function_symbols().unwrap();
+        let f = syms.iter().find(|s| s.name == "slow_sum").unwrap();
+        (f.addr, f.size)
+    };
+    let path = scratch("cycles");
+    let mut cmd = std::process::Command::new("objcopy");
+    cmd.arg("--strip-debug");
+    for (name, data) in cyclic_dwarf(lo, size) {
+        let file = scratch(&format!("cycles{name}"));
+        std::fs::write(&file, data).unwrap();
+        cmd.arg("--add-section")
+            .arg(format!("{name}={}", file.display()));
+    }
+    let st = cmd.arg(&exe).arg(&path).status().expect("objcopy runs");
+    assert!(st.success());
+
+    let run = |args: &[&str]| {
+        let start = Instant::now();
+        let out = std::process::Command::new(common::tachy())
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{args:?}: {:?}",
+            start.elapsed()
+        );
+        (out.status.code(), stdout, stderr)
+    };
+    let p = path.to_str().unwrap();
+
+    // The call sites are found and placed by the line table.
+    let (code, out, err) = run(&["list", "--sites", p, "slow_sum"]);
+    assert_eq!(code, Some(0), "{err}");
+    let site = out
+        .lines()
+        .find(|l| l.contains("nanosleep"))
+        .unwrap_or_else(|| panic!("no nanosleep site:\n{out}"));
+    assert!(site.contains("cycle.cpp:11"), "{site}");
+
+    // Inline-only functions in the cycle are explained, not looped on.
+    for (name, why) in [
+        (
+            "ns::twice",
+            "ns::twice has no symbol of its own: it exists only inlined, 1 time (into work at cycle.cpp:11); trace its callers instead",
+        ),
+        (
+            "sq",
+            "sq is declared inline and has no symbol of its own: it was inlined or removed by the compiler",
+        ),
+    ] {
+        let (code, _, err) = run(&["list", p, name]);
+        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.trim_end().ends_with(why), "{err}");
+    }
+
+    let (code, _, err) = run(&["nested", "--dry-run", &format!("{p}:slow_sum")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("site [1] in [0]"), "{err}");
 }
