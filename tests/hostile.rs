@@ -1,7 +1,8 @@
 //! Hostile input: truncated and corrupted ELF files, DWARF whose references
 //! form cycles, a file truncated while it is being read, a symbol table of
-//! a million entries, names of 64 KiB. Each gives a clear error or a correct result in bounded time, never a
-//! panic (and never a SIGBUS, which would end this test process).
+//! a million entries, names of 64 KiB. Each gives a clear error or a
+//! correct result in bounded time, never a panic (and never a SIGBUS,
+//! which would end this test process).
 
 mod common;
 
