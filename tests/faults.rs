@@ -11,15 +11,13 @@
 mod common;
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::run::{Outcome, Tachy};
 use common::{counts, Fixture};
 use serde_json::Value;
 
@@ -46,262 +44,6 @@ fn skip_unless_root() -> bool {
 // Running tachy
 // ---------------------------------------------------------------------------
 
-/// Collects what a process writes on one pipe, in a thread.
-struct Capture {
-    buf: Arc<Mutex<Vec<u8>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Capture {
-    fn new(mut r: impl Read + Send + 'static) -> Capture {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let b = buf.clone();
-        let thread = std::thread::spawn(move || {
-            let mut chunk = [0u8; 8192];
-            loop {
-                match r.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
-                }
-            }
-        });
-        Capture {
-            buf,
-            thread: Some(thread),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
-    }
-
-    /// Complete (newline-terminated) lines so far.
-    fn lines(&self) -> Vec<String> {
-        let text = self.text();
-        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        complete.lines().map(str::to_string).collect()
-    }
-
-    /// Waits (until `deadline`) for the writer side to close.
-    fn finish(&mut self, deadline: Instant) {
-        while let Some(t) = &self.thread {
-            if t.is_finished() {
-                let _ = self.thread.take().map(|t| t.join());
-                return;
-            }
-            if Instant::now() >= deadline {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-/// What a finished tachy run produced.
-struct Outcome {
-    args: Vec<String>,
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn assert_success(&self) {
-        assert!(
-            !self.stdout.contains("panicked") && !self.stderr.contains("panicked"),
-            "panic text in tachy's output:\n{self}"
-        );
-        assert_eq!(self.status.code(), Some(0), "tachy failed:\n{self}");
-    }
-
-    /// Every JSON report line on stdout (fixture lines never start with `{`).
-    fn reports(&self) -> Vec<Value> {
-        json_lines(&self.stdout)
-    }
-
-    /// The one report of the run.
-    fn single_report(&self) -> Value {
-        let mut r = self.reports();
-        assert_eq!(r.len(), 1, "expected exactly one JSON report\n{self}");
-        r.pop().unwrap()
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "command: tachy {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args.join(" "),
-            self.status,
-            self.stdout,
-            self.stderr
-        )
-    }
-}
-
-fn json_lines(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect()
-}
-
-/// A running tachy. Dropping it SIGKILLs it if it still runs.
-struct Tachy {
-    child: Child,
-    args: Vec<String>,
-    out: Capture,
-    err: Capture,
-}
-
-impl Tachy {
-    fn start(args: &[&str], envs: &[(&str, &str)]) -> Tachy {
-        let mut child = Command::new(common::tachy())
-            .args(args)
-            .envs(envs.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot start tachy");
-        let out = Capture::new(child.stdout.take().unwrap());
-        let err = Capture::new(child.stderr.take().unwrap());
-        Tachy {
-            child,
-            args: args.iter().map(|s| s.to_string()).collect(),
-            out,
-            err,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "command: tachy {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args.join(" "),
-            self.out.text(),
-            self.err.text()
-        )
-    }
-
-    /// Waits until tachy has printed `n` complete lines on stdout that
-    /// satisfy `pred`; panics if tachy exits first or `timeout` passes.
-    fn wait_for_lines(
-        &mut self,
-        on_stderr: bool,
-        n: usize,
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> Vec<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let lines = if on_stderr {
-                self.err.lines()
-            } else {
-                self.out.lines()
-            };
-            let hits: Vec<String> = lines.into_iter().filter(|l| pred(l)).collect();
-            if hits.len() >= n {
-                return hits;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(50));
-                panic!(
-                    "tachy exited ({status}) before printing the expected line\n{}",
-                    self.describe()
-                );
-            }
-            if Instant::now() >= deadline {
-                let d = self.describe();
-                self.kill();
-                panic!("tachy did not print the expected line within {timeout:?}\n{d}");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Waits for the header `Tracing ... Hit Ctrl-C to end.` (stderr in
-    /// JSON mode, which all tests here use).
-    fn wait_for_header(&mut self) {
-        self.wait_for_lines(true, 1, Duration::from_secs(20), |l| {
-            l.starts_with("Tracing ") && l.ends_with("Hit Ctrl-C to end.")
-        });
-    }
-
-    /// Waits for the `n`th JSON report on stdout and returns it.
-    fn wait_for_report(&mut self, n: usize) -> Value {
-        let lines = self.wait_for_lines(false, n, Duration::from_secs(10), |l| l.starts_with('{'));
-        serde_json::from_str(&lines[n - 1])
-            .unwrap_or_else(|e| panic!("bad JSON line {:?}: {e}", lines[n - 1]))
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill() on our own child, which has not been reaped yet.
-        let r = unsafe { libc::kill(self.pid(), sig) };
-        assert_eq!(r, 0, "kill({}, {sig}) failed", self.pid());
-    }
-
-    fn kill(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    /// Waits for tachy to exit (up to `timeout`); panics (after killing it)
-    /// if it does not.
-    fn finish(self, timeout: Duration) -> Outcome {
-        self.finish_noting_report(timeout).0
-    }
-
-    /// Like [`Tachy::finish`], also returning how long after this call a
-    /// JSON report line had appeared on stdout (as seen by polling every
-    /// 10 ms; `None` if none appeared before tachy exited).
-    fn finish_noting_report(mut self, timeout: Duration) -> (Outcome, Option<Duration>) {
-        let start = Instant::now();
-        let deadline = start + timeout;
-        let mut report_at = None;
-        let status = loop {
-            if report_at.is_none() && self.out.lines().iter().any(|l| l.starts_with('{')) {
-                report_at = Some(start.elapsed());
-            }
-            match self.child.try_wait() {
-                Ok(Some(s)) => break s,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Ok(None) => {
-                    let d = self.describe();
-                    self.kill();
-                    panic!("tachy did not exit within {timeout:?}; killed\n{d}");
-                }
-                Err(e) => panic!("waiting for tachy: {e}"),
-            }
-        };
-        // With `-- CMD` the command shares the pipes; it has exited too.
-        let grace = Instant::now() + Duration::from_secs(5);
-        self.out.finish(grace);
-        self.err.finish(grace);
-        let out = Outcome {
-            args: self.args.clone(),
-            status,
-            stdout: self.out.text(),
-            stderr: self.err.text(),
-        };
-        (out, report_at)
-    }
-}
-
-impl Drop for Tachy {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Runs `tachy latency --json FUNCS... -- faults FX_ARGS...` to completion.
 fn run_cmd(funcs: &[&str], fx_args: &[&str]) -> Outcome {
     let exe = common::build("faults");
@@ -320,7 +62,7 @@ fn attach(pid: u32, funcs: &[&str]) -> Tachy {
     let mut args: Vec<&str> = vec!["latency", "--json", "-p", &pid];
     args.extend_from_slice(funcs);
     let mut t = Tachy::start(&args, &[]);
-    t.wait_for_header();
+    t.wait_for_header(true);
     t
 }
 
@@ -489,6 +231,80 @@ impl TextSpot {
 }
 
 // ---------------------------------------------------------------------------
+// The kernel's BPF programs
+// ---------------------------------------------------------------------------
+
+/// The names of the BPF programs loaded in the kernel now, from the
+/// kernel's own list (BPF_PROG_GET_NEXT_ID, BPF_PROG_GET_FD_BY_ID,
+/// BPF_OBJ_GET_INFO_BY_FD). A probe's link holds its program, so a
+/// program gone means its links and breakpoints are gone.
+fn kernel_bpf_programs() -> Vec<String> {
+    const BPF_PROG_GET_NEXT_ID: libc::c_long = 11;
+    const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+    const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+    /// Offset and length of `name` in struct bpf_prog_info.
+    const NAME_AT: usize = 64;
+    const NAME_LEN: usize = 16;
+    let bpf = |cmd: libc::c_long, attr: &mut [u32; 8]| {
+        // SAFETY: attr is a zeroed union bpf_attr prefix of 32 bytes, large
+        // enough for these commands' fields; the kernel reads only those.
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), 32u32) }
+    };
+    let mut names = Vec::new();
+    let mut id = 0u32;
+    loop {
+        let mut attr = [0u32; 8];
+        attr[0] = id;
+        if bpf(BPF_PROG_GET_NEXT_ID, &mut attr) != 0 {
+            break;
+        }
+        id = attr[1];
+        let mut attr = [0u32; 8];
+        attr[0] = id;
+        let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut attr);
+        if fd < 0 {
+            continue; // gone meanwhile
+        }
+        let mut info = [0u8; NAME_AT + NAME_LEN];
+        let mut attr = [0u32; 8];
+        attr[0] = fd as u32;
+        attr[1] = info.len() as u32;
+        let ptr = info.as_mut_ptr() as u64;
+        attr[2] = ptr as u32;
+        attr[3] = (ptr >> 32) as u32;
+        if bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr) == 0 {
+            let name = &info[NAME_AT..];
+            let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+            names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+        }
+        // SAFETY: fd was returned to us by the kernel just above.
+        unsafe { libc::close(fd as libc::c_int) };
+    }
+    names
+}
+
+/// How many of tachy's BPF programs the kernel holds.
+fn tachy_programs() -> usize {
+    kernel_bpf_programs()
+        .iter()
+        .filter(|n| n.starts_with("tachy_"))
+        .count()
+}
+
+/// Waits up to `timeout` for the kernel to hold none of tachy's programs
+/// (it frees them after an RCU grace period); the count left if not.
+fn wait_no_tachy_programs(timeout: Duration) -> Result<(), usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match tachy_programs() {
+            0 => return Ok(()),
+            n if Instant::now() >= deadline => return Err(n),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The `forever` fixture
 // ---------------------------------------------------------------------------
 
@@ -553,7 +369,19 @@ fn sigkill_while_probes_are_hot_restores_the_text() {
     );
     assert_eq!(spot.in_memory(), original, "breakpoint before tachy ran");
 
+    assert_eq!(
+        tachy_programs(),
+        0,
+        "tachy's BPF programs are loaded before it ran: {:?}",
+        kernel_bpf_programs()
+    );
     let mut t = attach(fx.pid(), &["tick"]);
+    let loaded = tachy_programs();
+    assert!(
+        loaded > 0,
+        "the kernel lists none of tachy's programs while it runs: {:?}",
+        kernel_bpf_programs()
+    );
     assert_eq!(
         spot.in_memory(),
         INT3,
@@ -573,6 +401,13 @@ fn sigkill_while_probes_are_hot_restores_the_text() {
             "{DETACH_TIMEOUT:?} after tachy was killed, byte {b:#04x} (not the file's {original:#04x}) \
              is still at tick's entry probe {:#x}",
             spot.runtime
+        );
+    }
+    // The kernel's view: none of tachy's programs (so none of its links)
+    // is left.
+    if let Err(n) = wait_no_tachy_programs(DETACH_TIMEOUT) {
+        panic!(
+            "{DETACH_TIMEOUT:?} after tachy was killed, the kernel still holds {n} of its {loaded} BPF programs"
         );
     }
     assert_still_ticking(&mut fx, "after tachy was SIGKILLed");

@@ -10,12 +10,11 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use common::run::{Outcome, Tachy};
 use common::{counts, tagged, Fixture};
 use serde_json::Value;
 
@@ -248,93 +247,9 @@ fn handle_sites(e: Expect) -> Vec<SiteSpec> {
 // Running tachy
 // ---------------------------------------------------------------------------
 
-/// What a finished tachy run produced.
-struct Outcome {
-    args: Vec<String>,
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    /// Exit 0 (the fixture's own status with `--`) and no panic text.
-    fn assert_success(&self) {
-        assert!(
-            !self.stdout.contains("panicked") && !self.stderr.contains("panicked"),
-            "panic text in tachy's output:\n{self}"
-        );
-        assert_eq!(self.status.code(), Some(0), "tachy failed:\n{self}");
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "command: tachy {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.args.join(" "),
-            self.status,
-            self.stdout,
-            self.stderr
-        )
-    }
-}
-
-/// Reads a pipe to its end in a thread; the receiver gets the text.
-fn drain(mut r: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-    });
-    rx
-}
-
 /// Runs tachy with `args` to completion (killing it after RUN_TIMEOUT).
 fn run_tachy(args: &[String], envs: &[(&str, &str)]) -> Outcome {
-    let mut child = Command::new(common::tachy())
-        .args(args)
-        .envs(envs.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start tachy");
-    let out = drain(child.stdout.take().unwrap());
-    let err = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let grace = Duration::from_secs(5);
-                panic!(
-                    "tachy {} did not exit within {RUN_TIMEOUT:?}; killed\n--- stdout ---\n{}\n\
-                     --- stderr ---\n{}",
-                    args.join(" "),
-                    out.recv_timeout(grace).unwrap_or_default(),
-                    err.recv_timeout(grace).unwrap_or_default()
-                );
-            }
-            Err(e) => panic!("waiting for tachy: {e}"),
-        }
-    };
-    // With `--` the fixture shares the pipes; it has exited with tachy.
-    let grace = Duration::from_secs(10);
-    Outcome {
-        args: args.to_vec(),
-        status,
-        stdout: out
-            .recv_timeout(grace)
-            .expect("tachy's stdout did not close"),
-        stderr: err
-            .recv_timeout(grace)
-            .expect("tachy's stderr did not close"),
-    }
+    Tachy::start(args, envs).finish(RUN_TIMEOUT)
 }
 
 /// `tachy nested OPTS... app::handle -- nested_o2 I T` with

@@ -31,6 +31,8 @@
 
 #![allow(dead_code)]
 
+pub mod run;
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
