@@ -173,30 +173,38 @@ impl<'obj> Tracer<'obj> {
         kstorage: &'obj mut [MaybeUninit<OpenObject>],
         verbose: bool,
     ) -> Result<()> {
+        // Why fentry/fexit is not used for any function (not tried, or
+        // refused as a whole: no permission, no support).
         let mut fentry_refused = fentry_unavailable().map(str::to_string);
         let mut slots = kstorage.iter_mut();
+        let (mut fentries, mut kprobes) = (0, 0);
         for (name, id) in &plan.kprobes {
+            let mut fentry_failed = fentry_refused.clone();
             if fentry_refused.is_none() {
                 let slot = slots
                     .next()
                     .context("no room for another instance of the BPF program")?;
                 match self.attach_fentry(plan, slot, name, *id) {
                     Ok(()) => {
-                        self.kernel_with = Some("fentry/fexit");
+                        fentries += 1;
                         continue;
                     }
                     Err(e) => {
+                        let e = e.to_string();
                         if verbose {
                             eprintln!("tachy: fentry/fexit on {name}: {e}");
                         }
-                        // Refused once, refused for every function: the
-                        // rest go straight to kprobes.
-                        fentry_refused = Some(e.to_string());
+                        // Other errors are this function's own (not in
+                        // BTF, not traceable): it alone goes to kprobes.
+                        if e.contains("not permitted") || e.contains("not supported") {
+                            fentry_refused = Some(e.clone());
+                        }
+                        fentry_failed = Some(e);
                     }
                 }
             }
             if !crate::kernel::kprobes_available() {
-                let fentry = fentry_refused.as_deref().unwrap_or("not tried");
+                let fentry = fentry_failed.as_deref().unwrap_or("not tried");
                 bail!(
                     "kernel function {name} cannot be traced here: fentry/fexit failed ({fentry}) and this kernel has no kprobes (CONFIG_KPROBES is off); a kernel with CONFIG_KPROBES=y, or one that loads fentry programs (CONFIG_DEBUG_INFO_BTF=y and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y), can; system calls are timed here with syscall:NAME"
                 );
@@ -214,11 +222,14 @@ impl<'obj> Tracer<'obj> {
                 })?;
                 self.links.push(link);
             }
-            self.kernel_with = Some(match self.kernel_with {
-                Some("fentry/fexit") => "fentry/fexit and kprobes",
-                _ => "kprobes",
-            });
+            kprobes += 1;
         }
+        self.kernel_with = match (fentries, kprobes) {
+            (0, 0) => None,
+            (_, 0) => Some("fentry/fexit"),
+            (0, _) => Some("kprobes"),
+            _ => Some("fentry/fexit, and kprobes where fentry failed"),
+        };
         Ok(())
     }
 
