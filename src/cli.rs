@@ -193,7 +193,7 @@ pub struct NestedArgs {
     #[arg(long, value_name = "DUR")]
     pub faster_than: Option<String>,
 
-    /// Also print a log2 histogram of each call site (every call, unfiltered)
+    /// Also print a log2 histogram of each call site (of the calls counted)
     #[arg(long)]
     pub hist: bool,
 

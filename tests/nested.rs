@@ -1026,7 +1026,7 @@ fn filter_run(filter: Filter) -> (Outcome, Value, Option<Vec<u64>>) {
         Filter::Faster => "--faster-than",
     };
     let out = run_nested(
-        &["--json", flag, SLOWER_THAN],
+        &["--json", "--hist", flag, SLOWER_THAN],
         e,
         &[("FIXTURE_TIMINGS", "1")],
     );
@@ -1037,6 +1037,7 @@ fn filter_run(filter: Filter) -> (Outcome, Value, Option<Vec<u64>>) {
     let rep = single_report(&out);
     let root = the_root(&rep).clone();
     check_sums(&root, true);
+    check_hists(&root);
     let count = num(&root, "count");
     assert_eq!(
         count + num(&root, "filtered"),
@@ -1136,6 +1137,24 @@ fn filter_run(filter: Filter) -> (Outcome, Value, Option<Vec<u64>>) {
         "root total {total} > {kept_took}, the fixture's own time for the kept calls: {root:#}\n{ctx}"
     );
     (out, root, Some(kept))
+}
+
+/// Every site's histogram (--hist) holds exactly its counted calls: those
+/// under the kept root calls.
+fn check_hists(node: &Value) {
+    for c in children(node) {
+        let buckets = c["log2_buckets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no log2_buckets in {c:#}"));
+        let sum: u64 = buckets.iter().map(|b| b.as_u64().unwrap()).sum();
+        assert_eq!(
+            sum,
+            num(c, "count"),
+            "{}: histogram vs count: {node:#}",
+            name(c)
+        );
+        check_hists(c);
+    }
 }
 
 /// I = 8 on one thread: i = 0 and 4 take the slow path, i = 0 and 5 throw.

@@ -130,13 +130,16 @@ static __always_inline void count_unwound(__u32 id)
 		s->unwound++;
 }
 
-static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
+static __always_inline __u32 bucket_of_ns(__u64 d)
 {
 	__u32 b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
 
-	if (b >= TACHY_NBUCKETS)
-		b = TACHY_NBUCKETS - 1;
-	s->buckets[b]++;
+	return b < TACHY_NBUCKETS ? b : TACHY_NBUCKETS - 1;
+}
+
+static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
+{
+	s->buckets[bucket_of_ns(d)]++;
 }
 
 static __always_inline void record_ns(__u32 id, __u64 d, bool indirect_tail)
@@ -196,6 +199,21 @@ static long flush_one(__u64 i, void *data)
 	return 0;
 }
 
+static long flush_hist_one(__u64 i, void *data)
+{
+	struct flush_ctx *c = data;
+	__u32 e = c->t->pend_hist[i & (TACHY_MAX_PENDING_HIST - 1)];
+	struct tachy_stats *s;
+	__u32 b = e & 0xffff;
+
+	if (i >= TACHY_MAX_PENDING_HIST)
+		return 1;
+	s = stats_of(e >> 16);
+	if (s && b < TACHY_NBUCKETS)
+		s->buckets[b]++;
+	return 0;
+}
+
 /*
  * Adds, then clears, what the sites of the ending call accumulated. A
  * bpf_loop keeps this out of the callers' loops, which the verifier would
@@ -205,8 +223,14 @@ static __always_inline void flush_pending(struct tachy_thread *t, bool keep)
 {
 	struct flush_ctx c = {.t = t, .keep = keep};
 	__u32 n = nfuncs < TACHY_MAX_NODES ? nfuncs : TACHY_MAX_NODES;
+	__u32 h = t->pend_nhist;
 
+	if (h > TACHY_MAX_PENDING_HIST)
+		h = TACHY_MAX_PENDING_HIST;
 	bpf_loop(n, flush_one, &c, 0);
+	if (keep && h)
+		bpf_loop(h, flush_hist_one, &c, 0);
+	t->pend_nhist = 0;
 }
 
 /* A frame ends normally at `now`. */
@@ -219,14 +243,23 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	if (f->flags & TACHY_FRAME_SITE) {
 		struct tachy_stats *s = stats_of(id);
 
-		/* The histogram counts every call; count and total wait for
-		 * the outermost traced call to end, and its filter. */
-		if (s)
-			add_bucket(s, d);
+		/* Count, total and histogram wait for the outermost traced
+		 * call to end, and its filter. */
 		if (id < TACHY_MAX_NODES) {
+			__u32 n = t->pend_nhist;
+
 			t->pend_ns[id] += d;
 			t->pend_cnt[id]++;
+			if (n < TACHY_MAX_PENDING_HIST) {
+				t->pend_hist[n & (TACHY_MAX_PENDING_HIST - 1)] =
+					id << 16 | bucket_of_ns(d);
+				t->pend_nhist = n + 1;
+				return;
+			}
 		}
+		/* Beyond what a thread holds, the histogram takes it now. */
+		if (s)
+			add_bucket(s, d);
 		return;
 	}
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {

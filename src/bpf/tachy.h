@@ -60,6 +60,13 @@
 #define TACHY_MAX_NODES 128
 
 /*
+ * Durations of site calls whose histogram buckets are held per thread until
+ * the outermost traced call ends, like their counts; a site call beyond
+ * these goes into its histogram at once.
+ */
+#define TACHY_MAX_PENDING_HIST 512
+
+/*
  * Site cookie: node id in bits 0-28, TACHY_SITE_* flags in bits 29-31,
  * parent node id in bits 32-63.
  */
@@ -83,6 +90,9 @@ struct tachy_thread {
 	__u64 pend_ns[TACHY_MAX_NODES];
 	__u32 pend_cnt[TACHY_MAX_NODES];
 	__u32 pend_unw[TACHY_MAX_NODES];
+	__u32 pend_nhist;
+	/* node id << 16 | histogram bucket */
+	__u32 pend_hist[TACHY_MAX_PENDING_HIST];
 };
 
 /* Per function id and per CPU; summed by user space. */
