@@ -4,7 +4,7 @@
 //! descriptors, so the kernel removes them even if tachy is killed.
 
 use std::mem::MaybeUninit;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -286,6 +286,20 @@ impl<'obj> Tracer<'obj> {
         // keeps only the followed ones: a fork is not known in advance.
         let link_pid = if plan.settings.follow { -1 } else { plan.pid };
         for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
+            // The kernel resolves the path it is given from tachy's root: a
+            // path under a process's root is opened inside that root first
+            // and handed over as this open file.
+            let _held;
+            let fd_path;
+            let open_path = if crate::target::in_process_root(open_path).is_some() {
+                let f = crate::target::open_file(open_path)
+                    .with_context(|| format!("cannot open {}", display.display()))?;
+                fd_path = std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+                _held = f;
+                &fd_path
+            } else {
+                open_path
+            };
             for kind in [
                 Prog::Entry,
                 Prog::Exit,

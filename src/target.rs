@@ -10,6 +10,96 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+/// Splits `/proc/PID/root/REST` into PID and REST (relative).
+pub fn in_process_root(path: &Path) -> Option<(u32, &Path)> {
+    let rest = path.strip_prefix("/proc").ok()?;
+    let mut comps = rest.components();
+    let pid = comps.next()?.as_os_str().to_str()?.parse::<u32>().ok()?;
+    let rest = comps.as_path().strip_prefix("root").ok()?;
+    Some((pid, rest))
+}
+
+/// Opens a file for reading. A path under `/proc/PID/root` is resolved
+/// inside that root, as the process would resolve it (openat2 with
+/// RESOLVE_IN_ROOT): an absolute symlink or `..` in a container cannot lead
+/// to a file of the host. Where the kernel lacks openat2 (before 5.6), a
+/// symlink or `..` there is refused instead.
+pub fn open_file(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    let Some((pid, rest)) = in_process_root(path) else {
+        return fs::File::open(path);
+    };
+    let root = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(format!("/proc/{pid}/root"))?;
+    let rel = CString::new(rest.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: open_how is plain data; all-zero is its "no options" value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a valid directory fd, a NUL-terminated path and an open_how
+    // of the size passed; the returned fd, if any, is ours.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            rel.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: the kernel just returned this fd to us.
+        return Ok(unsafe { fs::File::from_raw_fd(fd as i32) });
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(err);
+    }
+    open_beneath(&root, rest)
+}
+
+/// Opens `rest` under directory `dir` one component at a time, following
+/// no symlink and no `..`.
+fn open_beneath(dir: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::path::Component;
+
+    let comps: Vec<_> = rest.components().collect();
+    let mut cur: Option<fs::File> = None;
+    for (i, c) in comps.iter().enumerate() {
+        let Component::Normal(name) = c else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "`..` in a path under a process's root",
+            ));
+        };
+        let last = i + 1 == comps.len();
+        let flags = libc::O_NOFOLLOW
+            | libc::O_CLOEXEC
+            | if last {
+                libc::O_RDONLY
+            } else {
+                libc::O_PATH | libc::O_DIRECTORY
+            };
+        let name = CString::new(name.as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        let at = cur.as_ref().unwrap_or(dir).as_raw_fd();
+        // SAFETY: a valid directory fd and a NUL-terminated name.
+        let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this fd to us.
+        cur = Some(unsafe { fs::File::from_raw_fd(fd) });
+    }
+    cur.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
 /// An object file: the path users know, and the path tachy opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectRef {
@@ -429,6 +519,33 @@ fn decode_status(st: i32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_in_a_process_root() {
+        assert_eq!(
+            in_process_root(Path::new("/proc/42/root/usr/lib/x.so")),
+            Some((42, Path::new("usr/lib/x.so")))
+        );
+        assert_eq!(in_process_root(Path::new("/proc/42/map_files/1-2")), None);
+        assert_eq!(in_process_root(Path::new("/proc/self/root/x")), None);
+        assert_eq!(in_process_root(Path::new("/usr/lib/x.so")), None);
+    }
+
+    /// The fallback where openat2 is missing follows neither symlinks nor `..`.
+    #[test]
+    fn opening_beneath_a_directory() {
+        let dir = std::env::temp_dir().join(format!("tachy-beneath-{}", std::process::id()));
+        fs::create_dir_all(dir.join("a")).unwrap();
+        fs::write(dir.join("a/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join("a/out")).unwrap();
+        std::os::unix::fs::symlink("a", dir.join("via")).unwrap();
+        let d = fs::File::open(&dir).unwrap();
+        assert!(open_beneath(&d, Path::new("a/f")).is_ok());
+        for bad in ["a/out", "via/f", "a/../a/f"] {
+            assert!(open_beneath(&d, Path::new(bad)).is_err(), "{bad}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn parses_maps_lines() {

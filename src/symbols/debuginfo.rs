@@ -49,7 +49,7 @@ fn roots(open_path: &Path) -> Vec<PathBuf> {
 
 /// An ELF debug file at `path`, if `check` accepts it.
 fn debug_file(path: &Path, check: impl Fn(&File) -> bool) -> Option<DebugData> {
-    let f = File::open(path).ok()?;
+    let f = crate::target::open_file(path).ok()?;
     if !f.metadata().ok()?.is_file() || !check(&f) {
         return None;
     }

@@ -83,8 +83,8 @@ impl std::fmt::Debug for ElfObject {
 impl ElfObject {
     /// Maps and checks an object: a 64-bit little-endian x86-64 ELF file.
     pub fn open(display: &Path, open_path: &Path) -> Result<ElfObject> {
-        let file =
-            File::open(open_path).with_context(|| format!("cannot open {}", display.display()))?;
+        let file = crate::target::open_file(open_path)
+            .with_context(|| format!("cannot open {}", display.display()))?;
         let meta = file
             .metadata()
             .with_context(|| format!("cannot stat {}", display.display()))?;
