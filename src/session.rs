@@ -187,18 +187,21 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         (Scope::Process(target::process_maps(pid)?), None)
     } else if let Some(cmd) = s.command.first() {
         let exe = target::which(cmd)?;
-        let libs = target::needed_libraries(&exe);
-        (
-            Scope::Command {
-                exe: exe.clone(),
-                libs,
-            },
-            Some(exe),
-        )
+        let image = target::program_image(&exe);
+        let libs = target::needed_libraries(&image);
+        (Scope::Command { exe: image, libs }, Some(exe))
     } else {
         (Scope::Files, None)
     };
-    let mut plan = build_plan(&s, &scope, &mut objects)?;
+    let mut plan =
+        build_plan(&s, &scope, &mut objects).map_err(|e| match (&scope, &exe_for_cmd) {
+            (Scope::Command { exe: image, .. }, Some(exe)) if image != exe => anyhow::anyhow!(
+                "{e} ({} is a script run by {}: name the program it starts as PATH:FUNC)",
+                exe.display(),
+                image.display()
+            ),
+            _ => e,
+        })?;
     if s.dry_run || s.verbose {
         eprint!("{}", plan.describe());
         if s.dry_run {

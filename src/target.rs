@@ -351,6 +351,39 @@ fn dynamic_deps(obj: &Path) -> Result<(Vec<String>, Vec<PathBuf>)> {
     Ok((needed, dirs))
 }
 
+/// The ELF program that runs when `exe` is executed: `exe` itself, or for
+/// a script (`#!`), its interpreter (through `/usr/bin/env NAME` too).
+/// Its libraries are the ones a command's `LIB:FUNC` can name before the
+/// command starts.
+pub fn program_image(exe: &Path) -> PathBuf {
+    let mut cur = exe.to_path_buf();
+    // The kernel follows at most a few levels of interpreters.
+    for _ in 0..4 {
+        let Some(next) = interpreter(&cur) else {
+            break;
+        };
+        cur = next;
+    }
+    cur
+}
+
+/// The interpreter a `#!` line names, resolved.
+fn interpreter(script: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = fs::File::open(script).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n')?];
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let interp = PathBuf::from(words.next()?);
+    if interp.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
+        return which(name).ok();
+    }
+    interp.is_file().then_some(interp)
+}
+
 /// Finds a command on PATH, as a shell would.
 pub fn which(cmd: &str) -> Result<PathBuf> {
     if cmd.contains('/') {

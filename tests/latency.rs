@@ -1297,6 +1297,46 @@ fn thread_filter_excludes_other_threads() {
     }
 }
 
+/// A command that is a script: its interpreter's libraries (libc) can be
+/// named before it starts, and the program the script execs is traced
+/// under the same process: nanosleep, four per iteration of `plain`.
+#[test]
+fn script_command_traces_through_its_interpreter() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let plain = common::build("plain");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("script-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, shebang) in [("direct.sh", "#!/bin/sh"), ("env.sh", "#!/usr/bin/env sh")] {
+        let script = dir.join(name);
+        std::fs::write(
+            &script,
+            format!("{shebang}\nexec {} \"$@\"\n", plain.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let script = path_str(&script);
+        let out = run(
+            &["latency", "--json", "c:nanosleep", "--", &script, "3", "1"],
+            NO_WAIT,
+        );
+        out.assert_success();
+        let rep = single_report(&out);
+        check_func(func(&rep, "nanosleep"), 4 * 3, 0, 200_000);
+        // A function of the program itself is not known before it starts.
+        let out = run(&["latency", "slow_sum", "--", &script, "1"], NO_WAIT);
+        assert_eq!(out.code(), Some(1), "{out}");
+        assert!(
+            out.stderr.contains("is a script run by") && out.stderr.contains("PATH:FUNC"),
+            "{out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// System call latency through the raw syscall tracepoints: the plain
 /// fixture sleeps with nanosleep (clock_nanosleep underneath) once in each
 /// of slow_sum, mix_local and each of the two fast_path calls per iteration.
