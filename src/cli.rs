@@ -101,13 +101,14 @@ pub struct LatencyArgs {
     #[arg(short = 'm', long = "milliseconds")]
     pub milliseconds: bool,
 
-    /// Print a report every SECS seconds (each covers only its interval)
-    #[arg(short, long, value_name = "SECS")]
-    pub interval: Option<u64>,
+    /// Print a report every SECS seconds (each covers only its interval;
+    /// 0.5 or 500ms too)
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    pub interval: Option<Duration>,
 
-    /// Stop after SECS seconds
-    #[arg(short, long, value_name = "SECS")]
-    pub duration: Option<u64>,
+    /// Stop after SECS seconds (0.5 or 500ms too)
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    pub duration: Option<Duration>,
 
     /// Print a timestamp before each report
     #[arg(short = 'T', long)]
@@ -173,13 +174,14 @@ pub struct NestedArgs {
     #[arg(short, long, value_name = "TID")]
     pub tid: Option<u32>,
 
-    /// Print a report every SECS seconds (each covers only its interval)
-    #[arg(short, long, value_name = "SECS")]
-    pub interval: Option<u64>,
+    /// Print a report every SECS seconds (each covers only its interval;
+    /// 0.5 or 500ms too)
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    pub interval: Option<Duration>,
 
-    /// Stop after SECS seconds
-    #[arg(short, long, value_name = "SECS")]
-    pub duration: Option<u64>,
+    /// Stop after SECS seconds (0.5 or 500ms too)
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    pub duration: Option<Duration>,
 
     /// Print a timestamp before each report
     #[arg(short = 'T', long)]
@@ -365,6 +367,20 @@ impl FuncSpec {
     }
 }
 
+/// Parses a positive time: seconds (`5`, `0.5`) or a duration with its
+/// unit (`500ms`, `2m`).
+pub fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
+    let ns = match s.trim().parse::<f64>() {
+        Ok(secs) if (0.0..1e9).contains(&secs) => (secs * 1e9).round() as u64,
+        Ok(_) => return Err(format!("{s:?} is not a number of seconds")),
+        Err(_) => parse_duration(s).map_err(|e| e.to_string())?,
+    };
+    if ns == 0 {
+        return Err("needs a positive time (e.g. 5, 0.5, 500ms)".into());
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
 /// Parses `250us`, `1.5ms`, `2s`, `100ns`, `1m` into nanoseconds.
 pub fn parse_duration(s: &str) -> Result<u64> {
     let t = s.trim();
@@ -445,12 +461,6 @@ impl LatencyArgs {
         if max_ns > 0 && min_ns > max_ns {
             bail!("--slower-than is above --faster-than: no call can match");
         }
-        if self.interval == Some(0) {
-            bail!("-i needs a positive number of seconds");
-        }
-        if self.duration == Some(0) {
-            bail!("-d needs a positive number of seconds");
-        }
         Ok(LatencySettings {
             specs,
             pid: self.pid,
@@ -463,8 +473,8 @@ impl LatencyArgs {
             } else {
                 Unit::Nsec
             },
-            interval: self.interval.map(Duration::from_secs),
-            duration: self.duration.map(Duration::from_secs),
+            interval: self.interval,
+            duration: self.duration,
             timestamp: self.timestamp,
             json: self.json,
             min_ns,
@@ -515,6 +525,18 @@ mod tests {
         );
         assert!(FuncSpec::parse(":x").is_err());
         assert!(FuncSpec::parse("lib:").is_err());
+    }
+
+    #[test]
+    fn seconds() {
+        let ms = |n| Ok(Duration::from_millis(n));
+        assert_eq!(parse_seconds("5"), ms(5000));
+        assert_eq!(parse_seconds("0.5"), ms(500));
+        assert_eq!(parse_seconds("250ms"), ms(250));
+        assert_eq!(parse_seconds("2m"), ms(120_000));
+        for bad in ["0", "0s", "-1", "soon", "1e99", "inf"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

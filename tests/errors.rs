@@ -167,10 +167,11 @@ fn bad_durations() {
         &spec,
     ]);
     assert_mentions(&msg, &["--slower-than", "--faster-than"]);
-    let msg = error(&["latency", "-d", "0", &spec]);
-    assert_mentions(&msg, &["-d"]);
-    let msg = error(&["latency", "-i", "0", &spec]);
-    assert_mentions(&msg, &["-i"]);
+    // -d and -i are checked as they are parsed: usage errors.
+    let msg = usage_error(&["latency", "-d", "0", &spec]);
+    assert_mentions(&msg, &["--duration", "positive"]);
+    let msg = usage_error(&["latency", "-i", "0ms", &spec]);
+    assert_mentions(&msg, &["--interval", "positive"]);
 }
 
 #[test]

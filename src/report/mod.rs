@@ -238,4 +238,26 @@ mod golden {
             "avg = 0 msec, total: 0 msec, count: 0\nleft by exception or unwind: 0\n"
         );
     }
+
+    /// System calls and kernel functions never unwind: no line for it.
+    #[test]
+    fn kernel_items_have_no_unwind_line() {
+        let r = Report {
+            time: UNIX_EPOCH,
+            unit: Unit::Nsec,
+            timestamp: false,
+            funcs: vec![FuncReport {
+                name: "syscall:read".into(),
+                raw_name: "read".into(),
+                object: "kernel".into(),
+                counts: Counts::default(),
+            }],
+        };
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "avg = 0 nsec, total: 0 nsec, count: 0\n"
+        );
+    }
 }

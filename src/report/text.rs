@@ -53,7 +53,10 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         }
         writeln!(w, ", max = {max} {u}")?;
     }
-    writeln!(w, "left by exception or unwind: {}", c.unwound)?;
+    // Kernel items (system calls, kernel functions) never unwind.
+    if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
+        writeln!(w, "left by exception or unwind: {}", c.unwound)?;
+    }
     if c.filtered > 0 {
         writeln!(w, "filtered out by duration: {}", c.filtered)?;
     }
