@@ -485,13 +485,8 @@ pub fn list(a: ListArgs) -> Result<i32> {
             FuncSpec::parse(one)?,
             Scope::Process(target::process_maps(pid)?),
         ),
-        ([one], None) => {
-            let spec = FuncSpec::parse(one)?;
-            if spec.object.is_none() {
-                bail!("{one:?} names no object: give -p PID, a PATH, or PATH:PATTERN");
-            }
-            (spec, Scope::Files)
-        }
+        // A bare name: a kernel function, if the kernel has one.
+        ([one], None) => (FuncSpec::parse(one)?, Scope::Files),
         _ => bail!("expected [PATH] PATTERN"),
     };
     let spec = match (&scope, &spec.object) {
@@ -503,9 +498,19 @@ pub fn list(a: ListArgs) -> Result<i32> {
         }
         _ => spec,
     };
-    let mut objects = Objects::default();
-    let resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     let mut out = std::io::stdout().lock();
+    if spec.is_syscall() {
+        writeln!(out, "system calls (timed from sys_enter to sys_exit):")?;
+        for (name, nr) in kernel::match_syscalls(&spec.pattern)? {
+            writeln!(out, "  syscall:{name}  number {nr}")?;
+        }
+        return Ok(0);
+    }
+    let mut objects = Objects::default();
+    let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
+    if spec.is_kernel() {
+        resolved.kernel = kernel::match_kernel_functions(&spec.pattern)?;
+    }
     if !resolved.kernel.is_empty() {
         writeln!(out, "kernel (functions from /proc/kallsyms):")?;
         for name in &resolved.kernel {

@@ -439,3 +439,20 @@ fn list_plain_c_functions() {
         assert!(names.contains(name), "{names:?}");
     }
 }
+
+/// System calls and kernel functions are listed by name (from the system
+/// call table and /proc/kallsyms); a bare name no object has is the
+/// kernel's.
+#[test]
+fn list_system_calls_and_kernel_functions() {
+    let _lock = common::serial();
+    assert_eq!(
+        list_ok(&["syscall:pread*"]),
+        "system calls (timed from sys_enter to sys_exit):\n  syscall:pread64  number 17\n  \
+         syscall:preadv  number 295\n  syscall:preadv2  number 327\n"
+    );
+    let line = "  k:vfs_read  timed by fentry/fexit where the kernel allows, else a kprobe and kretprobe\n";
+    let want = format!("kernel (functions from /proc/kallsyms):\n{line}");
+    assert_eq!(list_ok(&["k:vfs_read"]), want);
+    assert_eq!(list_ok(&["vfs_read"]), want);
+}
