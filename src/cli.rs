@@ -51,7 +51,9 @@ Examples:
   tachy list ./build/server 'Conn::read'
   tachy list /usr/lib/x86_64-linux-gnu/libc.so.6:malloc
   tachy list -p 4242 c:pthread_mutex_lock
-  tachy list --sites ./build/server 'Conn::read'   with every call site, at file:line";
+  tachy list --sites ./build/server 'Conn::read'   with every call site, at file:line
+  tachy list 'k:vfs_*'                             kernel functions
+  tachy list 'syscall:*read*'                      system calls";
 
 #[derive(Parser, Debug)]
 #[command(
