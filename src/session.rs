@@ -509,7 +509,11 @@ pub fn list(a: ListArgs) -> Result<i32> {
     let mut objects = Objects::default();
     let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     if spec.is_kernel() {
-        resolved.kernel = kernel::match_kernel_functions(&spec.pattern)?;
+        // Listing is not tracing: no limit on how many.
+        resolved.kernel = kernel::kernel_functions(&spec.pattern)?;
+        if resolved.kernel.is_empty() {
+            bail!("no kernel function is named {:?}", spec.pattern);
+        }
     }
     if !resolved.kernel.is_empty() {
         writeln!(out, "kernel (functions from /proc/kallsyms):")?;
