@@ -65,8 +65,8 @@ bench: build
 # (RUSTC_BOOTSTRAP=1: stable Rust then accepts cargo-fuzz's -Zsanitizer
 # flags; the ASan and malloc options let fallible huge reservations fail
 # or pass as they do outside ASan.) FUZZ_SANITIZER=none runs about 3x
-# faster, without AddressSanitizer. A crash stops the run; its input is in
-# fuzz/artifacts/TARGET/.
+# faster, without AddressSanitizer. A crash, or an input that runs for 10 s
+# (-timeout=10: a hang), stops the run; its input is in fuzz/artifacts/TARGET/.
 FUZZ_RUNS ?= 1000000
 FUZZ_SANITIZER ?= address
 
@@ -81,5 +81,5 @@ fuzz: deps
 		if [ -d corpus/$$t ]; then dirs="$$dirs corpus/$$t"; fi && \
 		if [ -d regressions/$$t ]; then dirs="$$dirs regressions/$$t"; fi && \
 		$(CARGO) fuzz run --sanitizer $(FUZZ_SANITIZER) $$t $$dirs -- \
-			-runs=$(FUZZ_RUNS) -malloc_limit_mb=1048576 -print_final_stats=1 || exit 1; \
+			-runs=$(FUZZ_RUNS) -timeout=10 -malloc_limit_mb=1048576 -print_final_stats=1 || exit 1; \
 	done

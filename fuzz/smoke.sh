@@ -52,7 +52,7 @@ for t in "${targets[@]}"; do
 	fi
 	log=$work/$t.log
 	if ! cargo fuzz run --sanitizer "$sanitizer" "$t" "${dirs[@]}" -- \
-		-max_total_time="$seconds" -malloc_limit_mb=1048576 -print_final_stats=1 >"$log" 2>&1; then
+		-max_total_time="$seconds" -timeout=10 -malloc_limit_mb=1048576 -print_final_stats=1 >"$log" 2>&1; then
 		# The panic (or sanitizer report), then libFuzzer's summary.
 		grep -m1 -A2 -E 'panicked at|ERROR: AddressSanitizer|ERROR: libFuzzer' "$log" >&2 || true
 		tail -n 12 "$log" >&2
