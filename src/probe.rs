@@ -33,10 +33,6 @@ unsafe impl plain::Plain for types::tachy_stats {}
 
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
-    /// One more instance of the program per kernel function timed with
-    /// fentry/fexit (an attach target is fixed at load), sharing `skel`'s
-    /// maps and counters.
-    kfuncs: Vec<TachySkel<'obj>>,
     links: Vec<Link>,
     nfuncs: u32,
     /// How the probes were attached, for --verbose.
@@ -73,12 +69,9 @@ fn silence_libbpf(verbose: bool) {
 
 impl<'obj> Tracer<'obj> {
     /// Loads the BPF program configured for `plan` and attaches every probe.
-    /// `kstorage` holds one object per kernel function (fentry/fexit needs
-    /// an instance of the program each). On any error, whatever was attached
-    /// is detached again.
+    /// On any error, whatever was attached is detached again.
     pub fn attach(
         storage: &'obj mut MaybeUninit<OpenObject>,
-        kstorage: &'obj mut [MaybeUninit<OpenObject>],
         plan: &Plan,
         verbose: bool,
     ) -> Result<Tracer<'obj>> {
@@ -122,7 +115,6 @@ impl<'obj> Tracer<'obj> {
         let skel = open.load().map_err(|e| load_error(e.to_string()))?;
         let mut t = Tracer {
             skel,
-            kfuncs: Vec::new(),
             links: Vec::new(),
             nfuncs,
             multi,
@@ -149,7 +141,7 @@ impl<'obj> Tracer<'obj> {
             t.attach_syscalls(plan)?;
         }
         if !plan.kprobes.is_empty() {
-            t.attach_kernel_functions(plan, kstorage, verbose)?;
+            t.attach_kernel_functions(plan, verbose)?;
         }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.
@@ -167,24 +159,15 @@ impl<'obj> Tracer<'obj> {
     /// Times the plan's kernel functions with fentry/fexit where the kernel
     /// allows (cheapest: a direct call from the function's ftrace site), else
     /// with a kprobe/kretprobe pair; says in one line why neither works.
-    fn attach_kernel_functions(
-        &mut self,
-        plan: &Plan,
-        kstorage: &'obj mut [MaybeUninit<OpenObject>],
-        verbose: bool,
-    ) -> Result<()> {
+    fn attach_kernel_functions(&mut self, plan: &Plan, verbose: bool) -> Result<()> {
         // Why fentry/fexit is not used for any function (not tried, or
         // refused as a whole: no permission, no support).
         let mut fentry_refused = fentry_unavailable().map(str::to_string);
-        let mut slots = kstorage.iter_mut();
         let (mut fentries, mut kprobes) = (0, 0);
         for (name, id) in &plan.kprobes {
             let mut fentry_failed = fentry_refused.clone();
             if fentry_refused.is_none() {
-                let slot = slots
-                    .next()
-                    .context("no room for another instance of the BPF program")?;
-                match self.attach_fentry(plan, slot, name, *id) {
+                match self.attach_fentry(plan, name, *id) {
                     Ok(()) => {
                         fentries += 1;
                         continue;
@@ -209,9 +192,10 @@ impl<'obj> Tracer<'obj> {
                     "kernel function {name} cannot be traced here: fentry/fexit failed ({fentry}) and this kernel has no kprobes (CONFIG_KPROBES is off); a kernel with CONFIG_KPROBES=y, or one that loads fentry programs (CONFIG_DEBUG_INFO_BTF=y and CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y), can; system calls are timed here with syscall:NAME"
                 );
             }
+            // Exit first, as for fentry/fexit.
             for (prog, ret) in [
-                (&self.skel.progs.tachy_kentry, false),
                 (&self.skel.progs.tachy_kexit, true),
+                (&self.skel.progs.tachy_kentry, false),
             ] {
                 let opts = KprobeOpts {
                     cookie: *id as u64,
@@ -235,16 +219,12 @@ impl<'obj> Tracer<'obj> {
 
     /// Loads an instance of the program whose fentry and fexit programs
     /// are attached to kernel function `name`, counting as function `id`,
-    /// on the maps of the first instance.
-    fn attach_fentry(
-        &mut self,
-        plan: &Plan,
-        slot: &'obj mut MaybeUninit<OpenObject>,
-        name: &str,
-        id: u32,
-    ) -> Result<()> {
+    /// on the maps of the first instance. Only the two links are kept: they
+    /// hold the programs, which hold the maps.
+    fn attach_fentry(&mut self, plan: &Plan, name: &str, id: u32) -> Result<()> {
+        let mut storage = MaybeUninit::uninit();
         let mut open = TachySkelBuilder::default()
-            .open(slot)
+            .open(&mut storage)
             .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
         configure(&mut open, plan, id)?;
         let shared = &self.skel.maps;
@@ -271,13 +251,16 @@ impl<'obj> Tracer<'obj> {
                 .map_err(|e| anyhow!("{e}"))?;
         }
         let skel = open.load().map_err(|e| anyhow!("{}", short_errno(&e)))?;
-        for p in [&skel.progs.tachy_fentry, &skel.progs.tachy_fexit] {
+        // Exit first: a call already under way when the entry attaches
+        // then leaves no frame behind. Both or neither are kept.
+        let mut links = Vec::with_capacity(2);
+        for p in [&skel.progs.tachy_fexit, &skel.progs.tachy_fentry] {
             let link = p
                 .attach_trace()
                 .map_err(|e| anyhow!("{}", short_errno(&e)))?;
-            self.links.push(link);
+            links.push(link);
         }
-        self.kfuncs.push(skel);
+        self.links.extend(links);
         Ok(())
     }
 
@@ -483,6 +466,7 @@ impl<'obj> Tracer<'obj> {
                     filtered: s.filtered,
                     overflow: s.overflow,
                     indirect_tail: s.indirect_tail,
+                    hist_early: s.hist_early,
                     hist: Hist::from_buckets(&s.buckets),
                 });
                 zero.push(vec![0u8; raw.len()]);

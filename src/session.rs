@@ -181,6 +181,19 @@ fn names_line(plan: &Plan) -> String {
     }
 }
 
+/// Every probe link is a file descriptor (one per probe where uprobe_multi
+/// is missing): allow as many as the hard limit lets this process have.
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
 pub fn latency(s: LatencySettings) -> Result<i32> {
     let mut objects = Objects::default();
     let (scope, exe_for_cmd) = if let Some(pid) = s.pid {
@@ -225,9 +238,9 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         (None, Some(sp)) => sp.pid as i32,
         _ => -1,
     };
+    raise_fd_limit();
     let mut storage = MaybeUninit::uninit();
-    let mut kstorage: Vec<_> = plan.kprobes.iter().map(|_| MaybeUninit::uninit()).collect();
-    let mut tracer = Tracer::attach(&mut storage, &mut kstorage, &plan, s.verbose)?;
+    let mut tracer = Tracer::attach(&mut storage, &plan, s.verbose)?;
     if let Some(pid) = s.pid {
         if !target::process_alive(pid) {
             bail!("process {pid} exited while probes were being attached");
@@ -423,6 +436,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         unwound: c.unwound,
         filtered: c.filtered,
         hist: (hist && kind != "function").then(|| c.hist.clone()),
+        hist_early: c.hist_early,
         children,
     }
 }
