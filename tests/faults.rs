@@ -666,3 +666,55 @@ fn follow_traces_forked_processes() {
     out.assert_success();
     assert_eq!(tally(&out.single_report(), "tick"), (15, 0, 0, 0), "{out}");
 }
+
+/// An indirect tail jump (`jmp *%rax`) leaves the traced function for code
+/// tachy cannot know: the call is timed up to the jump, and with `nested`
+/// it ends the traced call, so the breakdown of every call is committed.
+#[test]
+fn indirect_tail_jump_ends_the_traced_call() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    const N: u64 = 6;
+    let out = run_cmd(&["dispatch", "even", "odd"], &["dispatch", &N.to_string()]);
+    out.assert_success();
+    let fx = counts(&out.stdout);
+    assert_eq!((fx["dispatch"], fx["even"], fx["odd"]), (N, N / 2, N / 2));
+    let rep = out.single_report();
+    let d = func(&rep, "dispatch");
+    assert_eq!(tally(&rep, "dispatch"), (N, 0, 0, 0), "{rep:#}");
+    assert_eq!(num(d, "indirect_tail"), N, "{d}");
+    // work() sleeps 200 us before the jump.
+    assert!(num(d, "min_ns") >= 200_000, "{d}");
+    assert_eq!(tally(&rep, "even"), (N / 2, 0, 0, 0), "{rep:#}");
+    assert_eq!(tally(&rep, "odd"), (N / 2, 0, 0, 0), "{rep:#}");
+
+    let exe = common::build("faults");
+    let args = [
+        "nested",
+        "--json",
+        "dispatch",
+        "--",
+        exe.to_str().unwrap(),
+        "dispatch",
+        "6",
+    ];
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT);
+    out.assert_success();
+    let rep = out.single_report();
+    let root = &rep["roots"][0];
+    assert_eq!(
+        (num(root, "count"), num(root, "unwound")),
+        (N, 0),
+        "{rep:#}"
+    );
+    let work = root["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "work")
+        .unwrap_or_else(|| panic!("no work site: {rep:#}"));
+    assert_eq!(num(work, "count"), N, "{rep:#}");
+    assert!(num(work, "total_ns") >= N * 200_000, "{rep:#}");
+}

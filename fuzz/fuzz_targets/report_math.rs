@@ -189,6 +189,7 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 filtered: filtered & MAX_COUNT,
                 overflow: overflow & MAX_COUNT,
                 indirect_tail: indirect_tail & MAX_COUNT,
+                hist_early: unwound.rotate_left(7) & MAX_COUNT,
                 hist: hist_of(buckets, unit),
             }
         }
@@ -240,6 +241,7 @@ fn build(
         unwound: n.unwound & MAX_COUNT,
         filtered: n.filtered & MAX_COUNT,
         hist: n.hist.as_ref().map(|h| hist_of(h, unit)),
+        hist_early: n.filtered.rotate_left(7) & MAX_COUNT,
         children,
     })
 }

@@ -233,9 +233,13 @@ static __always_inline void flush_pending(struct tachy_thread *t, bool keep)
 	t->pend_nhist = 0;
 }
 
-/* A frame ends normally at `now`. */
+/*
+ * A frame ends normally at `now` (a traced function's: by a return, or by
+ * an indirect tail jump, to which it is timed).
+ */
 static __always_inline void close_frame(struct tachy_thread *t,
-					struct tachy_frame *f, __u64 now)
+					struct tachy_frame *f, __u64 now,
+					bool indirect_tail)
 {
 	__u64 d = now - f->start_ns;
 	__u32 id = f->id;
@@ -258,21 +262,23 @@ static __always_inline void close_frame(struct tachy_thread *t,
 			}
 		}
 		/* Beyond what a thread holds, the histogram takes it now. */
-		if (s)
+		if (s) {
 			add_bucket(s, d);
+			s->hist_early++;
+		}
 		return;
 	}
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
 		bool keep = !(d < min_ns || (max_ns && d > max_ns));
 
-		record(f, now, false);
+		record(f, now, indirect_tail);
 		if (t->roots)
 			t->roots--;
 		if (!t->roots)
 			flush_pending(t, keep);
 		return;
 	}
-	record(f, now, false);
+	record(f, now, indirect_tail);
 }
 
 /*
@@ -441,7 +447,7 @@ static long exit_one(__u64 i, void *data)
 	if (f->sp == c->sp) {
 		if (c->only != ANY_ID && f->id != c->only)
 			return 1;
-		close_frame(t, f, c->now);
+		close_frame(t, f, c->now, false);
 		t->depth--;
 		return c->only != ANY_ID;
 	}
@@ -451,7 +457,7 @@ static long exit_one(__u64 i, void *data)
 			? &t->frames[(t->depth - 2) & (TACHY_MAX_DEPTH - 1)]
 			: NULL;
 	if ((f->flags & TACHY_FRAME_TAILSITE) && below && below->sp == c->sp)
-		close_frame(t, f, c->now);
+		close_frame(t, f, c->now, false);
 	else
 		drop_frame(t, f, c->now);
 	t->depth--;
@@ -597,7 +603,7 @@ static __always_inline int do_tail(struct pt_regs *ctx)
 	if (cookie & TACHY_TAIL_INDIRECT) {
 		/* The callee is unknown, so are its returns: time up to here.
 		 */
-		record(f, bpf_ktime_get_ns(), true);
+		close_frame(t, f, bpf_ktime_get_ns(), true);
 		t->depth--;
 		return 0;
 	}

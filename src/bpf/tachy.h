@@ -105,6 +105,9 @@ struct tachy_stats {
 	__u64 filtered; /* completed, outside --slower-than/--faster-than */
 	__u64 overflow; /* not timed: thread's frame stack was full */
 	__u64 indirect_tail; /* timed up to an indirect tail jump */
+	/* site calls bucketed before their outermost traced call's filter
+	 * was known (past TACHY_MAX_PENDING_HIST in one call) */
+	__u64 hist_early;
 	__u64 buckets[TACHY_NBUCKETS];
 };
 

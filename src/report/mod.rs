@@ -56,6 +56,9 @@ pub struct Counts {
     pub overflow: u64,
     /// Calls timed up to an indirect tail jump.
     pub indirect_tail: u64,
+    /// Call-site calls put in the histogram before the duration filter
+    /// had decided on their traced call (beyond 512 in one call).
+    pub hist_early: u64,
     /// Durations in display units, in the kernel's log2 x 16 buckets.
     pub hist: Hist,
 }
@@ -76,6 +79,7 @@ impl Counts {
         self.filtered += o.filtered;
         self.overflow += o.overflow;
         self.indirect_tail += o.indirect_tail;
+        self.hist_early += o.hist_early;
         self.hist.merge(&o.hist);
     }
 }

@@ -23,6 +23,9 @@ pub struct TreeNode {
     /// Calls of a traced function outside the duration filter.
     pub filtered: u64,
     pub hist: Option<Hist>,
+    /// Calls in `hist` bucketed before the duration filter had decided on
+    /// their traced call: the histogram may hold some filtered-out calls.
+    pub hist_early: u64,
     pub children: Vec<TreeNode>,
 }
 
@@ -158,7 +161,13 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             head.push_str(&format!("  left by exception: {}", root.unwound));
         }
         writeln!(w, "{head}")?;
-        render_children(root, root.total_ns, 1, width, r.unit, w)?;
+        let l = Layout {
+            root_total: root.total_ns,
+            width,
+            unit: r.unit,
+            filtered: r.filter.is_some(),
+        };
+        render_children(root, 1, &l, w)?;
     }
     Ok(())
 }
@@ -177,14 +186,27 @@ fn label_width(n: &TreeNode, depth: usize) -> usize {
         .max(own)
 }
 
-fn render_children(
-    parent: &TreeNode,
+/// Where the children of a node are drawn, and how.
+struct Layout {
     root_total: u64,
-    depth: usize,
     width: usize,
     unit: Unit,
+    /// A duration filter chose the root calls.
+    filtered: bool,
+}
+
+fn render_children(
+    parent: &TreeNode,
+    depth: usize,
+    l: &Layout,
     w: &mut impl Write,
 ) -> io::Result<()> {
+    let Layout {
+        root_total,
+        width,
+        unit,
+        filtered,
+    } = *l;
     if parent.children.is_empty() || parent.calls() == 0 {
         return Ok(());
     }
@@ -222,8 +244,15 @@ fn render_children(
             for l in String::from_utf8_lossy(&buf).lines() {
                 writeln!(w, "{indent}    {l}")?;
             }
+            if c.hist_early > 0 && filtered {
+                writeln!(
+                    w,
+                    "{indent}    ({} of these were bucketed before the filter decided: over 512 site calls in one call)",
+                    c.hist_early
+                )?;
+            }
         }
-        render_children(c, root_total, depth + 1, width, unit, w)?;
+        render_children(c, depth + 1, l, w)?;
     }
     Ok(())
 }
@@ -244,6 +273,7 @@ fn node_json(n: &TreeNode) -> Value {
     }
     if let Some(h) = &n.hist {
         v["log2_buckets"] = json!(h.log2_slots());
+        v["hist_early"] = json!(n.hist_early);
     }
     v
 }
@@ -329,6 +359,7 @@ mod tests {
             unwound: 0,
             filtered: 0,
             hist: None,
+            hist_early: 0,
             children,
         }
     }
@@ -407,6 +438,32 @@ mod tests {
         let mut out = Vec::new();
         render_folded(&sample(), &mut out).unwrap();
         check("tree.folded", &out);
+    }
+
+    /// With --hist, a site whose histogram took calls before the filter
+    /// decided says how many; without a filter there is nothing to say.
+    #[test]
+    fn early_bucketed_calls_are_noted_under_a_filter() {
+        let mut r = sample();
+        let seek = &mut r.roots[0].children[0];
+        let mut h = Hist::default();
+        h.buckets[100] = 312;
+        seek.hist = Some(h);
+        seek.hist_early = 40;
+        let note = "      (40 of these were bucketed before the filter decided: over 512 site calls in one call)";
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().filter(|l| *l == note).count(), 1, "{text}");
+        r.filter = None;
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("bucketed before"), "{text}");
+        let mut out = Vec::new();
+        render_json(&r, &mut out).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["roots"][0]["children"][0]["hist_early"], 40, "{v}");
     }
 
     #[test]
