@@ -27,7 +27,9 @@ pub enum Scope {
 #[derive(Default)]
 pub struct Resolution {
     pub user: Vec<Resolved>,
-    pub kernel: Vec<String>,
+    /// Bare patterns found only in the kernel, with the functions each
+    /// names.
+    pub kernel: Vec<(String, Vec<String>)>,
 }
 
 /// The functions one object contributes.
@@ -124,32 +126,29 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
     Ok(vec![hits])
 }
 
-/// The kernel functions a bare name matches, if any; an error if it names
-/// too many.
-fn kernel_fallback(spec: &FuncSpec) -> Option<Result<Vec<String>>> {
+/// The kernel functions a bare name matches, if any.
+fn kernel_fallback(spec: &FuncSpec) -> Option<Vec<String>> {
     if spec.object.is_some() {
         return None;
     }
     let hits = crate::kernel::kernel_functions(&spec.pattern).ok()?;
-    if hits.is_empty() {
-        return None;
-    }
-    Some(crate::kernel::check_count(&spec.pattern, hits))
+    (!hits.is_empty()).then_some(hits)
 }
 
 /// Resolves every spec; fails on the first that matches nothing. A bare
 /// name that matches no function of the target's objects (or names none,
-/// without a target) is looked up among the kernel's functions.
+/// without a target) is looked up among the kernel's functions (all of
+/// them: how many may be traced at once is the caller's to check).
 pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Resolution> {
     let mut out: Vec<Resolved> = Vec::new();
-    let mut kernel: Vec<String> = Vec::new();
+    let mut kernel: Vec<(String, Vec<String>)> = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_syscall() && !s.is_kernel()) {
         let pat = Pattern::parse(&spec.pattern)?;
         let groups = match candidate_groups(spec, scope) {
             Ok(g) => g,
             Err(e) => match kernel_fallback(spec) {
                 Some(k) if matches!(scope, Scope::Files) => {
-                    kernel.extend(k?);
+                    kernel.push((spec.pattern.clone(), k));
                     continue;
                 }
                 _ => return Err(e),
@@ -209,9 +208,13 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             }
         }
         if !found_any {
-            if let Some(k) = kernel_fallback(spec) {
-                kernel.extend(k?);
-                continue;
+            // Only when every object could be searched: a function may
+            // hide in one that could not.
+            if first_err.is_none() {
+                if let Some(k) = kernel_fallback(spec) {
+                    kernel.push((spec.pattern.clone(), k));
+                    continue;
+                }
             }
             if searched.is_empty() {
                 if let Some(e) = first_err {
@@ -221,8 +224,6 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             bail!("{}", explain_miss(&pat, &searched));
         }
     }
-    kernel.sort();
-    kernel.dedup();
     Ok(Resolution { user: out, kernel })
 }
 

@@ -81,8 +81,21 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
             plan.add_kernel_function(&name);
         }
     }
-    for name in &resolved.kernel {
-        plan.add_kernel_function(name);
+    for (pattern, names) in &resolved.kernel {
+        let names = kernel::check_count(pattern, names.clone())?;
+        if !matches!(scope, Scope::Files) {
+            eprintln!(
+                "tachy: no function of the traced program matches {pattern:?}: timing {}",
+                if names.len() == 1 {
+                    format!("the kernel function k:{}", names[0])
+                } else {
+                    format!("{} kernel functions", names.len())
+                }
+            );
+        }
+        for name in &names {
+            plan.add_kernel_function(name);
+        }
     }
     if s.nested.is_some() && !plan.funcs.is_empty() {
         bail!(
@@ -524,14 +537,15 @@ pub fn list(a: ListArgs) -> Result<i32> {
     let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     if spec.is_kernel() {
         // Listing is not tracing: no limit on how many.
-        resolved.kernel = kernel::kernel_functions(&spec.pattern)?;
-        if resolved.kernel.is_empty() {
+        let names = kernel::kernel_functions(&spec.pattern)?;
+        if names.is_empty() {
             bail!("no kernel function is named {:?}", spec.pattern);
         }
+        resolved.kernel.push((spec.pattern.clone(), names));
     }
     if !resolved.kernel.is_empty() {
         writeln!(out, "kernel (functions from /proc/kallsyms):")?;
-        for name in &resolved.kernel {
+        for name in resolved.kernel.iter().flat_map(|(_, n)| n) {
             writeln!(
                 out,
                 "  k:{name}  timed by fentry/fexit where the kernel allows, else a kprobe and kretprobe"

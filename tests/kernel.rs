@@ -117,6 +117,11 @@ fn bare_kernel_names() {
     let err = dry_run(&["latency", "--dry-run", "-p", &pid, "vfs_read", "slow_sum"]);
     fixture.go();
     let _ = fixture.wait();
+    assert!(
+        err.lines().any(|l| l
+            == "tachy: no function of the traced program matches \"vfs_read\": timing the kernel function k:vfs_read"),
+        "{err}"
+    );
     // Kernel items are planned first.
     assert!(err.lines().any(|l| l == line), "{err}");
     assert!(
