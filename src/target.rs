@@ -21,9 +21,9 @@ pub fn in_process_root(path: &Path) -> Option<(u32, &Path)> {
 
 /// Opens a file for reading. A path under `/proc/PID/root` is resolved
 /// inside that root, as the process would resolve it (openat2 with
-/// RESOLVE_IN_ROOT): an absolute symlink or `..` in a container cannot lead
-/// to a file of the host. Where the kernel lacks openat2 (before 5.6), a
-/// symlink or `..` there is refused instead.
+/// RESOLVE_IN_ROOT, or the same walk done here where openat2 is missing or
+/// refused): an absolute symlink or `..` in a container cannot lead to a
+/// file of the host.
 pub fn open_file(path: &Path) -> std::io::Result<fs::File> {
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::os::unix::fs::OpenOptionsExt;
@@ -41,63 +41,137 @@ pub fn open_file(path: &Path) -> std::io::Result<fs::File> {
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: a valid directory fd, a NUL-terminated path and an open_how
-    // of the size passed; the returned fd, if any, is ours.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            rel.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: the kernel just returned this fd to us.
-        return Ok(unsafe { fs::File::from_raw_fd(fd as i32) });
+    // EAGAIN: a rename raced with the lookup; the kernel asks for a retry.
+    for _ in 0..3 {
+        // SAFETY: a valid directory fd, a NUL-terminated path and an
+        // open_how of the size passed; the returned fd, if any, is ours.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                rel.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this fd to us.
+            return Ok(unsafe { fs::File::from_raw_fd(fd as i32) });
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EAGAIN) => continue,
+            // No openat2 (before Linux 5.6), or a seccomp filter refusing it.
+            Some(libc::ENOSYS | libc::EPERM) => break,
+            _ => return Err(err),
+        }
     }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(err);
-    }
-    open_beneath(&root, rest)
+    open_in_root(&root, rest)
 }
 
-/// Opens `rest` under directory `dir` one component at a time, following
-/// no symlink and no `..`.
-fn open_beneath(dir: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
+/// Most symlinks one lookup follows, as the kernel's limit.
+const MAX_SYMLINKS: usize = 40;
+
+/// Resolves `rest` inside the directory `root` one component at a time,
+/// as RESOLVE_IN_ROOT does: `..` stops at `root`, an absolute symlink
+/// starts again from `root`, and no component is followed through a magic
+/// link. Opens the file it names for reading.
+fn open_in_root(root: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
+    use std::ffi::OsString;
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::path::Component;
 
-    let comps: Vec<_> = rest.components().collect();
-    let mut cur: Option<fs::File> = None;
-    for (i, c) in comps.iter().enumerate() {
-        let Component::Normal(name) = c else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "`..` in a path under a process's root",
-            ));
-        };
-        let last = i + 1 == comps.len();
-        let flags = libc::O_NOFOLLOW
-            | libc::O_CLOEXEC
-            | if last {
-                libc::O_RDONLY
-            } else {
-                libc::O_PATH | libc::O_DIRECTORY
-            };
-        let name = CString::new(name.as_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        let at = cur.as_ref().unwrap_or(dir).as_raw_fd();
+    let err = |k: i32| std::io::Error::from_raw_os_error(k);
+    let push_all = |todo: &mut Vec<OsString>, p: &Path| {
+        // Reversed: the next component to walk is last.
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push(n.to_os_string()),
+                Component::ParentDir => todo.push("..".into()),
+                Component::RootDir => todo.push("/".into()),
+                Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    };
+    let mut todo = Vec::new();
+    push_all(&mut todo, rest);
+    // Directories opened below `root`, innermost last.
+    let mut dirs: Vec<fs::File> = Vec::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == "/" {
+            dirs.clear();
+            continue;
+        }
+        if name == ".." {
+            dirs.pop();
+            continue;
+        }
+        let at = dirs.last().unwrap_or(root).as_raw_fd();
+        let cname = CString::new(name.as_bytes()).map_err(|_| err(libc::EINVAL))?;
         // SAFETY: a valid directory fd and a NUL-terminated name.
-        let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+        let fd = unsafe {
+            libc::openat(
+                at,
+                cname.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: the kernel just returned this fd to us.
-        cur = Some(unsafe { fs::File::from_raw_fd(fd) });
+        let node = unsafe { fs::File::from_raw_fd(fd) };
+        let kind = node.metadata()?.file_type();
+        if kind.is_symlink() {
+            links += 1;
+            if links > MAX_SYMLINKS {
+                return Err(err(libc::ELOOP));
+            }
+            let mut buf = vec![0u8; libc::PATH_MAX as usize];
+            // SAFETY: readlinkat on an O_PATH fd of the link itself (empty
+            // name) into a buffer of the length passed.
+            let n = unsafe {
+                libc::readlinkat(
+                    node.as_raw_fd(),
+                    c"".as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            buf.truncate(n as usize);
+            push_all(&mut todo, Path::new(std::ffi::OsStr::from_bytes(&buf)));
+            continue;
+        }
+        if todo.is_empty() {
+            if kind.is_dir() {
+                return Err(err(libc::EISDIR));
+            }
+            // Reopened for reading by name, still not following a symlink
+            // that may have replaced it since.
+            // SAFETY: a valid directory fd and a NUL-terminated name.
+            let fd = unsafe {
+                libc::openat(
+                    at,
+                    cname.as_ptr(),
+                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: the kernel just returned this fd to us.
+            return Ok(unsafe { fs::File::from_raw_fd(fd) });
+        }
+        if !kind.is_dir() {
+            return Err(err(libc::ENOTDIR));
+        }
+        dirs.push(node);
     }
-    cur.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    Err(err(libc::EISDIR))
 }
 
 /// An object file: the path users know, and the path tachy opens.
@@ -564,19 +638,43 @@ mod tests {
         assert_eq!(in_process_root(Path::new("/usr/lib/x.so")), None);
     }
 
-    /// The fallback where openat2 is missing follows neither symlinks nor `..`.
+    /// The walk used where openat2 is missing resolves as RESOLVE_IN_ROOT:
+    /// symlinks and `..` stay inside the root.
     #[test]
-    fn opening_beneath_a_directory() {
-        let dir = std::env::temp_dir().join(format!("tachy-beneath-{}", std::process::id()));
-        fs::create_dir_all(dir.join("a")).unwrap();
-        fs::write(dir.join("a/f"), b"x").unwrap();
-        std::os::unix::fs::symlink("/etc/hostname", dir.join("a/out")).unwrap();
-        std::os::unix::fs::symlink("a", dir.join("via")).unwrap();
-        let d = fs::File::open(&dir).unwrap();
-        assert!(open_beneath(&d, Path::new("a/f")).is_ok());
-        for bad in ["a/out", "via/f", "a/../a/f"] {
-            assert!(open_beneath(&d, Path::new(bad)).is_err(), "{bad}");
+    fn resolving_inside_a_root() {
+        let dir = std::env::temp_dir().join(format!("tachy-in-root-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("a/b")).unwrap();
+        fs::write(dir.join("a/f"), b"inside").unwrap();
+        // Absolute: /a/f of the root, not of the host.
+        std::os::unix::fs::symlink("/a/f", dir.join("abs")).unwrap();
+        // Relative through ..: a/b/../f.
+        std::os::unix::fs::symlink("../f", dir.join("a/b/rel")).unwrap();
+        // .. above the root stops at the root.
+        std::os::unix::fs::symlink("../../../../a/f", dir.join("a/b/up")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.join("loop")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.join("host")).unwrap();
+        let root = fs::File::open(&dir).unwrap();
+        let read = |p: &str| {
+            let mut s = String::new();
+            use std::io::Read;
+            open_in_root(&root, Path::new(p))
+                .and_then(|mut f| f.read_to_string(&mut s))
+                .map(|_| s)
+        };
+        for p in ["a/f", "abs", "a/b/rel", "a/b/up", "a/b/../f", "../a/f"] {
+            assert_eq!(read(p).unwrap(), "inside", "{p}");
         }
+        assert_eq!(read("loop").unwrap_err().raw_os_error(), Some(libc::ELOOP));
+        assert!(
+            read("host").is_err(),
+            "a host file through an absolute link"
+        );
+        assert_eq!(read("a").unwrap_err().raw_os_error(), Some(libc::EISDIR));
+        assert_eq!(
+            read("a/f/x").unwrap_err().raw_os_error(),
+            Some(libc::ENOTDIR)
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
