@@ -243,6 +243,8 @@ fn unsupported_targets() {
     let _lock = common::serial();
     if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
         eprintln!("skipped part: kernel_function_without_kprobes: this kernel has kprobes");
+    } else if !common::is_root() {
+        eprintln!("skipped part: kernel_function_without_kprobes: needs root to load programs");
     } else {
         // No kprobes, and fentry either refused (here: EPERM) or, on a
         // kernel that allows it, not the reason for an error.

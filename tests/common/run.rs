@@ -191,7 +191,20 @@ impl Tachy {
                 return hits;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(50));
+                // What it printed just before it exited may still be in
+                // the pipe: read to the end, then look once more.
+                let grace = Instant::now() + Duration::from_secs(2);
+                self.out.finish(grace);
+                self.err.finish(grace);
+                let lines = if on_stderr {
+                    self.err.lines()
+                } else {
+                    self.out.lines()
+                };
+                let hits: Vec<String> = lines.into_iter().filter(|l| pred(l)).collect();
+                if hits.len() >= n {
+                    return hits;
+                }
                 panic!(
                     "tachy exited ({status}) before printing the expected line\n{}",
                     self.describe()
