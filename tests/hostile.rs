@@ -369,3 +369,24 @@ fn dwarf_with_reference_cycles() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("site [1] in [0]"), "{err}");
 }
+
+/// Found by fuzzing (a slow unit): a 101-byte zlib section claiming 512
+/// MiB made tachy allocate and zero that much, three times. A claim beyond
+/// what the compressed bytes can expand to is refused before allocating;
+/// honest compressed sections of the same file still load.
+#[test]
+fn compressed_claims_beyond_the_deflate_ratio_are_refused() {
+    use object::{Object, ObjectSection};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions/elf_symbols/compressed_claim_beyond_ratio");
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let lie = file.section_by_name(".debug_loclists").unwrap();
+    assert_eq!(
+        lie.compressed_data().unwrap().uncompressed_size,
+        536_871_034
+    );
+    assert!(symbols::section_data(&lie).is_none());
+    let info = file.section_by_name(".debug_info").unwrap();
+    assert_eq!(symbols::section_data(&info).unwrap().len(), 1009);
+}
