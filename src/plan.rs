@@ -143,6 +143,9 @@ pub struct TracedFunc {
     pub size: u64,
     pub fragments: usize,
     pub source: SymSource,
+    /// Where the symbols came from, as `list` and `--verbose` say it (the
+    /// debug file's path, when one was used).
+    pub source_text: String,
     /// Where the entry probe stands, its instruction and what a hit costs.
     pub entry_addr: u64,
     pub first_insn: String,
@@ -322,6 +325,7 @@ impl Plan {
                 size: f.size,
                 fragments: f.fragments.len(),
                 source,
+                source_text: obj.describe_source(source),
                 entry_addr: entry.addr,
                 first_insn: entry.text,
                 entry_cost: entry.cost,
@@ -386,6 +390,7 @@ impl Plan {
             size: f.size,
             fragments: f.fragments.len(),
             source,
+            source_text: obj.describe_source(source),
             entry_addr: entry.addr,
             first_insn: entry.text,
             entry_cost: entry.cost,
@@ -438,6 +443,7 @@ impl Plan {
             size: 0,
             fragments: 0,
             source: SymSource::Symtab,
+            source_text: String::new(),
             entry_addr: 0,
             first_insn: String::new(),
             entry_cost: ProbeCost::Emulated,
@@ -646,7 +652,7 @@ impl Plan {
                 f.name,
                 self.objects[f.object].0.display(),
                 f.addr,
-                f.source.describe()
+                f.source_text
             );
         }
         for p in &self.probes {

@@ -208,6 +208,17 @@ fn debuglink_debug_file_gives_symbols_and_lines() {
     );
     // Call sites are placed with the debug file's DWARF.
     assert!(text.contains("workload.cpp:"), "{text}");
+    // --verbose and --dry-run say it too.
+    let spec = format!("{}:shop::risky", app.display());
+    let out = tachy(&["latency", "--dry-run", &spec]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "(symbols from the debug file {})",
+            debug.display()
+        )),
+        "{err}"
+    );
     if skip_unless_root() {
         return;
     }
