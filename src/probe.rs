@@ -272,17 +272,17 @@ impl<'obj> Tracer<'obj> {
             // The kernel resolves the path it is given from tachy's root: a
             // path under a process's root is opened inside that root first
             // and handed over as this open file.
-            let _held;
-            let fd_path;
-            let open_path = if crate::target::in_process_root(open_path).is_some() {
-                let f = crate::target::open_file(open_path)
-                    .with_context(|| format!("cannot open {}", display.display()))?;
-                fd_path = std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
-                _held = f;
-                &fd_path
-            } else {
-                open_path
+            let held = match crate::target::in_process_root(open_path) {
+                Some(_) => Some(
+                    crate::target::open_file(open_path)
+                        .with_context(|| format!("cannot open {}", display.display()))?,
+                ),
+                None => None,
             };
+            let fd_path = held
+                .as_ref()
+                .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
+            let open_path = fd_path.as_deref().unwrap_or(open_path);
             for kind in [
                 Prog::Entry,
                 Prog::Exit,

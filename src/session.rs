@@ -77,12 +77,14 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
         }
     }
     for spec in s.specs.iter().filter(|x| x.is_kernel()) {
-        for name in kernel::match_kernel_functions(&spec.pattern)? {
-            plan.add_kernel_function(&name);
+        let names = kernel::match_kernel_functions(&spec.pattern)?;
+        kernel::check_count(&spec.pattern, &names)?;
+        for name in &names {
+            plan.add_kernel_function(name);
         }
     }
     for (pattern, names) in &resolved.kernel {
-        let names = kernel::check_count(pattern, names.clone())?;
+        kernel::check_count(pattern, names)?;
         if !matches!(scope, Scope::Files) {
             eprintln!(
                 "tachy: no function of the traced program matches {pattern:?}: timing {}",
@@ -93,10 +95,11 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
                 }
             );
         }
-        for name in &names {
+        for name in names {
             plan.add_kernel_function(name);
         }
     }
+    // Only kernel items are planned so far.
     if s.nested.is_some() && !plan.funcs.is_empty() {
         bail!(
             "tachy nested times the call sites of user functions; {} is timed by the kernel: use tachy latency",
@@ -537,10 +540,7 @@ pub fn list(a: ListArgs) -> Result<i32> {
     let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     if spec.is_kernel() {
         // Listing is not tracing: no limit on how many.
-        let names = kernel::kernel_functions(&spec.pattern)?;
-        if names.is_empty() {
-            bail!("no kernel function is named {:?}", spec.pattern);
-        }
+        let names = kernel::match_kernel_functions(&spec.pattern)?;
         resolved.kernel.push((spec.pattern.clone(), names));
     }
     if !resolved.kernel.is_empty() {

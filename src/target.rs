@@ -69,6 +69,24 @@ pub fn open_file(path: &Path) -> std::io::Result<fs::File> {
     open_in_root(&root, rest)
 }
 
+/// openat(dir, name, flags) without following a symlink at `name`.
+fn open_at(dir: &fs::File, name: &std::ffi::CStr, flags: i32) -> std::io::Result<fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a valid directory fd and a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { fs::File::from_raw_fd(fd) })
+}
+
 /// Most symlinks one lookup follows, as the kernel's limit.
 const MAX_SYMLINKS: usize = 40;
 
@@ -78,7 +96,7 @@ const MAX_SYMLINKS: usize = 40;
 /// link. Opens the file it names for reading.
 fn open_in_root(root: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
     use std::ffi::OsString;
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::fd::AsRawFd;
     use std::path::Component;
 
     let err = |k: i32| std::io::Error::from_raw_os_error(k);
@@ -107,21 +125,9 @@ fn open_in_root(root: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
             dirs.pop();
             continue;
         }
-        let at = dirs.last().unwrap_or(root).as_raw_fd();
+        let at = dirs.last().unwrap_or(root);
         let cname = CString::new(name.as_bytes()).map_err(|_| err(libc::EINVAL))?;
-        // SAFETY: a valid directory fd and a NUL-terminated name.
-        let fd = unsafe {
-            libc::openat(
-                at,
-                cname.as_ptr(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the kernel just returned this fd to us.
-        let node = unsafe { fs::File::from_raw_fd(fd) };
+        let node = open_at(at, &cname, libc::O_PATH)?;
         let kind = node.metadata()?.file_type();
         if kind.is_symlink() {
             links += 1;
@@ -152,19 +158,7 @@ fn open_in_root(root: &fs::File, rest: &Path) -> std::io::Result<fs::File> {
             }
             // Reopened for reading by name, still not following a symlink
             // that may have replaced it since.
-            // SAFETY: a valid directory fd and a NUL-terminated name.
-            let fd = unsafe {
-                libc::openat(
-                    at,
-                    cname.as_ptr(),
-                    libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                )
-            };
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: the kernel just returned this fd to us.
-            return Ok(unsafe { fs::File::from_raw_fd(fd) });
+            return open_at(at, &cname, libc::O_RDONLY);
         }
         if !kind.is_dir() {
             return Err(err(libc::ENOTDIR));

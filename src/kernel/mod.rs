@@ -60,25 +60,25 @@ pub fn kernel_functions(pattern: &str) -> Result<Vec<String>> {
 /// own with fentry, or a kprobe pair.
 pub const MAX_KERNEL_FUNCTIONS: usize = 64;
 
-/// The kernel functions a pattern names: at least one, at most
-/// MAX_KERNEL_FUNCTIONS.
+/// The kernel functions a pattern names: at least one (tracing them
+/// also takes `check_count`).
 pub fn match_kernel_functions(pattern: &str) -> Result<Vec<String>> {
     let hits = kernel_functions(pattern)?;
     if hits.is_empty() {
         bail!("no kernel function is named {pattern:?}");
     }
-    check_count(pattern, hits)
+    Ok(hits)
 }
 
-/// `hits` if there are not too many of them.
-pub fn check_count(pattern: &str, hits: Vec<String>) -> Result<Vec<String>> {
+/// Whether `hits` are few enough to trace at once.
+pub fn check_count(pattern: &str, hits: &[String]) -> Result<()> {
     if hits.len() > MAX_KERNEL_FUNCTIONS {
         bail!(
             "{pattern:?} names {} kernel functions; name at most {MAX_KERNEL_FUNCTIONS}",
             hits.len()
         );
     }
-    Ok(hits)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -181,6 +181,14 @@ impl Tachy {
     ) -> Vec<String> {
         let deadline = Instant::now() + timeout;
         loop {
+            let exited = self.child.try_wait().ok().flatten();
+            if exited.is_some() {
+                // What it printed just before it exited may still be in
+                // the pipe: read to the end before the last look.
+                let grace = Instant::now() + Duration::from_secs(2);
+                self.out.finish(grace);
+                self.err.finish(grace);
+            }
             let lines = if on_stderr {
                 self.err.lines()
             } else {
@@ -190,21 +198,7 @@ impl Tachy {
             if hits.len() >= n {
                 return hits;
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                // What it printed just before it exited may still be in
-                // the pipe: read to the end, then look once more.
-                let grace = Instant::now() + Duration::from_secs(2);
-                self.out.finish(grace);
-                self.err.finish(grace);
-                let lines = if on_stderr {
-                    self.err.lines()
-                } else {
-                    self.out.lines()
-                };
-                let hits: Vec<String> = lines.into_iter().filter(|l| pred(l)).collect();
-                if hits.len() >= n {
-                    return hits;
-                }
+            if let Some(status) = exited {
                 panic!(
                     "tachy exited ({status}) before printing the expected line\n{}",
                     self.describe()
