@@ -415,14 +415,14 @@ pub struct LatencySettings {
     pub specs: Vec<FuncSpec>,
     pub pid: Option<u32>,
     pub command: Vec<String>,
-    pub tid: u32,
+    pub tid: Option<u32>,
     pub unit: Unit,
     pub interval: Option<Duration>,
     pub duration: Option<Duration>,
     pub timestamp: bool,
     pub json: bool,
-    pub min_ns: u64,
-    pub max_ns: u64,
+    pub min_ns: Option<u64>,
+    pub max_ns: Option<u64>,
     pub outermost: bool,
     pub uretprobe: bool,
     pub follow: bool,
@@ -452,22 +452,20 @@ impl LatencyArgs {
             .slower_than
             .as_deref()
             .map(parse_duration)
-            .transpose()?
-            .unwrap_or(0);
+            .transpose()?;
         let max_ns = self
             .faster_than
             .as_deref()
             .map(parse_duration)
-            .transpose()?
-            .unwrap_or(0);
-        if max_ns > 0 && min_ns > max_ns {
+            .transpose()?;
+        if matches!((min_ns, max_ns), (Some(lo), Some(hi)) if lo > hi) {
             bail!("--slower-than is above --faster-than: no call can match");
         }
         Ok(LatencySettings {
             specs,
             pid: self.pid,
             command: self.command,
-            tid: self.tid.unwrap_or(0),
+            tid: self.tid,
             unit: if self.microseconds {
                 Unit::Usec
             } else if self.milliseconds {

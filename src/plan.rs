@@ -155,9 +155,12 @@ pub struct TracedFunc {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
-    pub filter_tid: u32,
-    pub min_ns: u64,
-    pub max_ns: u64,
+    /// Count only this thread.
+    pub filter_tid: Option<u32>,
+    /// Count only calls that took at least this long (`--slower-than`).
+    pub min_ns: Option<u64>,
+    /// Count only calls that took at most this long (`--faster-than`).
+    pub max_ns: Option<u64>,
     pub outermost: bool,
     /// Time returns with uretprobes instead of probes on `ret`s.
     pub uretprobe: bool,
@@ -176,8 +179,9 @@ pub struct Plan {
     /// `tachy nested` only: call sites, ids after the functions'.
     pub sites: Vec<SiteNode>,
     pub probes: Vec<Probe>,
-    /// Process filter for the links; -1 for every process.
-    pub pid: i32,
+    /// The process the links and counts are limited to; `None` for every
+    /// process.
+    pub pid: Option<u32>,
     pub settings: Settings,
     /// Per object: whether anything can unwind through its code.
     pub unwinding: std::collections::HashMap<usize, bool>,
@@ -626,7 +630,7 @@ impl Plan {
             "{} function(s), {} probe(s), pid filter {}",
             self.funcs.len(),
             self.probes.len(),
-            self.pid
+            self.pid.map_or("none".to_string(), |p| p.to_string())
         );
         for (i, f) in self.funcs.iter().enumerate() {
             let id = i as u32;

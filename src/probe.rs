@@ -121,8 +121,8 @@ impl<'obj> Tracer<'obj> {
             thread_exit: false,
             kernel_with: None,
         };
-        if plan.settings.follow && plan.pid > 0 {
-            let key = (plan.pid as u32).to_ne_bytes();
+        if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
+            let key = pid.to_ne_bytes();
             t.skel
                 .maps
                 .followed
@@ -267,7 +267,10 @@ impl<'obj> Tracer<'obj> {
     fn attach_all(&mut self, plan: &Plan) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
-        let link_pid = if plan.settings.follow { -1 } else { plan.pid };
+        let link_pid = match plan.pid {
+            Some(pid) if !plan.settings.follow => pid as i32,
+            _ => -1,
+        };
         for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
             // The kernel resolves the path it is given from tachy's root: a
             // path under a process's root is opened inside that root first
@@ -527,13 +530,14 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
         .as_deref_mut()
         .context("BPF program has no settings section")?;
     ro.nfuncs = plan.ids();
-    ro.filter_tid = plan.settings.filter_tid;
-    ro.min_ns = plan.settings.min_ns;
-    ro.max_ns = plan.settings.max_ns;
+    // The BPF side reads 0 as "no filter".
+    ro.filter_tid = plan.settings.filter_tid.unwrap_or(0);
+    ro.min_ns = plan.settings.min_ns.unwrap_or(0);
+    ro.max_ns = plan.settings.max_ns.unwrap_or(0);
     ro.outermost = plan.settings.outermost;
     ro.unit_ns = plan.settings.unit_ns.max(1);
     ro.nested = !plan.sites.is_empty();
-    ro.filter_tgid = plan.pid.max(0) as u32;
+    ro.filter_tgid = plan.pid.unwrap_or(0);
     ro.follow = plan.settings.follow;
     ro.kfunc_id = kfunc_id;
     Ok(())

@@ -59,7 +59,7 @@ fn install_signal_handlers() {
 fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
     let resolved = resolve::resolve(&s.specs, scope, objects)?;
     let mut plan = Plan {
-        pid: -1,
+        pid: s.pid,
         settings: Settings {
             filter_tid: s.tid,
             min_ns: s.min_ns,
@@ -249,11 +249,9 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         Some(exe) => Some(Spawned::start(exe, &s.command)?),
         None => None,
     };
-    plan.pid = match (&s.pid, &spawned) {
-        (Some(p), _) => *p as i32,
-        (None, Some(sp)) => sp.pid as i32,
-        _ => -1,
-    };
+    if let Some(sp) = &spawned {
+        plan.pid = Some(sp.pid);
+    }
     raise_fd_limit();
     let mut storage = MaybeUninit::uninit();
     let mut tracer = Tracer::attach(&mut storage, &plan, s.verbose)?;
@@ -459,10 +457,10 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
 
 fn emit_tree(plan: &Plan, s: &LatencySettings, n: &NestedOpts, counts: Vec<Counts>) -> Result<()> {
     let filter = match (s.min_ns, s.max_ns) {
-        (0, 0) => None,
-        (lo, 0) => Some(format!("slower than {}", human(lo as f64))),
-        (0, hi) => Some(format!("faster than {}", human(hi as f64))),
-        (lo, hi) => Some(format!(
+        (None, None) => None,
+        (Some(lo), None) => Some(format!("slower than {}", human(lo as f64))),
+        (None, Some(hi)) => Some(format!("faster than {}", human(hi as f64))),
+        (Some(lo), Some(hi)) => Some(format!(
             "between {} and {}",
             human(lo as f64),
             human(hi as f64)

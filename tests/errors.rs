@@ -307,3 +307,19 @@ fn unknown_system_call() {
     let msg = error(&["latency", "--dry-run", "sys:zzzz"]);
     assert_mentions(&msg, &["no system call is named \"zzzz\""]);
 }
+
+/// `--dry-run -p PID` names the process the probes are limited to.
+#[test]
+fn dry_run_names_the_pid() {
+    let _lock = common::serial();
+    let pid = std::process::id().to_string();
+    let out = tachy(&["latency", "--dry-run", "-p", &pid, "c:malloc"]);
+    let text = show(&["latency", "--dry-run", "-p", &pid, "c:malloc"], &out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = stderr.lines().next().unwrap_or("");
+    assert!(
+        first.ends_with(&format!("pid filter {pid}")),
+        "first line {first:?}:\n{text}"
+    );
+}
