@@ -185,49 +185,6 @@ fn display(raw: &str) -> String {
     }
 }
 
-/// Whether a site calls a function known never to return (it throws,
-/// unwinds or ends the process). Code after such a call is often a
-/// landing pad, reached by the unwinder, not by a return.
-pub fn never_returns(site: &Site) -> bool {
-    const NAMES: &[&str] = &[
-        "_Unwind_Resume",
-        "__cxa_throw",
-        "__cxa_rethrow",
-        "__cxa_bad_cast",
-        "__cxa_bad_typeid",
-        "__cxa_throw_bad_array_new_length",
-        "__cxa_call_terminate",
-        "__cxa_call_unexpected",
-        "std::terminate()",
-        "abort",
-        "exit",
-        "_exit",
-        "_Exit",
-        "quick_exit",
-        "__stack_chk_fail",
-        "__assert_fail",
-        "__fortify_fail",
-        "__chk_fail",
-        "pthread_exit",
-        "longjmp",
-        "siglongjmp",
-        "__longjmp_chk",
-        "__libc_fatal",
-        "err",
-        "errx",
-        "verr",
-        "verrx",
-    ];
-    let name = site.name.trim_end_matches("@plt").trim_end_matches("@got");
-    NAMES.contains(&name)
-        || name.starts_with("std::__throw_")
-        || name.starts_with("core::panicking::")
-        || name.starts_with("std::panicking::begin_panic")
-        || name.starts_with("core::result::unwrap_failed")
-        || name.starts_with("core::option::expect_failed")
-        || name.starts_with("core::option::unwrap_failed")
-}
-
 /// The call sites of a decoded function, in address order.
 pub fn sites(decoded: &Decoded, names: &Names, lines: Option<&LineTable>) -> Vec<Site> {
     let locate = |a: u64| {

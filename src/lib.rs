@@ -10,6 +10,8 @@
 pub mod callsites;
 pub mod cli;
 pub mod disasm;
+#[cfg(test)]
+mod golden;
 pub mod kernel;
 pub mod plan;
 pub mod probe;

@@ -88,6 +88,8 @@ impl<'obj> Tracer<'obj> {
         let multi = uprobe_multi_supported();
         let nested = !plan.sites.is_empty();
         let uret = plan.probes.iter().any(|p| p.kind == ProbeKind::Uret);
+        let kfuncs = plan.kernel_functions().next().is_some();
+        let syscalls = plan.syscalls().next().is_some();
         for (p, on) in [
             (&mut open.progs.tachy_entry_m, multi),
             (&mut open.progs.tachy_exit_m, multi),
@@ -102,10 +104,10 @@ impl<'obj> Tracer<'obj> {
             (&mut open.progs.tachy_send_m, multi && nested),
             (&mut open.progs.tachy_send_s, !multi && nested),
             (&mut open.progs.tachy_fork, plan.settings.follow),
-            (&mut open.progs.tachy_kentry, !plan.kprobes.is_empty()),
-            (&mut open.progs.tachy_kexit, !plan.kprobes.is_empty()),
-            (&mut open.progs.tachy_sys_enter, !plan.syscalls.is_empty()),
-            (&mut open.progs.tachy_sys_exit, !plan.syscalls.is_empty()),
+            (&mut open.progs.tachy_kentry, kfuncs),
+            (&mut open.progs.tachy_kexit, kfuncs),
+            (&mut open.progs.tachy_sys_enter, syscalls),
+            (&mut open.progs.tachy_sys_exit, syscalls),
             // Loaded in instances of their own (attach_fentry).
             (&mut open.progs.tachy_fentry, false),
             (&mut open.progs.tachy_fexit, false),
@@ -137,10 +139,10 @@ impl<'obj> Tracer<'obj> {
             t.links.push(link);
         }
         t.attach_all(plan)?;
-        if !plan.syscalls.is_empty() {
+        if syscalls {
             t.attach_syscalls(plan)?;
         }
-        if !plan.kprobes.is_empty() {
+        if kfuncs {
             t.attach_kernel_functions(plan, verbose)?;
         }
         // Without it, frames a thread abandons just before it exits are not
@@ -164,10 +166,10 @@ impl<'obj> Tracer<'obj> {
         // refused as a whole: no permission, no support).
         let mut fentry_refused = fentry_unavailable().map(str::to_string);
         let (mut fentries, mut kprobes) = (0, 0);
-        for (name, id) in &plan.kprobes {
+        for (name, id) in plan.kernel_functions() {
             let mut fentry_failed = fentry_refused.clone();
             if fentry_refused.is_none() {
-                match self.attach_fentry(plan, name, *id) {
+                match self.attach_fentry(plan, name, id) {
                     Ok(()) => {
                         fentries += 1;
                         continue;
@@ -198,7 +200,7 @@ impl<'obj> Tracer<'obj> {
                 (&self.skel.progs.tachy_kentry, false),
             ] {
                 let opts = KprobeOpts {
-                    cookie: *id as u64,
+                    cookie: id as u64,
                     ..Default::default()
                 };
                 let link = prog.attach_kprobe_with_opts(ret, name, opts).map_err(|e| {
@@ -267,11 +269,12 @@ impl<'obj> Tracer<'obj> {
     fn attach_all(&mut self, plan: &Plan) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
-        let link_pid = match plan.pid {
-            Some(pid) if !plan.settings.follow => pid as i32,
+        let link_pid = match (plan.settings.follow, plan.pid) {
+            (false, Some(pid)) => pid as i32,
             _ => -1,
         };
-        for (oi, (display, open_path)) in plan.objects.iter().enumerate() {
+        for (oi, object) in plan.objects.iter().enumerate() {
+            let (display, open_path) = (&object.display, &object.open_path);
             // The kernel resolves the path it is given from tachy's root: a
             // path under a process's root is opened inside that root first
             // and handed over as this open file.
@@ -408,7 +411,7 @@ impl<'obj> Tracer<'obj> {
     }
 
     fn attach_syscalls(&mut self, plan: &Plan) -> Result<()> {
-        for &(nr, id) in &plan.syscalls {
+        for (nr, id) in plan.syscalls() {
             let v = id + 1;
             self.skel
                 .maps

@@ -13,7 +13,7 @@ use crate::callsites::Naming;
 use crate::cli::{FuncSpec, LatencySettings, ListArgs, NestedOpts, TreeFormat};
 use crate::disasm::ProbeCost;
 use crate::kernel;
-use crate::plan::{self, Drill, Plan, Settings};
+use crate::plan::{self, Drill, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
@@ -58,19 +58,16 @@ fn install_signal_handlers() {
 
 fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
     let resolved = resolve::resolve(&s.specs, scope, objects)?;
-    let mut plan = Plan {
-        pid: s.pid,
-        settings: Settings {
-            filter_tid: s.tid,
-            min_ns: s.min_ns,
-            max_ns: s.max_ns,
-            outermost: s.outermost,
-            uretprobe: s.uretprobe,
-            follow: s.follow,
-            unit_ns: s.unit.ns(),
-        },
-        ..Default::default()
-    };
+    let mut plan = Plan::new(Settings {
+        filter_tid: s.tid,
+        min_ns: s.min_ns,
+        max_ns: s.max_ns,
+        outermost: s.outermost,
+        uretprobe: s.uretprobe,
+        follow: s.follow,
+        unit_ns: s.unit.ns(),
+    });
+    plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
         for (name, nr) in kernel::match_syscalls(&spec.pattern)? {
             plan.add_syscall(name, nr);
@@ -100,10 +97,10 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
         }
     }
     // Only kernel items are planned so far.
-    if s.nested.is_some() && !plan.funcs.is_empty() {
+    if s.nested.is_some() && !plan.items.is_empty() {
         bail!(
             "tachy nested times the call sites of user functions; {} is timed by the kernel: use tachy latency",
-            plan.funcs[0].name
+            plan.items[0].name
         );
     }
     let mut roots = Vec::new();
@@ -189,7 +186,7 @@ fn import_target(
 }
 
 fn names_line(plan: &Plan) -> String {
-    let names: Vec<&str> = plan.funcs.iter().map(|f| f.name.as_str()).collect();
+    let names: Vec<&str> = plan.items.iter().map(|f| f.name.as_str()).collect();
     if names.len() <= 6 {
         names.join(", ")
     } else {
@@ -264,12 +261,10 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
         (Some(pid), _, Scope::Process(m)) => format!("in pid {pid} ({})", m.exe.display.display()),
         (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.command.join(" ")),
         _ => {
-            // Kernel items stand in the plan as an object with no path.
             let objs: Vec<String> = plan
                 .objects
                 .iter()
-                .filter(|o| !o.1.as_os_str().is_empty())
-                .map(|o| o.0.display().to_string())
+                .map(|o| o.display.display().to_string())
                 .collect();
             if objs.is_empty() {
                 "in every process".to_string()
@@ -278,7 +273,7 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             }
         }
     };
-    let n = plan.funcs.len();
+    let n = plan.items.len();
     let header = match &s.nested {
         None => format!(
             "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
@@ -403,13 +398,13 @@ fn emit(plan: &Plan, s: &LatencySettings, counts: Vec<Counts>) -> Result<()> {
         unit: s.unit,
         timestamp: s.timestamp,
         funcs: plan
-            .funcs
+            .items
             .iter()
             .zip(counts)
             .map(|(f, counts)| FuncReport {
                 name: f.name.clone(),
                 raw_name: f.raw_name.clone(),
-                object: plan.objects[f.object].0.clone(),
+                object: plan.object_of(f).to_path_buf(),
                 counts,
             })
             .collect(),
@@ -426,7 +421,7 @@ fn emit(plan: &Plan, s: &LatencySettings, counts: Vec<Counts>) -> Result<()> {
 }
 
 fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
-    let nf = plan.funcs.len();
+    let nf = plan.items.len();
     let c = &counts[id as usize];
     let children = plan
         .sites
@@ -436,7 +431,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         .map(|(i, _)| tree_node(plan, counts, (nf + i) as u32, hist))
         .collect();
     let (name, site, kind) = if (id as usize) < nf {
-        (plan.funcs[id as usize].name.clone(), None, "function")
+        (plan.items[id as usize].name.clone(), None, "function")
     } else {
         let x = &plan.sites[id as usize - nf].site;
         (x.name.clone(), x.location.clone(), x.kind.as_str())
@@ -471,7 +466,7 @@ fn emit_tree(plan: &Plan, s: &LatencySettings, n: &NestedOpts, counts: Vec<Count
         timestamp: s.timestamp,
         unit: s.unit,
         filter,
-        roots: (0..plan.funcs.len() as u32)
+        roots: (0..plan.items.len() as u32)
             .map(|id| tree_node(plan, &counts, id, n.hist))
             .collect(),
     };
@@ -564,9 +559,14 @@ pub fn list(a: ListArgs) -> Result<i32> {
         };
         for f in &r.funcs {
             let mut p = Plan::default();
-            let line = match p.add_function(&r.obj, f, r.source) {
-                Ok(_) => {
-                    let t = &p.funcs[0];
+            let added = p
+                .add_function(&r.obj, f, r.source)
+                .map(|id| &p.items[id as usize].kind);
+            let line = match added {
+                Ok(kind) => {
+                    let ItemKind::Function(t) = kind else {
+                        continue;
+                    };
                     let cost = match t.entry_cost {
                         ProbeCost::Emulated => "emulated",
                         ProbeCost::SingleStepped => "single-stepped",
@@ -595,7 +595,7 @@ pub fn list(a: ListArgs) -> Result<i32> {
                         "    address {:#x}  size {}{frags}  entry{at} `{}` ({cost})  return: {}  exits: {exits}",
                         t.addr,
                         t.size,
-                        t.first_insn,
+                        t.entry_insn,
                         t.exits.mode.describe()
                     )
                 }

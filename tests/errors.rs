@@ -319,7 +319,7 @@ fn dry_run_names_the_pid() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let first = stderr.lines().next().unwrap_or("");
     assert!(
-        first.ends_with(&format!("pid filter {pid}")),
+        first.ends_with(&format!("counted in pid {pid}")),
         "first line {first:?}:\n{text}"
     );
 }

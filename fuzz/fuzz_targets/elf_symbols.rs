@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    let _ = obj.has_unwinding();
+    let _ = plan::unwind::object_unwinds(&obj);
     let _ = obj.debug_data().is_some();
     let _ = obj.debug_path();
     let _ = obj.dwarf_data().len();
@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(names) = &names {
                 let _ = callsites::sites(&decoded, names, None);
                 for site in callsites::sites(&decoded, names, lines.as_ref()) {
-                    let _ = callsites::never_returns(&site);
+                    let _ = plan::unwind::never_returns(&site.name);
                 }
             }
             if planned.len() < MAX_PLANNED && !planned.iter().any(|(g, _)| g.addr == f.addr) {

@@ -109,7 +109,6 @@ mod golden {
     //! Golden files for every renderer. `TACHY_BLESS=1 cargo test` rewrites them.
 
     use super::*;
-    use std::path::Path;
     use std::time::{Duration, UNIX_EPOCH};
 
     fn sample(unit: Unit) -> Report {
@@ -155,20 +154,7 @@ mod golden {
     /// Compares output with its golden file in src/report/golden;
     /// `TACHY_BLESS=1` rewrites the file instead.
     pub(crate) fn check(name: &str, got: &[u8]) {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/report/golden")
-            .join(name);
-        if std::env::var_os("TACHY_BLESS").is_some() {
-            std::fs::write(&path, got).unwrap();
-            return;
-        }
-        let want = std::fs::read(&path)
-            .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
-        assert_eq!(
-            String::from_utf8_lossy(got),
-            String::from_utf8_lossy(&want),
-            "{name} differs; TACHY_BLESS=1 rewrites it"
-        );
+        crate::golden::check("src/report/golden", name, got);
     }
 
     #[test]

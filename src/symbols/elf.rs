@@ -163,31 +163,6 @@ impl ElfObject {
         self.data.read_bytes_at(start, len).ok()
     }
 
-    /// Whether exceptions, panics or thread cancellation may unwind through
-    /// this object's code: it has an exception table (`.gcc_except_table`),
-    /// or defines or imports a function that throws, unwinds or cancels.
-    pub fn has_unwinding(&self) -> Result<bool> {
-        const UNWINDERS: &[&str] = &[
-            "_Unwind_RaiseException",
-            "_Unwind_Resume",
-            "_Unwind_ForcedUnwind",
-            "__cxa_throw",
-            "__cxa_rethrow",
-            "__gxx_personality_v0",
-            "rust_eh_personality",
-            "__rust_start_panic",
-            "pthread_exit",
-            "pthread_cancel",
-        ];
-        let file = self.parse()?;
-        if file.section_by_name(".gcc_except_table").is_some() {
-            return Ok(true);
-        }
-        let named = |n: &&str| UNWINDERS.contains(&n.split('@').next().unwrap_or(n));
-        Ok(symbol_names(&file, false).iter().any(named)
-            || symbol_names(&file, true).iter().any(named))
-    }
-
     /// Separate debug information for this object, if it has any.
     pub fn debug_data(&self) -> Option<&DebugData> {
         self.debug

@@ -1,0 +1,209 @@
+//! The plan as people read it (`--dry-run`, `--verbose`).
+
+use std::fmt::Write as _;
+
+use super::{ItemKind, Plan, ProbeKind, TAIL_INDIRECT};
+
+impl Plan {
+    /// A human-readable listing of the plan: what is timed, then each probe.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        let whom = match (self.pid, self.settings.follow) {
+            (None, _) => "counted in every process".to_string(),
+            (Some(pid), false) => format!("counted in pid {pid}"),
+            (Some(pid), true) => format!("counted in pid {pid} and its forks"),
+        };
+        let _ = writeln!(
+            s,
+            "{} function(s), {} probe(s), {whom}",
+            self.items.len(),
+            self.probes.len(),
+        );
+        for (i, item) in self.items.iter().enumerate() {
+            let _ = match &item.kind {
+                ItemKind::Syscall { nr } => writeln!(
+                    s,
+                    "  [{i}] {}: system call {nr}, timed by the sys_enter and sys_exit tracepoints",
+                    item.name
+                ),
+                ItemKind::KernelFunction => writeln!(
+                    s,
+                    "  [{i}] {}: kernel function, timed by fentry/fexit, else a kprobe and kretprobe",
+                    item.name
+                ),
+                ItemKind::Function(f) => writeln!(
+                    s,
+                    "  [{i}] {} in {} at {:#x} (symbols from {})",
+                    item.name,
+                    self.objects[f.object].display.display(),
+                    f.addr,
+                    f.source_text
+                ),
+            };
+        }
+        for p in &self.probes {
+            let _ = writeln!(
+                s,
+                "  {:<24} {} +{:#x} ({:#x})",
+                kind_text(p.kind),
+                self.objects[p.object].display.display(),
+                p.offset,
+                p.vaddr
+            );
+        }
+        s
+    }
+}
+
+fn kind_text(kind: ProbeKind) -> String {
+    match kind {
+        ProbeKind::Entry { id, sp_adjust, .. } => format!("entry [{id}] sp{sp_adjust:+}"),
+        ProbeKind::Uret => "uretprobe".to_string(),
+        ProbeKind::SiteEnd { id, sp_adjust } => format!("site end [{id}] sp{sp_adjust:+}"),
+        ProbeKind::Site {
+            id,
+            parent,
+            tail,
+            exit_first,
+            ends_with_parent,
+        } => format!(
+            "site [{id}] in [{parent}]{}{}{}",
+            if tail { " tail" } else { "" },
+            if exit_first { " +exit" } else { "" },
+            if ends_with_parent {
+                " ends with parent"
+            } else {
+                ""
+            }
+        ),
+        ProbeKind::Exit => "exit".to_string(),
+        ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT != 0 => {
+            "tail (unknown callee)".to_string()
+        }
+        ProbeKind::Tail { .. } => "tail".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use crate::callsites::{Site, SiteKind};
+    use crate::golden;
+
+    /// A plan with one of everything: a function with each probe kind, a
+    /// call site, a system call and a kernel function.
+    fn sample(pid: Option<u32>, follow: bool) -> Plan {
+        let mut plan = Plan::new(Settings {
+            follow,
+            ..Settings::default()
+        });
+        plan.pid = pid;
+        plan.objects.push(ObjectRef {
+            display: "/srv/db/bin/dbd".into(),
+            open_path: "/proc/42/root/srv/db/bin/dbd".into(),
+        });
+        plan.items.push(Item {
+            name: "db::Table::scan(db::Range const&)".into(),
+            raw_name: "_ZN2db5Table4scanERKNS_5RangeE".into(),
+            kind: ItemKind::Function(TracedFunc {
+                object: 0,
+                addr: 0x401200,
+                size: 0x80,
+                fragments: 1,
+                source: SymSource::Symtab,
+                source_text: ".symtab".into(),
+                entry_addr: 0x401204,
+                entry_insn: "push rbp".into(),
+                entry_cost: ProbeCost::Emulated,
+                exits: ExitSummary {
+                    mode: ExitMode::Rets,
+                    rets: 2,
+                    tail_callees: Vec::new(),
+                    unknown_tails: 1,
+                },
+            }),
+        });
+        plan.add_syscall("read", 0);
+        plan.add_kernel_function("vfs_read");
+        plan.sites.push(SiteNode {
+            parent: 0,
+            site: Site {
+                addr: 0x401210,
+                ret: Some(0x401215),
+                kind: SiteKind::Plt,
+                callee: None,
+                callee_raw: Some("memcpy".into()),
+                name: "memcpy@plt".into(),
+                location: None,
+            },
+            level: 1,
+            expanded: false,
+        });
+        let probe = |vaddr: u64, kind| Probe {
+            object: 0,
+            vaddr,
+            offset: vaddr - 0x400000,
+            kind,
+        };
+        plan.probes = vec![
+            probe(
+                0x401204,
+                ProbeKind::Entry {
+                    id: 0,
+                    sp_adjust: 8,
+                    tailing: false,
+                },
+            ),
+            probe(0x401240, ProbeKind::Exit),
+            probe(0x401250, ProbeKind::Tail { cookie: 0 }),
+            probe(
+                0x401260,
+                ProbeKind::Tail {
+                    cookie: TAIL_CONDITIONAL | TAIL_INDIRECT | 5,
+                },
+            ),
+            probe(0x401204, ProbeKind::Uret),
+            probe(
+                0x401210,
+                ProbeKind::Site {
+                    id: 3,
+                    parent: 0,
+                    tail: false,
+                    exit_first: true,
+                    ends_with_parent: true,
+                },
+            ),
+            probe(
+                0x401216,
+                ProbeKind::SiteEnd {
+                    id: 3,
+                    sp_adjust: -8,
+                },
+            ),
+        ];
+        plan
+    }
+
+    #[test]
+    fn dry_run_listing() {
+        let out = sample(Some(1234), false).describe();
+        golden::check("src/plan/golden", "describe.txt", out.as_bytes());
+    }
+
+    #[test]
+    fn no_pid_reads_as_every_process() {
+        let first = |p: Plan| p.describe().lines().next().unwrap_or("").to_string();
+        assert_eq!(
+            first(sample(None, false)),
+            "3 function(s), 7 probe(s), counted in every process"
+        );
+        assert_eq!(
+            first(sample(Some(77), false)),
+            "3 function(s), 7 probe(s), counted in pid 77"
+        );
+        assert_eq!(
+            first(sample(Some(77), true)),
+            "3 function(s), 7 probe(s), counted in pid 77 and its forks"
+        );
+    }
+}

@@ -1,0 +1,358 @@
+//! A traced function: where its entry probe stands, and how its return is
+//! observed (probes on each `ret` and tail jump, or a uretprobe where
+//! `unwind` proves nothing can unwind through it).
+
+use std::collections::BTreeSet;
+
+use anyhow::{bail, Result};
+
+use super::{unwind, Item, ItemKind, Plan, ProbeKind, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT};
+use crate::disasm::{Decoded, EntryCandidate, ProbeCost, Target};
+use crate::symbols::{self, ElfObject, Function, SymSource};
+
+/// Tail-called functions whose returns are followed, per traced function.
+const MAX_TAIL_CALLEES: usize = 16;
+
+/// How a traced function's return is observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitMode {
+    /// Probes on every `ret` (and tail jump): safe whatever unwinds.
+    Rets,
+    /// A uretprobe: the function calls nothing, so no exception crosses it.
+    UretprobeLeaf,
+    /// A uretprobe: its object has no exception or unwinding machinery.
+    UretprobeNoUnwind,
+    /// A uretprobe because the user asked (`--uretprobe`).
+    UretprobeForced,
+}
+
+impl ExitMode {
+    pub fn describe(self) -> &'static str {
+        match self {
+            ExitMode::Rets => "probes on each ret (safe if an exception passes)",
+            ExitMode::UretprobeLeaf => "uretprobe (a leaf: nothing can unwind through it)",
+            ExitMode::UretprobeNoUnwind => {
+                "uretprobe (its object has no exception or unwinding code)"
+            }
+            ExitMode::UretprobeForced => {
+                "uretprobe (--uretprobe: an exception through it aborts the process)"
+            }
+        }
+    }
+}
+
+/// How a traced function's exit is timed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitSummary {
+    pub mode: ExitMode,
+    pub rets: usize,
+    /// Direct tail callees whose returns end this function's frame.
+    pub tail_callees: Vec<String>,
+    /// Tail jumps to an unknown callee: timed up to the jump.
+    pub unknown_tails: usize,
+}
+
+impl Plan {
+    /// Adds a function: an entry probe, and exit probes on its `ret`s, its
+    /// tail jumps, and the `ret`s of the functions it tail-calls (or one
+    /// uretprobe where that is safe).
+    pub fn add_function(
+        &mut self,
+        obj: &ElfObject,
+        f: &Function,
+        source: SymSource,
+    ) -> Result<u32> {
+        let object = self.object_index(obj);
+        if let Some(i) = self.items.iter().position(
+            |t| matches!(&t.kind, ItemKind::Function(t) if t.object == object && t.addr == f.addr),
+        ) {
+            return Ok(i as u32);
+        }
+        let id = self.items.len() as u32;
+        let decoded = super::decode_function(obj, f)?;
+        let known_callee = |a: u64| {
+            symbols::function_at(obj, a)
+                .ok()
+                .flatten()
+                .is_some_and(|g| g.addr == a)
+        };
+        let Some(entry) = choose_entry(&decoded, &known_callee) else {
+            bail!(
+                "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
+                f.display_name(),
+                decoded.first.as_ref().map_or("?", |i| i.text.as_str())
+            );
+        };
+        let entry_tail = decoded.tails.iter().find(|t| t.addr == entry.addr).copied();
+        let tailing =
+            entry_tail.is_some_and(|t| t.cond.is_none() && matches!(t.target, Target::Direct(_)));
+        self.push(
+            obj,
+            object,
+            entry.addr,
+            ProbeKind::Entry {
+                id,
+                sp_adjust: entry.sp_offset,
+                tailing,
+            },
+        )?;
+        let uret = if self.settings.uretprobe {
+            Some(ExitMode::UretprobeForced)
+        } else if entry.sp_offset == 0 && decoded.calls.is_empty() && decoded.tails.is_empty() {
+            Some(ExitMode::UretprobeLeaf)
+        } else if entry.sp_offset == 0
+            && !self.unwinds(object, obj)
+            && unwind::runs_only_quiet_code(obj, &decoded)
+        {
+            Some(ExitMode::UretprobeNoUnwind)
+        } else {
+            None
+        };
+        let exits = match uret {
+            Some(mode) => {
+                // A uretprobe is far cheaper than a probe on `ret` (the
+                // kernel single-steps `ret`), and safe where no unwinder can
+                // meet its trampoline. It must stand where SP is at the
+                // return address: on the entry probe when that is so,
+                // sharing its trap.
+                let at = if entry.sp_offset == 0 {
+                    entry.addr
+                } else {
+                    f.addr
+                };
+                self.push(obj, object, at, ProbeKind::Uret)?;
+                ExitSummary {
+                    mode,
+                    rets: decoded.rets.len(),
+                    tail_callees: Vec::new(),
+                    unknown_tails: 0,
+                }
+            }
+            None => {
+                let own_entry_tail = tailing.then_some(entry.addr);
+                self.add_exits(obj, object, f, decoded, own_entry_tail)?
+            }
+        };
+        self.items.push(Item {
+            name: f.display_name(),
+            raw_name: f.raw.clone(),
+            kind: ItemKind::Function(TracedFunc {
+                object,
+                addr: f.addr,
+                size: f.size,
+                fragments: f.fragments.len(),
+                source,
+                source_text: obj.describe_source(source),
+                entry_addr: entry.addr,
+                entry_insn: entry.text,
+                entry_cost: entry.cost,
+                exits,
+            }),
+        });
+        Ok(id)
+    }
+
+    /// Probes on the `ret`s and tail jumps of a function, and on the `ret`s
+    /// of the functions it tail-calls, transitively (bounded). A direct
+    /// tail jump that is the entry instruction (`entry_tail`) needs no
+    /// probe of its own: the entry probe opens the frame as already left.
+    fn add_exits(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        f: &Function,
+        decoded: Decoded,
+        entry_tail: Option<u64>,
+    ) -> Result<ExitSummary> {
+        let mut exits = ExitSummary {
+            mode: ExitMode::Rets,
+            rets: decoded.rets.len(),
+            tail_callees: Vec::new(),
+            unknown_tails: 0,
+        };
+        let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
+        let mut work = vec![decoded];
+        let mut own = true;
+        while let Some(d) = work.pop() {
+            for &r in &d.rets {
+                self.push(obj, object, r, ProbeKind::Exit)?;
+            }
+            for t in &d.tails {
+                let cond = t.cond.map_or(0, |c| TAIL_CONDITIONAL | c as u64);
+                let callee = match t.target {
+                    Target::Direct(a) if seen.len() <= MAX_TAIL_CALLEES => {
+                        symbols::function_at(obj, a)?.filter(|g| g.addr == a)
+                    }
+                    _ => None,
+                };
+                match callee {
+                    Some(g) => {
+                        if !(own && entry_tail == Some(t.addr)) {
+                            self.push(obj, object, t.addr, ProbeKind::Tail { cookie: cond })?;
+                        }
+                        if seen.insert(g.addr) {
+                            if own {
+                                exits.tail_callees.push(g.display_name());
+                            }
+                            let gf = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
+                                .functions
+                                .into_iter()
+                                .find(|x| x.addr == g.addr)
+                                .unwrap_or(g);
+                            work.push(super::decode_function(obj, &gf)?);
+                        }
+                    }
+                    None => {
+                        self.push(
+                            obj,
+                            object,
+                            t.addr,
+                            ProbeKind::Tail {
+                                cookie: cond | TAIL_INDIRECT,
+                            },
+                        )?;
+                        if own {
+                            exits.unknown_tails += 1;
+                        }
+                    }
+                }
+            }
+            own = false;
+        }
+        Ok(exits)
+    }
+
+    /// Whether anything can unwind through code of this object, asked once
+    /// per object.
+    fn unwinds(&mut self, object: usize, obj: &ElfObject) -> bool {
+        *self
+            .unwinding
+            .entry(object)
+            .or_insert_with(|| unwind::object_unwinds(obj).unwrap_or(true))
+    }
+}
+
+/// The entry probe's place: the first instruction, unless a later one of
+/// the straight-line start is cheaper (emulated rather than single-stepped)
+/// or the first cannot be probed. A later one must run exactly once per
+/// call: no branch may reach it, and the stack offset up to it is known.
+pub fn choose_entry(d: &Decoded, known_callee: &dyn Fn(u64) -> bool) -> Option<EntryCandidate> {
+    // A direct tail jump can be the entry: the entry probe then opens the
+    // frame as already left (see add_function). Any other would need its
+    // entry and tail probes to run in an order the kernel does not promise.
+    let bad_tail = |a: u64| {
+        d.tails.iter().any(|t| {
+            t.addr == a
+                && (t.cond.is_some() || !matches!(t.target, Target::Direct(c) if known_callee(c)))
+        })
+    };
+    // Past the first instruction, a candidate runs once per call only if
+    // nothing jumps to it or to any instruction before it.
+    let reached_once = d
+        .prologue
+        .iter()
+        .skip(1)
+        .take_while(|c| !c.branch_target)
+        .count()
+        + 1;
+    let cands: Vec<&EntryCandidate> = d
+        .prologue
+        .iter()
+        .take(reached_once)
+        .enumerate()
+        .filter(|(i, c)| c.probeable && (*i == 0 || !bad_tail(c.addr)))
+        .map(|(_, c)| c)
+        .collect();
+    cands
+        .iter()
+        .find(|c| c.cost == ProbeCost::Emulated)
+        .or_else(|| cands.first())
+        .map(|c| (*c).clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disasm::{decode, Range};
+
+    fn entry_of(code: &[u8], known: bool) -> EntryCandidate {
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: code,
+        }])
+        .unwrap();
+        choose_entry(&d, &|_| known).unwrap()
+    }
+
+    #[test]
+    fn entry_moves_past_endbr64_onto_push() {
+        // endbr64; push %rbp; mov %rsp,%rbp; pop %rbp; ret
+        let e = entry_of(
+            &[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3],
+            true,
+        );
+        assert_eq!(
+            (e.addr, e.sp_offset, e.cost),
+            (0x1004, 0, ProbeCost::Emulated)
+        );
+    }
+
+    #[test]
+    fn entry_after_sub_rsp_keeps_the_stack_offset() {
+        // sub $0x18,%rsp; call 0x2000; add $0x18,%rsp; ret
+        let e = entry_of(
+            &[
+                0x48, 0x83, 0xec, 0x18, 0xe8, 0xf7, 0x0f, 0x00, 0x00, 0x48, 0x83, 0xc4, 0x18, 0xc3,
+            ],
+            true,
+        );
+        assert_eq!((e.addr, e.sp_offset), (0x1004, 0x18));
+        // push %rbx; push %rbp: the second push stands 8 bytes down.
+        let e = entry_of(&[0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x55, 0xc3], true);
+        assert_eq!((e.addr, e.sp_offset), (0x1004, 0));
+    }
+
+    #[test]
+    fn absurd_stack_adjustments_stop_the_walk() {
+        // Found by fuzzing: sub $-0x80000000,%rsp; push %rbp, and a run of
+        // huge subs, overflowed the stack offset.
+        let e = entry_of(
+            &[0x48, 0x81, 0xec, 0x00, 0x00, 0x00, 0x80, 0x55, 0xc3],
+            true,
+        );
+        assert_eq!(e.addr, 0x1000);
+        let mut code = Vec::new();
+        for _ in 0..4 {
+            code.extend([0x48, 0x81, 0xec, 0xff, 0xff, 0xff, 0x7f]); // sub $0x7fffffff,%rsp
+        }
+        code.extend([0x55, 0xc3]);
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
+        let _ = choose_entry(&d, &|_| true);
+        for b in &d.boundaries {
+            let _ = super::super::sites::site_end(&d, *b, None);
+        }
+    }
+
+    #[test]
+    fn entry_never_moves_onto_a_branch_target() {
+        // lea 1(%rdi),%eax; nop; jne 0x1003 (back onto the nop); ret
+        let e = entry_of(&[0x8d, 0x47, 0x01, 0x90, 0x75, 0xfd, 0xc3], true);
+        assert_eq!(e.addr, 0x1000);
+    }
+
+    #[test]
+    fn unprobeable_first_instruction_moves_the_entry() {
+        // lock addq $1,0x10(%rip); add $1,%edi; jmp 0x2000 (a tail call)
+        let code = [
+            0xf0, 0x48, 0x83, 0x05, 0x10, 0x00, 0x00, 0x00, 0x01, 0x83, 0xc7, 0x01, 0xe9, 0xef,
+            0x0f, 0x00, 0x00,
+        ];
+        assert_eq!(entry_of(&code, true).addr, 0x100c);
+        // Tail jump to unknown code: the entry stays off it.
+        assert_eq!(entry_of(&code, false).addr, 0x1009);
+    }
+}

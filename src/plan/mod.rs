@@ -1,0 +1,308 @@
+//! The plan: pure data saying which probes go where, with the BPF settings.
+//! Built from resolved functions and their decoded code (`function`,
+//! `sites`, with `unwind` deciding where a uretprobe is safe); printed by
+//! `--dry-run`/`--verbose` (`describe`); turned into links by `probe`.
+//! Nothing here touches the kernel.
+
+mod describe;
+mod function;
+mod sites;
+pub mod unwind;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::disasm::{self, Decoded, ProbeCost, Range};
+use crate::symbols::{ElfObject, Function, SymSource};
+pub use crate::target::ObjectRef;
+
+pub use function::{choose_entry, ExitMode, ExitSummary};
+pub use sites::{Drill, Imported, SiteNode};
+
+/// Nodes of a nested tree (TACHY_MAX_NODES in tachy.h).
+pub const MAX_NODES: usize = 128;
+
+/// Cookie bits of a tail probe (mirror of TACHY_TAIL_* in tachy.h).
+pub const TAIL_CONDITIONAL: u64 = 0x10;
+pub const TAIL_INDIRECT: u64 = 0x20;
+
+/// One probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ProbeKind {
+    /// Function entry. `id` indexes `Plan::items`. `tailing`: the entry
+    /// instruction is itself a direct tail jump.
+    Entry {
+        id: u32,
+        sp_adjust: i32,
+        tailing: bool,
+    },
+    /// A `ret` of a traced function or of a function it tail-calls.
+    Exit,
+    /// A tail jump: cookie of TACHY_TAIL_* bits.
+    Tail { cookie: u64 },
+    /// A uretprobe on a function's entry.
+    Uret,
+    /// A call site of `tachy nested`: opens a frame for node `id` if node
+    /// `parent` is the innermost open frame. `exit_first`: this instruction
+    /// is also the return address of another site, closed first.
+    /// `ends_with_parent`: only the function's epilogue follows the call,
+    /// so the site ends when its parent does (one single-step saved).
+    Site {
+        id: u32,
+        parent: u32,
+        tail: bool,
+        exit_first: bool,
+        ends_with_parent: bool,
+    },
+    /// The return of site `id`: closes its frame only, keyed by SP plus
+    /// `sp_adjust` (the probe may stand a few instructions after the
+    /// return address, where the kernel can probe).
+    SiteEnd { id: u32, sp_adjust: i32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Probe {
+    /// Index into `Plan::objects`.
+    pub object: usize,
+    pub vaddr: u64,
+    pub offset: u64,
+    pub kind: ProbeKind,
+}
+
+/// A function of an object, as traced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracedFunc {
+    /// Index into `Plan::objects`.
+    pub object: usize,
+    pub addr: u64,
+    pub size: u64,
+    pub fragments: usize,
+    pub source: SymSource,
+    /// Where the symbols came from, as `list` and `--verbose` say it (the
+    /// debug file's path, when one was used).
+    pub source_text: String,
+    /// Where the entry probe stands, its instruction and what a hit costs.
+    pub entry_addr: u64,
+    pub entry_insn: String,
+    pub entry_cost: ProbeCost,
+    pub exits: ExitSummary,
+}
+
+/// What one counter slot times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ItemKind {
+    /// A function of an object, timed by uprobes.
+    Function(TracedFunc),
+    /// A system call, timed from its entry to its exit in the kernel.
+    Syscall { nr: u32 },
+    /// A kernel function, timed by fentry/fexit or a kprobe pair.
+    KernelFunction,
+}
+
+/// Something timed, with the names it is shown and known by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// As shown: demangled, `syscall:NAME` or `k:NAME`.
+    pub name: String,
+    /// As the object or the kernel names it.
+    pub raw_name: String,
+    pub kind: ItemKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Count only this thread.
+    pub filter_tid: Option<u32>,
+    /// Count only calls that took at least this long (`--slower-than`).
+    pub min_ns: Option<u64>,
+    /// Count only calls that took at most this long (`--faster-than`).
+    pub max_ns: Option<u64>,
+    pub outermost: bool,
+    /// Time returns with uretprobes instead of probes on `ret`s.
+    pub uretprobe: bool,
+    /// Attach for every process; count in the traced one and its forks.
+    pub follow: bool,
+    /// Unit the kernel buckets durations in (ns per unit).
+    pub unit_ns: u64,
+}
+
+/// Everything `probe` needs to attach.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// The objects probes stand in.
+    pub objects: Vec<ObjectRef>,
+    /// What is timed, by id: functions, system calls, kernel functions.
+    pub items: Vec<Item>,
+    /// `tachy nested` only: call sites, ids after the items'.
+    pub sites: Vec<SiteNode>,
+    pub probes: Vec<Probe>,
+    /// The process the links and counts are limited to; `None` for every
+    /// process.
+    pub pid: Option<u32>,
+    pub settings: Settings,
+    /// Per object: whether anything can unwind through its code.
+    unwinding: HashMap<usize, bool>,
+}
+
+/// Decodes a function with its fragments.
+pub fn decode_function(obj: &ElfObject, f: &Function) -> Result<Decoded> {
+    let mut ranges = Vec::with_capacity(1 + f.fragments.len());
+    let body = obj.code(f.addr, f.size).with_context(|| {
+        format!(
+            "code of {} is not in {}",
+            f.display_name(),
+            obj.display.display()
+        )
+    })?;
+    ranges.push(Range {
+        addr: f.addr,
+        bytes: body,
+    });
+    for frag in &f.fragments {
+        if let Some(bytes) = obj.code(frag.addr, frag.size) {
+            ranges.push(Range {
+                addr: frag.addr,
+                bytes,
+            });
+        }
+    }
+    disasm::decode(&ranges).with_context(|| format!("cannot decode {}", f.display_name()))
+}
+
+impl Plan {
+    /// An empty plan with these settings, for every process.
+    pub fn new(settings: Settings) -> Plan {
+        Plan {
+            settings,
+            ..Plan::default()
+        }
+    }
+
+    fn object_index(&mut self, obj: &ElfObject) -> usize {
+        if let Some(i) = self
+            .objects
+            .iter()
+            .position(|o| o.display == obj.display && o.open_path == obj.open_path)
+        {
+            return i;
+        }
+        self.objects.push(ObjectRef {
+            display: obj.display.clone(),
+            open_path: obj.open_path.clone(),
+        });
+        self.objects.len() - 1
+    }
+
+    fn push(&mut self, obj: &ElfObject, object: usize, vaddr: u64, kind: ProbeKind) -> Result<()> {
+        let offset = obj.vaddr_to_offset(vaddr).with_context(|| {
+            format!(
+                "address {vaddr:#x} is not in an executable segment of {}",
+                obj.display.display()
+            )
+        })?;
+        self.probes.push(Probe {
+            object,
+            vaddr,
+            offset,
+            kind,
+        });
+        Ok(())
+    }
+
+    /// Number of counter slots: items, then sites.
+    pub fn ids(&self) -> u32 {
+        (self.items.len() + self.sites.len()) as u32
+    }
+
+    /// The object an item belongs to, as users know it ("kernel" for
+    /// system calls and kernel functions).
+    pub fn object_of(&self, item: &Item) -> &Path {
+        match &item.kind {
+            ItemKind::Function(t) => &self.objects[t.object].display,
+            ItemKind::Syscall { .. } | ItemKind::KernelFunction => Path::new("kernel"),
+        }
+    }
+
+    /// The planned system calls, as (number, id).
+    pub fn syscalls(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(id, it)| match it.kind {
+                ItemKind::Syscall { nr } => Some((nr, id as u32)),
+                _ => None,
+            })
+    }
+
+    /// The planned kernel functions, as (name, id).
+    pub fn kernel_functions(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(id, it)| match it.kind {
+                ItemKind::KernelFunction => Some((it.raw_name.as_str(), id as u32)),
+                _ => None,
+            })
+    }
+
+    /// Adds a system call, timed from its entry to its exit in the kernel.
+    pub fn add_syscall(&mut self, name: &str, nr: u32) -> u32 {
+        if let Some((_, id)) = self.syscalls().find(|&(n, _)| n == nr) {
+            return id;
+        }
+        self.add_item(format!("syscall:{name}"), name, ItemKind::Syscall { nr })
+    }
+
+    /// Adds a kernel function, timed by fentry/fexit or a kprobe pair.
+    pub fn add_kernel_function(&mut self, name: &str) -> u32 {
+        if let Some((_, id)) = self.kernel_functions().find(|&(n, _)| n == name) {
+            return id;
+        }
+        self.add_item(format!("k:{name}"), name, ItemKind::KernelFunction)
+    }
+
+    fn add_item(&mut self, name: String, raw_name: &str, kind: ItemKind) -> u32 {
+        self.items.push(Item {
+            name,
+            raw_name: raw_name.to_string(),
+            kind,
+        });
+        (self.items.len() - 1) as u32
+    }
+
+    /// Sorts and removes duplicate probes: a `ret` shared by two traced
+    /// functions (one tail-calls the other) is probed once.
+    pub fn finish(&mut self) {
+        self.probes
+            .sort_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
+        self.probes
+            .dedup_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
+        // A direct tail jump of a traced function that is also a site: the
+        // site probe marks the frame as left, as the tail probe would.
+        let tail_sites: BTreeSet<(usize, u64)> = self
+            .probes
+            .iter()
+            .filter(|p| matches!(p.kind, ProbeKind::Site { tail: true, .. }))
+            .map(|p| (p.object, p.offset))
+            .collect();
+        self.probes.retain(|p| {
+            !(matches!(p.kind, ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT == 0)
+                && tail_sites.contains(&(p.object, p.offset)))
+        });
+    }
+}
+
+/// Entry probes of distinct functions never share an address, and all
+/// exits at one address are the same probe, so the kind alone orders them.
+fn kind_rank(k: ProbeKind) -> (u8, u64) {
+    match k {
+        ProbeKind::Entry { .. } => (0, 0),
+        ProbeKind::Exit => (1, 0),
+        ProbeKind::Tail { cookie } => (2, cookie),
+        ProbeKind::Uret => (3, 0),
+        ProbeKind::Site { id, .. } => (4, id as u64),
+        ProbeKind::SiteEnd { id, .. } => (5, id as u64),
+    }
+}

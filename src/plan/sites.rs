@@ -1,0 +1,240 @@
+//! The call sites of `tachy nested`: a probe on each call and one where it
+//! returns, in a tree of nodes under the traced functions, drilled down to
+//! a depth or into named callees.
+
+use std::rc::Rc;
+
+use anyhow::{bail, Result};
+
+use super::{unwind, Plan, ProbeKind, MAX_NODES};
+use crate::callsites::{self, Naming, Site, SiteKind};
+use crate::disasm::{Decoded, ProbeCost, ProbePoint};
+use crate::symbols::{self, ElfObject, Function};
+
+/// A function reached through the PLT, and the object defining it.
+pub type Imported = (Rc<ElfObject>, Function);
+
+/// How far `tachy nested` drills down, and how it names what it finds.
+pub struct Drill<'a> {
+    /// Names and source lines of an object's sites.
+    pub naming: &'a dyn Fn(&ElfObject) -> Result<Rc<Naming>>,
+    /// The function an imported name (a PLT call) resolves to in the
+    /// traced process, when one is known.
+    pub import: &'a dyn Fn(&str) -> Option<Imported>,
+    /// Levels of call sites under a traced function.
+    pub depth: u32,
+    /// Whether a callee (by raw name) is expanded at any level.
+    pub expand: &'a dyn Fn(&str) -> bool,
+}
+
+/// A call site in the `tachy nested` tree. Its node id is
+/// `items.len()` + its index in `Plan::sites`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteNode {
+    pub parent: u32,
+    pub site: Site,
+    /// Levels below the traced function (1: its own call sites).
+    pub level: u32,
+    /// Whether its callee's sites are in the tree too.
+    pub expanded: bool,
+}
+
+impl Plan {
+    /// Adds the call sites of traced function `root` (already added) and,
+    /// to `depth` levels or where `expand` says, those of their callees.
+    pub fn add_sites(
+        &mut self,
+        obj: &Rc<ElfObject>,
+        f: &Function,
+        root: u32,
+        drill: &Drill<'_>,
+    ) -> Result<()> {
+        let decoded = super::decode_function(obj, f)?;
+        let mut path = vec![(self.object_index(obj), f.addr)];
+        self.add_sites_of(obj, &decoded, root, 1, drill, &mut path)
+    }
+
+    fn add_sites_of(
+        &mut self,
+        obj: &Rc<ElfObject>,
+        decoded: &Decoded,
+        parent: u32,
+        level: u32,
+        drill: &Drill<'_>,
+        path: &mut Vec<(usize, u64)>,
+    ) -> Result<()> {
+        let object = self.object_index(obj);
+        let naming = (drill.naming)(obj)?;
+        // Siblings get consecutive ids, in address order, before any is
+        // expanded: a site whose call is its previous sibling's return
+        // address closes id - 1 first.
+        let sites: Vec<Site> = callsites::sites(decoded, &naming.names, naming.lines.as_ref())
+            .into_iter()
+            // A tail jump to unknown code ends the traced call where it
+            // jumps (see add_function): nothing to time after it.
+            .filter(|site| !(site.kind == SiteKind::Tail && site.callee.is_none()))
+            .collect();
+        if self.items.len() + self.sites.len() + sites.len() > MAX_NODES {
+            bail!("the call tree has more than {MAX_NODES} nodes: lower --depth or name fewer functions with --expand");
+        }
+        let first = (self.items.len() + self.sites.len()) as u32;
+        // The previous site ends where this one's call stands.
+        let mut merge_prev = false;
+        for (k, site) in sites.iter().enumerate() {
+            let id = first + k as u32;
+            let tail = site.kind == SiteKind::Tail;
+            let exit_first = std::mem::take(&mut merge_prev);
+            let mut ends_with_parent = false;
+            if let Some(ret) = site.ret {
+                // A call that cannot return (`_Unwind_Resume`, `abort`) is
+                // often followed by a landing pad: nothing ends there.
+                if !unwind::never_returns(&site.name) {
+                    let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
+                    match site_end(decoded, ret, next_call) {
+                        SiteEnd::NextCall => merge_prev = true,
+                        SiteEnd::WithParent => ends_with_parent = true,
+                        SiteEnd::At(p) => self.push(
+                            obj,
+                            object,
+                            p.addr,
+                            ProbeKind::SiteEnd {
+                                id,
+                                sp_adjust: p.sp_adjust,
+                            },
+                        )?,
+                        SiteEnd::Nowhere => {}
+                    }
+                }
+            }
+            self.push(
+                obj,
+                object,
+                site.addr,
+                ProbeKind::Site {
+                    id,
+                    parent,
+                    tail,
+                    exit_first,
+                    ends_with_parent,
+                },
+            )?;
+            self.sites.push(SiteNode {
+                parent,
+                site: site.clone(),
+                level,
+                expanded: false,
+            });
+        }
+        for (k, site) in sites.iter().enumerate() {
+            let id = first + k as u32;
+            let wanted =
+                level < drill.depth || site.callee_raw.as_deref().is_some_and(drill.expand);
+            if !wanted {
+                continue;
+            }
+            // The callee: a function of this object, or, through the PLT,
+            // the one the traced process's libraries define.
+            let (gobj, g): (Rc<ElfObject>, Function) =
+                match (site.kind, site.callee, &site.callee_raw) {
+                    (SiteKind::Call | SiteKind::Tail, Some(a), _) => {
+                        let Some(g) = symbols::function_at(obj, a)?.filter(|g| g.addr == a) else {
+                            continue;
+                        };
+                        let g = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
+                            .functions
+                            .into_iter()
+                            .find(|x| x.addr == a)
+                            .unwrap_or(g);
+                        (obj.clone(), g)
+                    }
+                    (SiteKind::Plt, _, Some(raw)) => match (drill.import)(raw) {
+                        Some(hit) => hit,
+                        None => continue,
+                    },
+                    _ => continue,
+                };
+            let key = (self.object_index(&gobj), g.addr);
+            if path.contains(&key) {
+                continue;
+            }
+            let Ok(gd) = super::decode_function(&gobj, &g) else {
+                continue;
+            };
+            self.sites[id as usize - self.items.len()].expanded = true;
+            path.push(key);
+            self.add_sites_of(&gobj, &gd, id, level + 1, drill, path)?;
+            path.pop();
+        }
+        Ok(())
+    }
+}
+
+/// Where a call site's return is observed: at the cheapest probe point of
+/// the straight-line code after the call (the kernel emulates `push`,
+/// `nop`, branches and calls, and single-steps the rest). That may be the
+/// next site's call, which then ends this site before it opens its own, if
+/// SP there is SP at the return.
+pub(super) fn site_end(d: &Decoded, ret: u64, next_call: Option<u64>) -> SiteEnd {
+    let usable = |p: &&ProbePoint| !p.is_call || (Some(p.addr) == next_call && p.sp_adjust == 0);
+    let points = d.probe_points_from(ret);
+    if let Some(p) = points
+        .iter()
+        .filter(usable)
+        .find(|p| p.cost == ProbeCost::Emulated)
+    {
+        return if p.is_call {
+            SiteEnd::NextCall
+        } else {
+            SiteEnd::At(*p)
+        };
+    }
+    if d.only_epilogue_from(ret) {
+        return SiteEnd::WithParent;
+    }
+    match points.iter().find(usable) {
+        Some(p) if p.is_call => SiteEnd::NextCall,
+        Some(p) => SiteEnd::At(*p),
+        None => SiteEnd::Nowhere,
+    }
+}
+
+/// Where a call site ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SiteEnd {
+    /// A probe of its own here.
+    At(ProbePoint),
+    /// The next site's call ends it before opening its own.
+    NextCall,
+    /// Only the function's epilogue follows: it ends when the function does.
+    WithParent,
+    /// Nowhere (it never returns, or nothing there can be probed).
+    Nowhere,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disasm::{decode, Range};
+
+    #[test]
+    fn probe_point_skips_lock_prefixed_return_addresses() {
+        // call 0x2000; lock addq $1,0x10(%rip); push %rax; ret
+        let code = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00, 0xf0, 0x48, 0x83, 0x05, 0x10, 0x00, 0x00, 0x00, 0x01,
+            0x50, 0xc3,
+        ];
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
+        let at = |a| match site_end(&d, a, None) {
+            SiteEnd::At(p) => Some((p.addr, p.sp_adjust)),
+            _ => None,
+        };
+        assert_eq!(at(0x1005), Some((0x100e, 0)));
+        assert_eq!(at(0x100e), Some((0x100e, 0)));
+        // Only the `ret` follows: the site ends with the function.
+        assert_eq!(site_end(&d, 0x100f, None), SiteEnd::WithParent);
+    }
+}
