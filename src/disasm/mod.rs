@@ -3,9 +3,77 @@
 //! this small interface sits one decoder per architecture (x86-64 for now).
 //! Pure: bytes in, addresses out.
 
+mod flow;
 mod x86;
 
-pub use x86::decode;
+pub use x86::{decode, decode_in};
+
+/// What decoding needs of the object beyond the function's own bytes: its
+/// data (jump tables), code outside the function's named ranges (fragments
+/// without a symbol), and where functions start.
+pub trait Image {
+    /// The 8-byte pointer at `addr` as the loaded object holds it (after
+    /// relative relocation), if `addr` is in the object.
+    fn pointer(&self, addr: u64) -> Option<u64>;
+    /// The 4-byte signed value at `addr`.
+    fn read_i32(&self, addr: u64) -> Option<i32>;
+    /// Code bytes from `addr` on (at least one instruction's worth unless
+    /// the code ends), if `addr` is in an executable part of the object.
+    fn code(&self, addr: u64) -> Option<&[u8]>;
+    /// Whether a function symbol starts at `addr`.
+    fn is_function_start(&self, addr: u64) -> bool;
+}
+
+/// An image that knows nothing beyond the ranges decoded.
+pub struct NoImage;
+
+impl Image for NoImage {
+    fn pointer(&self, _: u64) -> Option<u64> {
+        None
+    }
+    fn read_i32(&self, _: u64) -> Option<i32> {
+        None
+    }
+    fn code(&self, _: u64) -> Option<&[u8]> {
+        None
+    }
+    fn is_function_start(&self, _: u64) -> bool {
+        false
+    }
+}
+
+/// Why an indirect jump stays inside its function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Internal {
+    /// It reads a jump table whose entries all point into the function.
+    Table { entries: usize },
+    /// It jumps to a label of the function taken as a value.
+    Label,
+    /// It jumps with `depth` bytes of the frame still on the stack: a tail
+    /// call would leave them there, and the callee's `ret` would not
+    /// return to our caller.
+    FrameAllocated { depth: i32 },
+    /// It reads an indexed table (`jmp *(%rax,%rcx,8)`) in code the stack
+    /// analysis did not reach.
+    IndexedMemory,
+}
+
+impl Internal {
+    /// Whether the jump's targets are not known.
+    pub fn targets_unknown(self) -> bool {
+        matches!(
+            self,
+            Internal::FrameAllocated { .. } | Internal::IndexedMemory
+        )
+    }
+}
+
+/// An indirect jump proven to stay inside the function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InternalJump {
+    pub addr: u64,
+    pub why: Internal,
+}
 
 /// Where a jump or call goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +157,11 @@ pub struct Decoded {
     pub branch_targets: std::collections::BTreeSet<u64>,
     /// Whether a computed jump (a jump table) may reach any instruction.
     pub computed_jump: bool,
+    /// Indirect jumps that stay inside the function (no exit probe).
+    pub internal_jumps: Vec<InternalJump>,
+    /// Fragments of the function that no symbol names, found by following
+    /// its jumps: (start, end) of each run of code decoded there.
+    pub unnamed_fragments: Vec<(u64, u64)>,
 }
 
 /// What probe placement needs to know of one instruction.

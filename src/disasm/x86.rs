@@ -1,32 +1,43 @@
 //! x86-64 decoding with iced-x86.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use anyhow::{bail, Result};
 use iced_x86::{
     ConditionCode, Decoder, DecoderOptions, FlowControl, Formatter, GasFormatter, Instruction,
     Mnemonic, OpKind, Register,
 };
 
-use super::{Call, Decoded, EntryCandidate, Insn, InsnInfo, ProbeCost, Range, TailJump, Target};
+use super::{
+    flow, Call, Decoded, EntryCandidate, Image, Insn, InsnInfo, Internal, InternalJump, NoImage,
+    ProbeCost, Range, TailJump, Target,
+};
 
 /// Instructions in the straight-line start of a function considered for the
 /// entry probe.
 const MAX_PROLOGUE: usize = 16;
 
 /// Decodes the ranges of one function (its body first, then fragments such as
-/// `.cold` parts). A jump to an address outside every range is a tail jump.
+/// `.cold` parts), knowing nothing of the object around them.
 pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
-    let inside = |a: u64| ranges.iter().any(|r| r.contains(a));
+    decode_in(ranges, &NoImage)
+}
+
+/// Decodes the ranges of one function in its object. A jump to an address
+/// outside every range is a tail jump, unless it is made with the frame
+/// still allocated to code no symbol starts (a fragment without a name: it
+/// is decoded too). An indirect jump is a tail jump unless it provably
+/// stays inside (see [`Internal`]).
+pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     let mut out = Decoded::default();
     let mut fmt = GasFormatter::new();
-    let mut targets: Vec<u64> = Vec::new();
-    // A jump table (or any computed jump that stays inside) may reach any
-    // instruction: then no instruction but the first is a safe entry.
-    let mut computed_jump = false;
     let mut prologue_open = true;
     let mut sp_offset: i32 = 0;
     if let Some(r) = ranges.first() {
         out.body_end = r.addr + r.bytes.len() as u64;
     }
+    // Every instruction of the named ranges, in order, with its range.
+    let mut swept: Vec<(usize, Instruction)> = Vec::new();
     for (ri, range) in ranges.iter().enumerate() {
         let mut dec = Decoder::with_ip(64, range.bytes, range.addr, DecoderOptions::NONE);
         let mut insn = Instruction::default();
@@ -38,108 +49,134 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
                     insn.ip()
                 );
             }
-            let ip = insn.ip();
-            out.boundaries.push(ip);
-            out.insns.push(InsnInfo {
+            swept.push((ri, insn));
+        }
+    }
+    let by_addr: BTreeMap<u64, Instruction> = swept.iter().map(|(_, i)| (i.ip(), *i)).collect();
+    let flow = match ranges.first() {
+        Some(r) => flow::analyze(&by_addr, r.addr, image),
+        None => flow::Flow::default(),
+    };
+    let inside = |a: u64| by_addr.contains_key(&a) || flow.extra.contains_key(&a);
+    let mut targets: BTreeSet<u64> = flow.targets.clone();
+    let mut computed_jump = flow.unknown_targets;
+    // Fragments without a name, after the named ranges, by address.
+    let extra = flow.extra.values().map(|i| (usize::MAX, *i));
+    let mut prev_end: Option<u64> = None;
+    for (ri, insn) in swept.iter().copied().chain(extra) {
+        let ip = insn.ip();
+        if ri == usize::MAX {
+            match out.unnamed_fragments.last_mut() {
+                Some(last) if prev_end == Some(ip) => last.1 = insn.next_ip(),
+                _ => out.unnamed_fragments.push((ip, insn.next_ip())),
+            }
+            prev_end = Some(insn.next_ip());
+        }
+        out.boundaries.push(ip);
+        out.insns.push(InsnInfo {
+            addr: ip,
+            cost: probe_cost(&insn),
+            probeable: probeable(&insn),
+            sp_change: sp_change(&insn),
+            falls_through: insn.flow_control() == FlowControl::Next,
+        });
+        if insn.op0_kind() == OpKind::NearBranch64
+            && matches!(
+                insn.flow_control(),
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+            )
+        {
+            targets.insert(insn.near_branch_target());
+        }
+        if ri == 0 && prologue_open && out.prologue.len() < MAX_PROLOGUE {
+            let mut text = String::new();
+            fmt.format(&insn, &mut text);
+            out.prologue.push(EntryCandidate {
                 addr: ip,
+                text,
                 cost: probe_cost(&insn),
                 probeable: probeable(&insn),
-                sp_change: sp_change(&insn),
-                falls_through: insn.flow_control() == FlowControl::Next,
+                sp_offset,
+                branch_target: false,
             });
-            if insn.op0_kind() == OpKind::NearBranch64
-                && matches!(
-                    insn.flow_control(),
-                    FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
-                )
-            {
-                targets.push(insn.near_branch_target());
-            }
-            if insn.flow_control() == FlowControl::IndirectBranch
-                && indirect_target(&insn).is_none()
-            {
-                computed_jump = true;
-            }
-            if ri == 0 && prologue_open && out.prologue.len() < MAX_PROLOGUE {
-                let mut text = String::new();
-                fmt.format(&insn, &mut text);
-                out.prologue.push(EntryCandidate {
-                    addr: ip,
-                    text,
-                    cost: probe_cost(&insn),
-                    probeable: probeable(&insn),
-                    sp_offset,
-                    branch_target: false,
-                });
-                match sp_change(&insn) {
-                    Some(d)
-                        if insn.flow_control() == FlowControl::Next
-                            && sp_offset
-                                .checked_sub(d)
-                                .is_some_and(|o| o.abs() <= super::MAX_SP_OFFSET) =>
-                    {
-                        sp_offset -= d
-                    }
-                    _ => prologue_open = false,
-                }
-            }
-            if ri == 0 && out.first.is_none() {
-                let mut text = String::new();
-                fmt.format(&insn, &mut text);
-                out.first = Some(Insn {
-                    addr: ip,
-                    len: insn.len() as u32,
-                    text,
-                    cost: probe_cost(&insn),
-                });
-            }
-            match insn.flow_control() {
-                FlowControl::Return => {
-                    if matches!(insn.mnemonic(), Mnemonic::Ret) {
-                        out.rets.push(ip);
-                    }
-                }
-                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
-                    if insn.op0_kind() == OpKind::NearBranch64
-                        && !inside(insn.near_branch_target()) =>
+            match sp_change(&insn) {
+                Some(d)
+                    if insn.flow_control() == FlowControl::Next
+                        && sp_offset
+                            .checked_sub(d)
+                            .is_some_and(|o| o.abs() <= super::MAX_SP_OFFSET) =>
                 {
+                    sp_offset -= d
+                }
+                _ => prologue_open = false,
+            }
+        }
+        if ri == 0 && out.first.is_none() {
+            let mut text = String::new();
+            fmt.format(&insn, &mut text);
+            out.first = Some(Insn {
+                addr: ip,
+                len: insn.len() as u32,
+                text,
+                cost: probe_cost(&insn),
+            });
+        }
+        match insn.flow_control() {
+            FlowControl::Return => {
+                if matches!(insn.mnemonic(), Mnemonic::Ret) {
+                    out.rets.push(ip);
+                }
+            }
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+                if insn.op0_kind() == OpKind::NearBranch64
+                    && !inside(insn.near_branch_target()) =>
+            {
+                out.tails.push(TailJump {
+                    addr: ip,
+                    target: Target::Direct(insn.near_branch_target()),
+                    cond: cond_code(insn.condition_code()),
+                });
+            }
+            FlowControl::IndirectBranch => {
+                if let Some(&why) = flow.internal.get(&ip) {
+                    out.internal_jumps.push(InternalJump { addr: ip, why });
+                } else if let Some(target) = indirect_target(&insn) {
                     out.tails.push(TailJump {
                         addr: ip,
-                        target: Target::Direct(insn.near_branch_target()),
-                        cond: cond_code(insn.condition_code()),
-                    });
-                }
-                FlowControl::IndirectBranch => {
-                    if let Some(target) = indirect_target(&insn) {
-                        out.tails.push(TailJump {
-                            addr: ip,
-                            target,
-                            cond: None,
-                        });
-                    }
-                }
-                FlowControl::Call | FlowControl::IndirectCall => {
-                    let target = if insn.op0_kind() == OpKind::NearBranch64 {
-                        Target::Direct(insn.near_branch_target())
-                    } else if insn.is_ip_rel_memory_operand() {
-                        Target::Slot(insn.ip_rel_memory_address())
-                    } else {
-                        Target::Indirect
-                    };
-                    out.calls.push(Call {
-                        addr: ip,
-                        next: insn.next_ip(),
                         target,
+                        cond: None,
+                    });
+                } else {
+                    // An indexed table the analysis did not reach: taken
+                    // for a `switch` that stays inside.
+                    computed_jump = true;
+                    out.internal_jumps.push(InternalJump {
+                        addr: ip,
+                        why: Internal::IndexedMemory,
                     });
                 }
-                _ => {}
             }
+            FlowControl::Call | FlowControl::IndirectCall => {
+                let target = if insn.op0_kind() == OpKind::NearBranch64 {
+                    Target::Direct(insn.near_branch_target())
+                } else if insn.is_ip_rel_memory_operand() {
+                    Target::Slot(insn.ip_rel_memory_address())
+                } else {
+                    Target::Indirect
+                };
+                out.calls.push(Call {
+                    addr: ip,
+                    next: insn.next_ip(),
+                    target,
+                });
+            }
+            _ => {}
         }
     }
     for c in out.prologue.iter_mut() {
         c.branch_target = computed_jump || targets.contains(&c.addr);
     }
-    out.branch_targets = targets.into_iter().collect();
+    out.branch_targets = targets;
     out.computed_jump = computed_jump;
     Ok(out)
 }
@@ -348,6 +385,165 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// An object image of a few byte runs.
+    struct Mem(Vec<(u64, Vec<u8>)>);
+
+    impl Mem {
+        fn at(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            self.0.iter().find_map(|(a, b)| {
+                let off = addr.checked_sub(*a)? as usize;
+                b.get(off..off + len as usize)
+            })
+        }
+    }
+
+    impl Image for Mem {
+        fn pointer(&self, addr: u64) -> Option<u64> {
+            Some(u64::from_le_bytes(self.at(addr, 8)?.try_into().ok()?))
+        }
+        fn read_i32(&self, addr: u64) -> Option<i32> {
+            Some(i32::from_le_bytes(self.at(addr, 4)?.try_into().ok()?))
+        }
+        fn code(&self, addr: u64) -> Option<&[u8]> {
+            self.0
+                .iter()
+                .find_map(|(a, b)| b.get(addr.checked_sub(*a)? as usize..))
+        }
+        fn is_function_start(&self, addr: u64) -> bool {
+            addr == 0x3000
+        }
+    }
+
+    #[test]
+    fn a_relative_jump_table_stays_inside() {
+        // cmp $2,%edi; ja ret; lea tab(%rip),%rcx; movslq (%rcx,%rdi,4),%rdx;
+        // add %rcx,%rdx; notrack jmp *%rdx; three cases `mov $n,%eax; ret`.
+        let code = [
+            0x83, 0xff, 0x02, 0x77, 0x22, 0x48, 0x8d, 0x0d, 0x1c, 0x00, 0x00, 0x00, 0x48, 0x63,
+            0x14, 0xb9, 0x48, 0x01, 0xca, 0x3e, 0xff, 0xe2, 0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3,
+            0xb8, 0x02, 0x00, 0x00, 0x00, 0xc3, 0xb8, 0x03, 0x00, 0x00, 0x00, 0xc3,
+        ];
+        // The table at 0x1028: three entries, then data that is no entry.
+        let table = [
+            0xee, 0xff, 0xff, 0xff, 0xf4, 0xff, 0xff, 0xff, 0xfa, 0xff, 0xff, 0xff, 0x00, 0x00,
+            0xff, 0x7f,
+        ];
+        let mem = Mem(vec![(0x1028, table.to_vec())]);
+        let d = decode_in(&[range(0x1000, &code)], &mem).unwrap();
+        assert!(d.tails.is_empty(), "{:?}", d.tails);
+        assert_eq!(
+            d.internal_jumps,
+            vec![InternalJump {
+                addr: 0x1013,
+                why: Internal::Table { entries: 3 }
+            }]
+        );
+        assert!(!d.computed_jump);
+        for case in [0x1016, 0x101c, 0x1022] {
+            assert!(d.branch_targets.contains(&case), "{case:#x}");
+        }
+        // Without the object's data the table is unknown, and a frameless
+        // register jump may leave: a tail jump, as before.
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert_eq!(d.tails.len(), 1);
+    }
+
+    #[test]
+    fn computed_goto_with_a_frame_stays_inside() {
+        // push %rbx; lea tab8(%rip),%rsi; movzbl (%rdi),%eax;
+        // mov (%rsi,%rax,8),%rax; jmp *%rax;
+        // l0: add $1,%rdi; movzbl (%rdi),%eax; jmp *(%rsi,%rax,8);
+        // l1: pop %rbx; ret
+        let code = [
+            0x53, 0x48, 0x8d, 0x35, 0x38, 0x00, 0x00, 0x00, 0x0f, 0xb6, 0x07, 0x48, 0x8b, 0x04,
+            0xc6, 0xff, 0xe0, 0x48, 0x83, 0xc7, 0x01, 0x0f, 0xb6, 0x07, 0xff, 0x24, 0xc6, 0x5b,
+            0xc3,
+        ];
+        // The labels as values at 0x1040: l0, l1.
+        let mut table = Vec::new();
+        table.extend(0x1011u64.to_le_bytes());
+        table.extend(0x101bu64.to_le_bytes());
+        let mem = Mem(vec![(0x1040, table)]);
+        let d = decode_in(&[range(0x1000, &code)], &mem).unwrap();
+        assert!(d.tails.is_empty(), "{:?}", d.tails);
+        assert_eq!(
+            d.internal_jumps,
+            vec![
+                InternalJump {
+                    addr: 0x100f,
+                    why: Internal::Table { entries: 2 }
+                },
+                InternalJump {
+                    addr: 0x1018,
+                    why: Internal::Table { entries: 2 }
+                },
+            ]
+        );
+        // Without the table, the pushed %rbx proves both jumps internal.
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.tails.is_empty(), "{:?}", d.tails);
+        assert_eq!(
+            d.internal_jumps[0],
+            InternalJump {
+                addr: 0x100f,
+                why: Internal::FrameAllocated { depth: 8 }
+            }
+        );
+        assert!(d.computed_jump);
+        assert_eq!(d.rets, vec![0x101c]);
+    }
+
+    #[test]
+    fn stack_depth_follows_frame_pointers_and_stops_at_alignment() {
+        // push %rbp; mov %rsp,%rbp; sub $0x20,%rsp; leave; jmp *%rax
+        let code = [
+            0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0xc9, 0xff, 0xe0,
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert_eq!(d.tails.len(), 1, "the frame is gone at the jump");
+        // push %rbp; mov %rsp,%rbp; sub $0x20,%rsp; jmp *%rax
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20, 0xff, 0xe0];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.tails.is_empty());
+        // and $-16,%rsp; jmp *%rax: the depth is unknown, the jump may leave.
+        let code = [0x48, 0x83, 0xe4, 0xf0, 0xff, 0xe0];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert_eq!(d.tails.len(), 1);
+    }
+
+    #[test]
+    fn a_fragment_without_a_symbol_is_part_of_the_function() {
+        // push %rbx; test %edi,%edi; jne 0x2000; pop %rbx; ret
+        let body = [
+            0x53, 0x85, 0xff, 0x0f, 0x85, 0xf7, 0x0f, 0x00, 0x00, 0x5b, 0xc3,
+        ];
+        // 0x2000: call 0x3000; test %eax,%eax; je 0x200b; pop %rbx; ret;
+        // 0x200b: jmp 0x1009 (back into the body)
+        let frag = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00, 0x85, 0xc0, 0x74, 0x02, 0x5b, 0xc3, 0xe9, 0xf9, 0xef,
+            0xff, 0xff, 0xcc, 0xcc,
+        ];
+        let mem = Mem(vec![(0x2000, frag.to_vec())]);
+        let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
+        assert!(d.tails.is_empty(), "{:?}", d.tails);
+        assert_eq!(d.rets, vec![0x100a, 0x200a]);
+        assert_eq!(
+            d.calls,
+            vec![Call {
+                addr: 0x2000,
+                next: 0x2005,
+                target: Target::Direct(0x3000)
+            }]
+        );
+        assert_eq!(d.unnamed_fragments, vec![(0x2000, 0x2010)]);
+        // A frameless jump there may be a tail call to a function with no
+        // symbol; one to a function start is a tail call.
+        let body = [0x85, 0xff, 0x0f, 0x85, 0xf8, 0x0f, 0x00, 0x00, 0xc3];
+        let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
+        assert_eq!(d.tails.len(), 1);
+        assert!(d.unnamed_fragments.is_empty());
     }
 
     #[test]

@@ -143,6 +143,30 @@ impl ElfObject {
             .with_context(|| format!("{} is a malformed ELF file", self.display.display()))
     }
 
+    /// Up to `max` code bytes from `vaddr` on, within its executable segment.
+    pub fn code_from(&self, vaddr: u64, max: u64) -> Option<&[u8]> {
+        let l = self
+            .loads
+            .iter()
+            .find(|l| l.exec && vaddr >= l.vaddr && vaddr - l.vaddr < l.filesz.min(l.memsz))?;
+        let left = l.filesz.min(l.memsz) - (vaddr - l.vaddr);
+        self.code(vaddr, left.min(max))
+    }
+
+    /// The file's bytes of `[vaddr, vaddr + len)` in any loaded segment
+    /// (data too), as the object holds them before relocation.
+    pub fn bytes(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
+        let l = self.loads.iter().find(|l| {
+            vaddr >= l.vaddr
+                && (vaddr - l.vaddr)
+                    .checked_add(len)
+                    .is_some_and(|e| e <= l.filesz.min(l.memsz))
+        })?;
+        self.data
+            .read_bytes_at((vaddr - l.vaddr).checked_add(l.offset)?, len)
+            .ok()
+    }
+
     /// The file offset of an address in an executable segment. This is the
     /// offset the kernel's uprobe API takes.
     pub fn vaddr_to_offset(&self, vaddr: u64) -> Option<u64> {

@@ -2,6 +2,7 @@
 //! demangled names, fragments, and near names when nothing matches. Pure:
 //! reads files, needs no privilege.
 
+pub mod code;
 pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;

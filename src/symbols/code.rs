@@ -1,0 +1,106 @@
+//! An object as the decoder sees it: its data after relative relocation
+//! (jump tables of position-independent code), its code beyond a symbol's
+//! bounds, and where its functions start.
+
+use std::cell::OnceCell;
+use std::collections::{BTreeSet, HashMap};
+
+use object::read::elf::ElfFile64;
+use object::{Object, ObjectSymbol, RelocationFlags, RelocationTarget};
+
+use super::ElfObject;
+use crate::disasm::Image;
+
+/// `R_X86_64_RELATIVE`: the slot holds the load address plus the addend.
+const R_X86_64_RELATIVE: u32 = 8;
+
+/// Bytes of code handed to the decoder per instruction asked for.
+const CODE_WINDOW: u64 = 64;
+
+/// One object, read lazily: relocations and symbol starts are indexed on
+/// first use only.
+pub struct ObjectImage<'a> {
+    obj: &'a ElfObject,
+    relative: OnceCell<HashMap<u64, u64>>,
+    starts: OnceCell<BTreeSet<u64>>,
+}
+
+impl<'a> ObjectImage<'a> {
+    pub fn new(obj: &'a ElfObject) -> ObjectImage<'a> {
+        ObjectImage {
+            obj,
+            relative: OnceCell::new(),
+            starts: OnceCell::new(),
+        }
+    }
+
+    fn relative(&self) -> &HashMap<u64, u64> {
+        self.relative.get_or_init(|| {
+            let mut map = HashMap::new();
+            let Ok(file) = self.obj.parse() else {
+                return map;
+            };
+            if let Some(relocs) = file.dynamic_relocations() {
+                for (off, r) in relocs {
+                    let relative = matches!(
+                        r.flags(),
+                        RelocationFlags::Elf { r_type } if r_type == R_X86_64_RELATIVE
+                    ) && matches!(r.target(), RelocationTarget::Absolute);
+                    if relative {
+                        map.insert(off, r.addend() as u64);
+                    }
+                }
+            }
+            map
+        })
+    }
+
+    fn starts(&self) -> &BTreeSet<u64> {
+        self.starts.get_or_init(|| {
+            let mut set: BTreeSet<u64> = match self.obj.function_symbols() {
+                Ok((syms, _)) => syms.iter().map(|s| s.addr).collect(),
+                Err(_) => BTreeSet::new(),
+            };
+            // Every symbol of the dynamic table too: a stripped object's
+            // full table is gone, and its exports still start functions.
+            if let Ok(file) = self.obj.parse() {
+                add_dynamic_starts(&file, &mut set);
+            }
+            set
+        })
+    }
+}
+
+fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
+    file: &ElfFile64<'d, object::Endianness, R>,
+    set: &mut BTreeSet<u64>,
+) {
+    for s in file.dynamic_symbols() {
+        if s.kind() == object::SymbolKind::Text && s.address() != 0 {
+            set.insert(s.address());
+        }
+    }
+}
+
+impl Image for ObjectImage<'_> {
+    fn pointer(&self, addr: u64) -> Option<u64> {
+        if let Some(&a) = self.relative().get(&addr) {
+            return Some(a);
+        }
+        let b = self.obj.bytes(addr, 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    fn read_i32(&self, addr: u64) -> Option<i32> {
+        let b = self.obj.bytes(addr, 4)?;
+        Some(i32::from_le_bytes(b.try_into().ok()?))
+    }
+
+    fn code(&self, addr: u64) -> Option<&[u8]> {
+        self.obj.code_from(addr, CODE_WINDOW)
+    }
+
+    fn is_function_start(&self, addr: u64) -> bool {
+        self.starts().contains(&addr)
+    }
+}
