@@ -581,11 +581,23 @@ pub fn list(a: ListArgs) -> Result<i32> {
                             t.exits.unknown_tails
                         ));
                     }
-                    let frags = if t.fragments > 0 {
+                    if t.exits.internal_jumps > 0 {
+                        exits.push_str(&format!(
+                            "; {} indirect jump(s) stay inside (not probed)",
+                            t.exits.internal_jumps
+                        ));
+                    }
+                    let mut frags = if t.fragments > 0 {
                         format!("  fragments {}", t.fragments)
                     } else {
                         String::new()
                     };
+                    if t.exits.unnamed_fragments > 0 {
+                        frags.push_str(&format!(
+                            "  {} part(s) without a symbol",
+                            t.exits.unnamed_fragments
+                        ));
+                    }
                     let at = if t.entry_addr == t.addr {
                         String::new()
                     } else {

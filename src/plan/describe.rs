@@ -120,6 +120,8 @@ mod tests {
                     rets: 2,
                     tail_callees: Vec::new(),
                     unknown_tails: 1,
+                    internal_jumps: 0,
+                    unnamed_fragments: 0,
                 },
             }),
         });

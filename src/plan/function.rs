@@ -50,6 +50,11 @@ pub struct ExitSummary {
     pub tail_callees: Vec<String>,
     /// Tail jumps to an unknown callee: timed up to the jump.
     pub unknown_tails: usize,
+    /// Indirect jumps proven to stay inside the function: not probed.
+    pub internal_jumps: usize,
+    /// Fragments of the function without a symbol (`.cold` parts of a
+    /// stripped object), found by following its jumps.
+    pub unnamed_fragments: usize,
 }
 
 impl Plan {
@@ -126,6 +131,8 @@ impl Plan {
                     rets: decoded.rets.len(),
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
+                    internal_jumps: decoded.internal_jumps.len(),
+                    unnamed_fragments: decoded.unnamed_fragments.len(),
                 }
             }
             None => {
@@ -169,6 +176,8 @@ impl Plan {
             rets: decoded.rets.len(),
             tail_callees: Vec::new(),
             unknown_tails: 0,
+            internal_jumps: decoded.internal_jumps.len(),
+            unnamed_fragments: decoded.unnamed_fragments.len(),
         };
         let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
         let mut work = vec![decoded];

@@ -168,7 +168,9 @@ pub fn decode_function(obj: &ElfObject, f: &Function) -> Result<Decoded> {
             });
         }
     }
-    disasm::decode(&ranges).with_context(|| format!("cannot decode {}", f.display_name()))
+    let image = crate::symbols::code::ObjectImage::new(obj);
+    disasm::decode_in(&ranges, &image)
+        .with_context(|| format!("cannot decode {}", f.display_name()))
 }
 
 impl Plan {

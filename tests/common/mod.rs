@@ -22,6 +22,8 @@
 //! | `nested_o2`     | nested.cpp (+ lib)          | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
 //! | `plain`         | plain.c                     | gcc -O2 -g                              |
 //! | `faults`        | faults.c                    | gcc -O2 -g (modes: see the source)      |
+//! | `libcold.so`    | libcold.c                   | gcc -O2 -fPIC -shared, then strip --strip-all |
+//! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //!
@@ -113,13 +115,21 @@ fn recipe(name: &str) -> Recipe {
             sources: &["faults.c"],
             deps: &[],
         },
+        "libcold.so" => Recipe {
+            sources: &["libcold.c"],
+            deps: &[],
+        },
+        "shapes" => Recipe {
+            sources: &["shapes.c"],
+            deps: &["libcold.so"],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, rust_app, rust_app_v0)"
+             faults, libcold.so, shapes, rust_app, rust_app_v0)"
         ),
     }
 }
@@ -171,6 +181,30 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
             let mut c = cc();
             c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
                 .arg(src.join(format!("{name}.c")))
+                .arg("-o")
+                .arg(tmp_out);
+            c
+        }
+        "libcold.so" => {
+            // Built, then stripped to its dynamic symbols in place (as
+            // distributions ship libraries): its `.cold` parts lose theirs.
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(
+                    "\"$0\" -std=c11 -O2 -g -fPIC -shared -Wall -Wextra -Wl,-soname,libcold.so \
+                     \"$1\" -o \"$2\" && strip --strip-all \"$2\"",
+                )
+                .arg(env_or("FIXTURE_CC", "gcc"))
+                .arg(src.join("libcold.c"))
+                .arg(tmp_out);
+            c
+        }
+        "shapes" => {
+            let mut c = cc();
+            c.args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra"])
+                .arg(src.join("shapes.c"))
+                .arg(out_dir.join("libcold.so"))
+                .arg("-Wl,-rpath,$ORIGIN")
                 .arg("-o")
                 .arg(tmp_out);
             c
@@ -579,6 +613,12 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("fixture_io", n),
         ],
         "plain" => vec![("slow_sum", n), ("fast_path", 2 * n), ("mix_local", n)],
+        "shapes" => vec![
+            ("interp_switch", n),
+            ("interp_goto", n),
+            ("cold_check", n),
+            ("cold_scan", n),
+        ],
         "rust_app" | "rust_app_v0" => vec![
             ("rust_app::engine::process", n),
             ("rust_app::engine::transform::<u32>", n),

@@ -1,0 +1,206 @@
+//! Code shapes whose jumps stay inside the function: a `switch` compiled to
+//! a jump table and computed goto (interpreter loops), and the `.cold` parts
+//! of a library stripped to its dynamic symbols (fixture `shapes`, with
+//! `libcold.so`; see their sources). None of these jumps is an exit: no
+//! probe may stand on them, and every call must be timed whole.
+//!
+//! The fixture measures each call itself (clock_gettime around it) and
+//! prints the mean: tachy's mean must agree with it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::run::{Outcome, Tachy};
+use common::{counts, expected_counts, tagged};
+use serde_json::Value;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+const ITERATIONS: u64 = 20;
+
+fn skip_unless_root() -> bool {
+    if common::is_root() {
+        false
+    } else {
+        eprintln!("skipped: needs root");
+        true
+    }
+}
+
+fn libcold() -> String {
+    common::build("shapes");
+    common::fixtures_out_dir()
+        .join("libcold.so")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn tachy(args: &[&str]) -> Outcome {
+    Tachy::start(args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
+}
+
+/// `tachy list` on the interpreters: their dispatch jumps are proven to
+/// stay inside, so they have no tail jump, and being leaves they get a
+/// uretprobe.
+#[test]
+fn list_interpreters_have_no_tail_jumps() {
+    let exe = common::build("shapes");
+    let out = tachy(&["list", exe.to_str().unwrap(), "interp_*"]);
+    out.assert_success();
+    for name in ["interp_switch", "interp_goto"] {
+        let line = out
+            .stdout
+            .lines()
+            .skip_while(|l| l.split_whitespace().next() != Some(name))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name} not listed\n{out}"));
+        assert!(
+            line.contains("exits: 1 ret;") && line.contains("indirect jump(s) stay inside"),
+            "{name}: {line}\n{out}"
+        );
+        assert!(!line.contains("tail jump"), "{name}: {line}");
+        assert!(line.contains("uretprobe (a leaf"), "{name}: {line}");
+    }
+}
+
+/// `tachy list` on the stripped library: its functions' cold parts have no
+/// symbol; the conditional jumps into them are not exits.
+#[test]
+fn list_stripped_library_finds_cold_parts() {
+    let lib = libcold();
+    let out = tachy(&["list", &lib, "cold_*"]);
+    out.assert_success();
+    assert!(out.stdout.contains(".dynsym"), "{out}");
+    for name in ["cold_check", "cold_scan"] {
+        let line = out
+            .stdout
+            .lines()
+            .skip_while(|l| l.split_whitespace().next() != Some(name))
+            .nth(1)
+            .unwrap_or_else(|| panic!("{name} not listed\n{out}"));
+        assert!(
+            line.contains("1 part(s) without a symbol"),
+            "{name}: {line}"
+        );
+        assert!(line.contains("exits: 1 ret"), "{name}: {line}");
+        assert!(!line.contains("tail jump"), "{name}: {line}");
+    }
+}
+
+/// The plan of all four: an entry and a uretprobe per interpreter, an
+/// entry and a `ret` probe per library function, and nothing else (no
+/// probe on any jump).
+#[test]
+fn dry_run_plans_no_probe_on_internal_jumps() {
+    let exe = common::build("shapes");
+    let lib = libcold();
+    let spec = format!("{lib}:cold_*");
+    let out = tachy(&[
+        "latency",
+        "--dry-run",
+        "interp_switch",
+        "interp_goto",
+        &spec,
+        "--",
+        exe.to_str().unwrap(),
+        "1",
+    ]);
+    out.assert_success();
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(text.contains("4 function(s), 8 probe(s)"), "{out}");
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("  ["))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let n = |k: &str| kinds.iter().filter(|x| **x == k).count();
+    assert_eq!(
+        (n("entry"), n("uretprobe"), n("exit"), kinds.len()),
+        (4, 2, 2, 8),
+        "{out}"
+    );
+    assert!(!text.contains("tail"), "{out}");
+}
+
+fn fixture_avg(stdout: &str, name: &str) -> u64 {
+    tagged(stdout, "avg_ns")[name]
+}
+
+/// Runs the fixture under `tachy latency --json` for `specs`; returns the
+/// report's functions and the fixture's output.
+fn run_traced(specs: &[&str]) -> (Vec<Value>, String) {
+    let exe = common::build("shapes");
+    let it = ITERATIONS.to_string();
+    let mut args = vec!["latency", "--json"];
+    args.extend_from_slice(specs);
+    args.extend(["--", exe.to_str().unwrap(), &it]);
+    let out = tachy(&args);
+    out.assert_success();
+    let mut reports = out.reports();
+    assert_eq!(reports.len(), 1, "{out}");
+    let funcs = reports.remove(0)["functions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    (funcs, out.stdout.clone())
+}
+
+/// Checks a function's count and that its mean agrees with the fixture's
+/// own: tachy times from the entry probe to the return, inside the
+/// fixture's clock_gettime pair, so it may read less by what its probes
+/// cost (a few microseconds) and never more.
+fn check(funcs: &[Value], stdout: &str, name: &str, min_ns: u64) {
+    let f = funcs
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in report: {funcs:?}"));
+    let num = |k: &str| f[k].as_u64().unwrap_or_else(|| panic!("{k} in {f}"));
+    assert_eq!(
+        num("count"),
+        expected_counts("shapes", ITERATIONS, 1)[name],
+        "{f}"
+    );
+    assert_eq!(counts(stdout)[name], ITERATIONS, "{stdout}");
+    for k in ["indirect_tail", "unwound", "overflow", "filtered"] {
+        assert_eq!(num(k), 0, "{name} {k}: {f}");
+    }
+    assert!(num("min_ns") >= min_ns, "{name} min below {min_ns}: {f}");
+    let ours = num("total_ns") / num("count");
+    let theirs = fixture_avg(stdout, name);
+    assert!(
+        ours <= theirs + 2_000 && ours + theirs / 20 + 30_000 >= theirs,
+        "{name}: tachy's mean {ours} ns, the fixture's {theirs} ns\n{f}"
+    );
+}
+
+/// Interpreter loops dispatching through a jump table and through computed
+/// goto: each call is timed whole, not cut at its first dispatch.
+#[test]
+fn interpreters_are_timed_whole() {
+    if skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    let (funcs, stdout) = run_traced(&["interp_switch", "interp_goto"]);
+    check(&funcs, &stdout, "interp_switch", 0);
+    check(&funcs, &stdout, "interp_goto", 0);
+}
+
+/// Functions of a stripped library whose cold paths have no symbol: the
+/// calls that take them are timed whole (each spins >= 200 us).
+#[test]
+fn cold_paths_of_a_stripped_library_are_timed_whole() {
+    if skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    let spec = format!("{}:cold_*", libcold());
+    let (funcs, stdout) = run_traced(&[&spec]);
+    // The cold paths ran: 5 of 20 calls of cold_check, 9 of cold_scan's
+    // 80 loop turns.
+    assert_eq!(tagged(&stdout, "cold")["cold_check"], 5, "{stdout}");
+    assert_eq!(tagged(&stdout, "cold")["cold_scan"], 9, "{stdout}");
+    check(&funcs, &stdout, "cold_check", 200_000);
+    check(&funcs, &stdout, "cold_scan", 200_000);
+}
