@@ -3,10 +3,13 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use crate::report::Unit;
+use crate::symbols::Pattern;
 
 const LATENCY_EXAMPLES: &str = "\
 Examples:
@@ -81,18 +84,27 @@ pub enum Command {
     List(ListArgs),
 }
 
-#[derive(Args, Debug)]
-pub struct LatencyArgs {
-    /// Functions to trace: FUNC, LIB:FUNC, PATH:FUNC, k:FUNC or syscall:NAME
-    #[arg(required = true, value_name = "FUNC")]
-    pub funcs: Vec<String>,
+impl Command {
+    /// The subcommand's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Latency(_) => "latency",
+            Command::Nested(_) => "nested",
+            Command::List(_) => "list",
+        }
+    }
+}
 
+/// What `tachy latency` and `tachy nested` share: the target, the units,
+/// the intervals, the filters and where the reports go.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
     /// Trace this process (its executable and the libraries it maps)
-    #[arg(short, long, value_name = "PID")]
+    #[arg(short, long, value_name = "PID", value_parser = parse_id, allow_negative_numbers = true)]
     pub pid: Option<u32>,
 
-    /// Trace only this thread
-    #[arg(short, long, value_name = "TID")]
+    /// Count only this thread (a thread of the process given with -p)
+    #[arg(short, long, value_name = "TID", value_parser = parse_id, allow_negative_numbers = true)]
     pub tid: Option<u32>,
 
     /// Print durations in microseconds
@@ -105,37 +117,31 @@ pub struct LatencyArgs {
 
     /// Print a report every SECS seconds (each covers only its interval;
     /// 0.5 or 500ms too)
-    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
 
-    /// Stop after SECS seconds (0.5 or 500ms too)
-    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
+    /// Stop after SECS seconds (0.5 or 500ms too); a command started after
+    /// -- keeps running
+    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<Duration>,
 
     /// Print a timestamp before each report
     #[arg(short = 'T', long)]
     pub timestamp: bool,
 
-    /// Print each report as one JSON object per line
-    #[arg(long)]
-    pub json: bool,
-
-    /// Keep only calls that took at least DUR (250us, 1ms, 2s); count the others as filtered
-    #[arg(long, value_name = "DUR")]
-    pub slower_than: Option<String>,
+    /// Keep only calls that took at least DUR (250us, 1ms, 2s); count the
+    /// others as filtered
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub slower_than: Option<u64>,
 
     /// Keep only calls that took at most DUR; count the others as filtered
-    #[arg(long, value_name = "DUR")]
-    pub faster_than: Option<String>,
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub faster_than: Option<u64>,
 
-    /// With recursion, time only the outermost call of each function
-    #[arg(long)]
-    pub outermost: bool,
-
-    /// Time returns with uretprobes: cheaper, but a C++ exception or Rust
-    /// panic unwinding through a traced function then aborts the process
-    #[arg(long)]
-    pub uretprobe: bool,
+    /// Write the reports to FILE instead of standard output (created or
+    /// truncated before any probe is attached)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 
     /// Also trace the processes the traced one forks (and theirs) after tachy attached
     #[arg(long)]
@@ -155,59 +161,46 @@ pub struct LatencyArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct LatencyArgs {
+    /// Functions to trace: FUNC, LIB:FUNC, PATH:FUNC, k:FUNC or syscall:NAME
+    #[arg(required = true, value_name = "FUNC", value_parser = FuncSpec::parse_arg)]
+    pub funcs: Vec<FuncSpec>,
+
+    /// Print each report as one JSON object per line
+    #[arg(long)]
+    pub json: bool,
+
+    /// With recursion, time only the outermost call of each function
+    #[arg(long)]
+    pub outermost: bool,
+
+    /// Time returns with uretprobes: cheaper, but a C++ exception or Rust
+    /// panic unwinding through a traced function then aborts the process
+    #[arg(long)]
+    pub uretprobe: bool,
+
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+#[derive(Args, Debug)]
 pub struct NestedArgs {
     /// The function to break down: FUNC, LIB:FUNC or PATH:FUNC
-    #[arg(value_name = "FUNC")]
-    pub func: String,
+    #[arg(value_name = "FUNC", value_parser = FuncSpec::parse_arg)]
+    pub func: FuncSpec,
 
     /// Levels of call sites to time: 1 is the function's own
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=8))]
     pub depth: u32,
 
     /// Also break down callees matching PATTERN, at any level (repeatable)
-    #[arg(long, value_name = "PATTERN")]
-    pub expand: Vec<String>,
-
-    /// Trace this process (its executable and the libraries it maps)
-    #[arg(short, long, value_name = "PID")]
-    pub pid: Option<u32>,
-
-    /// Trace only this thread
-    #[arg(short, long, value_name = "TID")]
-    pub tid: Option<u32>,
-
-    /// Print a report every SECS seconds (each covers only its interval;
-    /// 0.5 or 500ms too)
-    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
-    pub interval: Option<Duration>,
-
-    /// Stop after SECS seconds (0.5 or 500ms too)
-    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds)]
-    pub duration: Option<Duration>,
-
-    /// Print a timestamp before each report
-    #[arg(short = 'T', long)]
-    pub timestamp: bool,
-
-    /// Keep only calls of the function that took at least DUR (250us, 1ms, 2s)
-    #[arg(long, value_name = "DUR")]
-    pub slower_than: Option<String>,
-
-    /// Keep only calls of the function that took at most DUR
-    #[arg(long, value_name = "DUR")]
-    pub faster_than: Option<String>,
+    #[arg(long, value_name = "PATTERN", value_parser = parse_pattern)]
+    pub expand: Vec<Pattern>,
 
     /// Also print a log2 histogram of each call site (of the calls counted)
     #[arg(long)]
     pub hist: bool,
-
-    /// Histogram unit: microseconds
-    #[arg(short = 'u', long = "microseconds", conflicts_with = "milliseconds")]
-    pub microseconds: bool,
-
-    /// Histogram unit: milliseconds
-    #[arg(short = 'm', long = "milliseconds")]
-    pub milliseconds: bool,
 
     /// Print each report as one JSON object per line
     #[arg(long, conflicts_with_all = ["folded", "svg"])]
@@ -217,87 +210,181 @@ pub struct NestedArgs {
     #[arg(long, conflicts_with = "svg")]
     pub folded: bool,
 
-    /// Write a flame graph of the final report to FILE (SVG)
-    #[arg(long, value_name = "FILE")]
-    pub svg: Option<std::path::PathBuf>,
+    /// Write a flame graph of the whole run (all intervals) to FILE (SVG);
+    /// FILE is created before any probe is attached
+    #[arg(long, value_name = "FILE", conflicts_with = "output")]
+    pub svg: Option<PathBuf>,
 
-    /// Also trace the processes the traced one forks (and theirs) after tachy attached
-    #[arg(long)]
-    pub follow: bool,
-
-    /// Print the probes that would be attached, and exit (needs no privilege)
-    #[arg(long)]
-    pub dry_run: bool,
-
-    /// Say which probes were chosen, and show libbpf's messages
-    #[arg(short, long)]
-    pub verbose: bool,
-
-    /// Command to start and trace until it exits (after --)
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
 }
 
-/// How `tachy nested` prints.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TreeFormat {
+/// How reports are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// funclatency's table, or the nested tree.
     Text,
+    /// One JSON object per report, one per line.
     Json,
+    /// Folded stacks weighted by self time (`tachy nested`).
     Folded,
-    Svg(std::path::PathBuf),
+    /// A flame graph of the whole run (`tachy nested`).
+    Svg,
+}
+
+/// Where and how reports go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    pub format: Format,
+    /// A file instead of standard output (always one for SVG).
+    pub path: Option<PathBuf>,
+}
+
+impl Output {
+    /// Machine-read output on standard output: nothing else may go there.
+    pub fn machine_on_stdout(&self) -> bool {
+        self.format != Format::Text && self.path.is_none()
+    }
 }
 
 /// What `tachy nested` adds to the common settings.
 #[derive(Clone, Debug)]
 pub struct NestedOpts {
     pub depth: u32,
-    pub expand: Vec<String>,
+    pub expand: Vec<Pattern>,
     pub hist: bool,
-    pub format: TreeFormat,
+}
+
+/// Validated settings of `tachy latency` and `tachy nested`.
+#[derive(Clone, Debug)]
+pub struct TraceSettings {
+    pub specs: Vec<FuncSpec>,
+    pub pid: Option<u32>,
+    /// The command to start (after `--`); empty for none.
+    pub command: Vec<String>,
+    pub tid: Option<u32>,
+    pub unit: Unit,
+    pub interval: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub timestamp: bool,
+    pub output: Output,
+    pub min_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+    pub outermost: bool,
+    pub uretprobe: bool,
+    pub follow: bool,
+    pub dry_run: bool,
+    pub verbose: bool,
+    /// `tachy nested`: the tree to time.
+    pub nested: Option<NestedOpts>,
+}
+
+/// Bad usage found after clap parsed the arguments (arguments that do
+/// not go together): printed as clap prints its own, and exit status 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+impl LatencyArgs {
+    pub fn validate(self) -> Result<TraceSettings> {
+        let format = if self.json {
+            Format::Json
+        } else {
+            Format::Text
+        };
+        let mut s = self.trace.validate(self.funcs, format, None)?;
+        s.outermost = self.outermost;
+        s.uretprobe = self.uretprobe;
+        Ok(s)
+    }
 }
 
 impl NestedArgs {
-    pub fn validate(self) -> Result<LatencySettings> {
-        if self.depth == 0 || self.depth > 8 {
-            bail!("--depth must be between 1 and 8");
-        }
-        for e in &self.expand {
-            crate::symbols::Pattern::parse(e)
-                .with_context(|| format!("bad --expand pattern {e:?}"))?;
-        }
-        let format = match (self.json, self.folded, self.svg) {
-            (true, _, _) => TreeFormat::Json,
-            (_, true, _) => TreeFormat::Folded,
-            (_, _, Some(p)) => TreeFormat::Svg(p),
-            _ => TreeFormat::Text,
+    pub fn validate(self) -> Result<TraceSettings> {
+        let (format, svg) = match (self.json, self.folded, self.svg) {
+            (true, _, _) => (Format::Json, None),
+            (_, true, _) => (Format::Folded, None),
+            (_, _, Some(p)) => (Format::Svg, Some(p)),
+            _ => (Format::Text, None),
         };
-        let common = LatencyArgs {
-            funcs: vec![self.func],
+        let mut s = self.trace.validate(vec![self.func], format, svg)?;
+        s.nested = Some(NestedOpts {
+            depth: self.depth,
+            expand: self.expand,
+            hist: self.hist,
+        });
+        Ok(s)
+    }
+}
+
+impl TraceArgs {
+    /// Checks the arguments that must go together; `svg` is the file of
+    /// `--svg`, which takes the place of `-o`.
+    fn validate(
+        self,
+        specs: Vec<FuncSpec>,
+        format: Format,
+        svg: Option<PathBuf>,
+    ) -> Result<TraceSettings> {
+        if self.pid.is_some() && !self.command.is_empty() {
+            return Err(usage(
+                "-p and a command after -- are exclusive: trace a running process or start one",
+            ));
+        }
+        if self.follow && self.pid.is_none() && self.command.is_empty() {
+            return Err(usage(
+                "--follow needs a process to follow: -p PID or a command after --",
+            ));
+        }
+        if self.tid.is_some() && !self.command.is_empty() {
+            return Err(usage(
+                "-t and a command after -- do not go together: the command's threads have no ids before it starts (trace it with -p PID)",
+            ));
+        }
+        if matches!((self.slower_than, self.faster_than), (Some(lo), Some(hi)) if lo > hi) {
+            return Err(usage(
+                "--slower-than is above --faster-than: no call can match",
+            ));
+        }
+        Ok(TraceSettings {
+            specs,
             pid: self.pid,
+            command: self.command,
             tid: self.tid,
-            microseconds: self.microseconds,
-            milliseconds: self.milliseconds,
+            unit: if self.microseconds {
+                Unit::Usec
+            } else if self.milliseconds {
+                Unit::Msec
+            } else {
+                Unit::Nsec
+            },
             interval: self.interval,
             duration: self.duration,
             timestamp: self.timestamp,
-            json: format != TreeFormat::Text,
-            slower_than: self.slower_than,
-            faster_than: self.faster_than,
+            output: Output {
+                format,
+                path: svg.or(self.output),
+            },
+            min_ns: self.slower_than,
+            max_ns: self.faster_than,
             outermost: false,
             uretprobe: false,
             follow: self.follow,
             dry_run: self.dry_run,
             verbose: self.verbose,
-            command: self.command,
-        };
-        let mut s = common.validate()?;
-        s.nested = Some(NestedOpts {
-            depth: self.depth,
-            expand: self.expand,
-            hist: self.hist,
-            format,
-        });
-        Ok(s)
+            nested: None,
+        })
     }
 }
 
@@ -308,7 +395,7 @@ pub struct ListArgs {
     pub args: Vec<String>,
 
     /// Look in this process's executable and libraries
-    #[arg(short, long, value_name = "PID")]
+    #[arg(short, long, value_name = "PID", value_parser = parse_id, allow_negative_numbers = true)]
     pub pid: Option<u32>,
 
     /// Also list each function's call sites (what `tachy nested` times)
@@ -316,11 +403,51 @@ pub struct ListArgs {
     pub sites: bool,
 }
 
+/// Validated arguments of `tachy list`.
+#[derive(Clone, Debug)]
+pub struct ListSettings {
+    pub spec: FuncSpec,
+    pub pid: Option<u32>,
+    pub sites: bool,
+}
+
+impl ListArgs {
+    pub fn validate(self) -> Result<ListSettings> {
+        let spec = match (self.args.as_slice(), self.pid) {
+            ([_, _], Some(_)) => return Err(usage("give either -p PID or a PATH, not both")),
+            ([path, pat], None) => FuncSpec {
+                object: Some(path.clone()),
+                pattern: Pattern::parse(pat).map_err(|e| usage(format!("{e:#}")))?,
+            },
+            ([one], _) => FuncSpec::parse(one).map_err(|e| usage(format!("{e:#}")))?,
+            _ => return Err(usage("expected [PATH] PATTERN")),
+        };
+        // A file in the current directory named without `./` is that
+        // file, not a library to look up by name.
+        let spec = match &spec.object {
+            Some(o)
+                if self.pid.is_none() && !o.contains('/') && std::path::Path::new(o).is_file() =>
+            {
+                FuncSpec {
+                    object: Some(format!("./{o}")),
+                    ..spec
+                }
+            }
+            _ => spec,
+        };
+        Ok(ListSettings {
+            spec,
+            pid: self.pid,
+            sites: self.sites,
+        })
+    }
+}
+
 /// A function spec: `FUNC`, `LIB:FUNC`, `PATH:FUNC`, `k:FUNC`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FuncSpec {
     pub object: Option<String>,
-    pub pattern: String,
+    pub pattern: Pattern,
 }
 
 impl FuncSpec {
@@ -349,39 +476,64 @@ impl FuncSpec {
                 if obj.is_empty() {
                     bail!("{s:?}: nothing before ':' (expected LIB:FUNC or PATH:FUNC)");
                 }
-                if pat.is_empty() {
+                if pat.trim().is_empty() {
                     bail!("{s:?}: no function after ':'");
                 }
                 return Ok(FuncSpec {
                     object: Some(obj.to_string()),
-                    pattern: pat.to_string(),
+                    pattern: Pattern::parse(pat)?,
                 });
             }
             i += 1;
         }
-        if s.trim().is_empty() {
-            bail!("empty function name");
-        }
         Ok(FuncSpec {
             object: None,
-            pattern: s.to_string(),
+            pattern: Pattern::parse(s)?,
         })
     }
+
+    /// [`FuncSpec::parse`] as a clap value parser.
+    fn parse_arg(s: &str) -> std::result::Result<FuncSpec, String> {
+        FuncSpec::parse(s).map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// A function pattern, as a clap value parser.
+fn parse_pattern(s: &str) -> std::result::Result<Pattern, String> {
+    Pattern::parse(s).map_err(|e| format!("{e:#}"))
+}
+
+/// A process or thread id: a positive number.
+fn parse_id(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("0 is not a process or thread id".into()),
+        Ok(n) if n <= i32::MAX as u32 => Ok(n),
+        _ => Err(format!("{s:?} is not a process or thread id")),
+    }
+}
+
+/// A duration with its unit, as a clap value parser.
+fn parse_duration_arg(s: &str) -> std::result::Result<u64, String> {
+    parse_duration(s).map_err(|e| format!("{e:#}"))
 }
 
 /// Parses a positive time: seconds (`5`, `0.5`) or a duration with its
 /// unit (`500ms`, `2m`).
 pub fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
     let ns = match s.trim().parse::<f64>() {
-        Ok(secs) if (0.0..1e9).contains(&secs) => (secs * 1e9).round() as u64,
+        Ok(secs) if secs <= 0.0 => return Err(POSITIVE.into()),
+        Ok(secs) if secs < 1e9 => (secs * 1e9).round() as u64,
         Ok(_) => return Err(format!("{s:?} is not a number of seconds")),
+        Err(_) if s.trim_start().starts_with('-') => return Err(POSITIVE.into()),
         Err(_) => parse_duration(s).map_err(|e| e.to_string())?,
     };
     if ns == 0 {
-        return Err("needs a positive time (e.g. 5, 0.5, 500ms)".into());
+        return Err(POSITIVE.into());
     }
     Ok(Duration::from_nanos(ns))
 }
+
+const POSITIVE: &str = "needs a positive time (e.g. 5, 0.5, 500ms)";
 
 /// Parses `250us`, `1.5ms`, `2s`, `100ns`, `1m` into nanoseconds.
 pub fn parse_duration(s: &str) -> Result<u64> {
@@ -409,86 +561,6 @@ pub fn parse_duration(s: &str) -> Result<u64> {
     Ok(ns.round() as u64)
 }
 
-/// Validated settings of `tachy latency`.
-#[derive(Clone, Debug)]
-pub struct LatencySettings {
-    pub specs: Vec<FuncSpec>,
-    pub pid: Option<u32>,
-    pub command: Vec<String>,
-    pub tid: Option<u32>,
-    pub unit: Unit,
-    pub interval: Option<Duration>,
-    pub duration: Option<Duration>,
-    pub timestamp: bool,
-    pub json: bool,
-    pub min_ns: Option<u64>,
-    pub max_ns: Option<u64>,
-    pub outermost: bool,
-    pub uretprobe: bool,
-    pub follow: bool,
-    pub dry_run: bool,
-    pub verbose: bool,
-    /// `tachy nested`: the tree to time.
-    pub nested: Option<NestedOpts>,
-}
-
-impl LatencyArgs {
-    pub fn validate(self) -> Result<LatencySettings> {
-        let specs = self
-            .funcs
-            .iter()
-            .map(|f| FuncSpec::parse(f))
-            .collect::<Result<Vec<_>>>()?;
-        if self.pid.is_some() && !self.command.is_empty() {
-            bail!("-p and a command after -- are exclusive: trace a running process or start one");
-        }
-        if self.pid == Some(0) {
-            bail!("-p 0 is not a process");
-        }
-        if self.follow && self.pid.is_none() && self.command.is_empty() {
-            bail!("--follow needs a process to follow: -p PID or a command after --");
-        }
-        let min_ns = self
-            .slower_than
-            .as_deref()
-            .map(parse_duration)
-            .transpose()?;
-        let max_ns = self
-            .faster_than
-            .as_deref()
-            .map(parse_duration)
-            .transpose()?;
-        if matches!((min_ns, max_ns), (Some(lo), Some(hi)) if lo > hi) {
-            bail!("--slower-than is above --faster-than: no call can match");
-        }
-        Ok(LatencySettings {
-            specs,
-            pid: self.pid,
-            command: self.command,
-            tid: self.tid,
-            unit: if self.microseconds {
-                Unit::Usec
-            } else if self.milliseconds {
-                Unit::Msec
-            } else {
-                Unit::Nsec
-            },
-            interval: self.interval,
-            duration: self.duration,
-            timestamp: self.timestamp,
-            json: self.json,
-            min_ns,
-            max_ns,
-            outermost: self.outermost,
-            uretprobe: self.uretprobe,
-            follow: self.follow,
-            dry_run: self.dry_run,
-            verbose: self.verbose,
-            nested: None,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,32 +571,35 @@ mod tests {
             FuncSpec::parse("ns::Class::read").unwrap(),
             FuncSpec {
                 object: None,
-                pattern: "ns::Class::read".into()
+                pattern: Pattern::parse("ns::Class::read").unwrap()
             }
         );
         assert_eq!(
             FuncSpec::parse("c:malloc").unwrap(),
             FuncSpec {
                 object: Some("c".into()),
-                pattern: "malloc".into()
+                pattern: Pattern::parse("malloc").unwrap()
             }
         );
         assert_eq!(
             FuncSpec::parse("/usr/bin/x:ns::f(int)").unwrap(),
             FuncSpec {
                 object: Some("/usr/bin/x".into()),
-                pattern: "ns::f(int)".into()
+                pattern: Pattern::parse("ns::f(int)").unwrap()
             }
         );
         assert_eq!(
             FuncSpec::parse("libstdc++:std::foo").unwrap(),
             FuncSpec {
                 object: Some("libstdc++".into()),
-                pattern: "std::foo".into()
+                pattern: Pattern::parse("std::foo").unwrap()
             }
         );
         assert!(FuncSpec::parse(":x").is_err());
         assert!(FuncSpec::parse("lib:").is_err());
+        assert!(FuncSpec::parse("lib: ").is_err());
+        assert!(FuncSpec::parse("").is_err());
+        assert!(FuncSpec::parse(" ").is_err());
     }
 
     #[test]
@@ -536,6 +611,17 @@ mod tests {
         assert_eq!(parse_seconds("2m"), ms(120_000));
         for bad in ["0", "0s", "-1", "soon", "1e99", "inf"] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+        for negative in ["-1", "-0.5", "-2s"] {
+            assert_eq!(parse_seconds(negative).unwrap_err(), POSITIVE, "{negative}");
+        }
+    }
+
+    #[test]
+    fn ids() {
+        assert_eq!(parse_id("4242"), Ok(4242));
+        for bad in ["0", "-1", "x", "4294967295", ""] {
+            assert!(parse_id(bad).is_err(), "{bad}");
         }
     }
 

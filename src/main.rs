@@ -1,14 +1,15 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use tachy::{cli, session};
 
 fn main() {
     let cli = cli::Cli::parse();
+    let name = cli.cmd.name();
     let result = match cli.cmd {
         cli::Command::Latency(a) => a.validate().and_then(session::latency),
         cli::Command::Nested(a) => a.validate().and_then(session::latency),
-        cli::Command::List(a) => session::list(a),
+        cli::Command::List(a) => a.validate().and_then(session::list),
     };
     match result {
         Ok(code) => std::process::exit(code),
@@ -20,6 +21,16 @@ fn main() {
                 .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe);
             if broken_pipe {
                 std::process::exit(0);
+            }
+            if let Some(u) = e.downcast_ref::<cli::UsageError>() {
+                // As clap reports its own usage errors: with the
+                // subcommand's usage line, and exit status 2.
+                let mut cmd = cli::Cli::command();
+                cmd.build();
+                let sub = cmd.find_subcommand_mut(name).cloned().unwrap_or(cmd);
+                let mut sub = sub;
+                sub.error(clap::error::ErrorKind::ArgumentConflict, u)
+                    .exit();
             }
             eprintln!("tachy: {e:#}");
             std::process::exit(1);

@@ -68,12 +68,15 @@ fn silence_libbpf(verbose: bool) {
 }
 
 impl<'obj> Tracer<'obj> {
-    /// Loads the BPF program configured for `plan` and attaches every probe.
-    /// On any error, whatever was attached is detached again.
+    /// Loads the BPF program configured for `plan` and attaches every probe,
+    /// adding to `attached` the probes each link placed (read by another
+    /// thread to show progress). On any error, whatever was attached is
+    /// detached again.
     pub fn attach(
         storage: &'obj mut MaybeUninit<OpenObject>,
         plan: &Plan,
         verbose: bool,
+        attached: &std::sync::atomic::AtomicUsize,
     ) -> Result<Tracer<'obj>> {
         silence_libbpf(verbose);
         let nfuncs = plan.ids();
@@ -138,7 +141,7 @@ impl<'obj> Tracer<'obj> {
                 .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
             t.links.push(link);
         }
-        t.attach_all(plan)?;
+        t.attach_all(plan, attached)?;
         if syscalls {
             t.attach_syscalls(plan)?;
         }
@@ -266,7 +269,8 @@ impl<'obj> Tracer<'obj> {
         Ok(())
     }
 
-    fn attach_all(&mut self, plan: &Plan) -> Result<()> {
+    fn attach_all(&mut self, plan: &Plan, attached: &std::sync::atomic::AtomicUsize) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
         let link_pid = match (plan.settings.follow, plan.pid) {
@@ -382,6 +386,7 @@ impl<'obj> Tracer<'obj> {
                             .map_err(|e| attach_error(e.to_string()))
                             .with_context(what)?;
                         self.links.push(link);
+                        attached.fetch_add(batch.len(), Relaxed);
                     }
                 } else {
                     let prog = match kind {
@@ -403,6 +408,7 @@ impl<'obj> Tracer<'obj> {
                             .map_err(|e| attach_error(e.to_string()))
                             .with_context(what)?;
                         self.links.push(link);
+                        attached.fetch_add(1, Relaxed);
                     }
                 }
             }

@@ -74,7 +74,7 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
             ],
             Scope::Files => bail!(
                 "{:?} names no object nor kernel function: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
-                spec.pattern
+                spec.pattern.as_str()
             ),
         });
     };
@@ -131,7 +131,7 @@ fn kernel_fallback(spec: &FuncSpec) -> Option<Vec<String>> {
     if spec.object.is_some() {
         return None;
     }
-    let hits = crate::kernel::kernel_functions(&spec.pattern).ok()?;
+    let hits = crate::kernel::kernel_functions(spec.pattern.as_str()).ok()?;
     (!hits.is_empty()).then_some(hits)
 }
 
@@ -143,12 +143,12 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
     let mut out: Vec<Resolved> = Vec::new();
     let mut kernel: Vec<(String, Vec<String>)> = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_syscall() && !s.is_kernel()) {
-        let pat = Pattern::parse(&spec.pattern)?;
+        let pat = spec.pattern.clone();
         let groups = match candidate_groups(spec, scope) {
             Ok(g) => g,
             Err(e) => match kernel_fallback(spec) {
                 Some(k) if matches!(scope, Scope::Files) => {
-                    kernel.push((spec.pattern.clone(), k));
+                    kernel.push((spec.pattern.as_str().to_string(), k));
                     continue;
                 }
                 _ => return Err(e),
@@ -212,7 +212,7 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             // hide in one that could not.
             if first_err.is_none() {
                 if let Some(k) = kernel_fallback(spec) {
-                    kernel.push((spec.pattern.clone(), k));
+                    kernel.push((spec.pattern.as_str().to_string(), k));
                     continue;
                 }
             }

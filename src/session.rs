@@ -3,18 +3,19 @@
 
 use std::io::Write;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
 use crate::callsites;
 use crate::callsites::Naming;
-use crate::cli::{FuncSpec, LatencySettings, ListArgs, NestedOpts, TreeFormat};
+use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings};
 use crate::disasm::ProbeCost;
 use crate::kernel;
 use crate::plan::{self, Drill, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
+use crate::report::list as listing;
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
@@ -56,7 +57,7 @@ fn install_signal_handlers() {
     }
 }
 
-fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
+fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
     let resolved = resolve::resolve(&s.specs, scope, objects)?;
     let mut plan = Plan::new(Settings {
         filter_tid: s.tid,
@@ -69,13 +70,13 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
     });
     plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
-        for (name, nr) in kernel::match_syscalls(&spec.pattern)? {
+        for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
             plan.add_syscall(name, nr);
         }
     }
     for spec in s.specs.iter().filter(|x| x.is_kernel()) {
-        let names = kernel::match_kernel_functions(&spec.pattern)?;
-        kernel::check_count(&spec.pattern, &names)?;
+        let names = kernel::match_kernel_functions(spec.pattern.as_str())?;
+        kernel::check_count(spec.pattern.as_str(), &names)?;
         for name in &names {
             plan.add_kernel_function(name);
         }
@@ -111,11 +112,7 @@ fn build_plan(s: &LatencySettings, scope: &Scope, objects: &mut Objects) -> Resu
         }
     }
     if let Some(n) = &s.nested {
-        let expand: Vec<Pattern> = n
-            .expand
-            .iter()
-            .map(|e| Pattern::parse(e))
-            .collect::<Result<_>>()?;
+        let expand = &n.expand;
         let matches_expand = |raw: &str| {
             let names = demangle(raw);
             expand.iter().any(|p| p.matches(raw, &names))
@@ -207,43 +204,136 @@ fn raise_fd_limit() {
     }
 }
 
-pub fn latency(s: LatencySettings) -> Result<i32> {
-    let mut objects = Objects::default();
-    let (scope, exe_for_cmd) = if let Some(pid) = s.pid {
-        (Scope::Process(target::process_maps(pid)?), None)
-    } else if let Some(cmd) = s.command.first() {
+/// What `tachy latency` and `tachy nested` trace: where names are looked
+/// up, and the program to start, if any.
+struct Target {
+    scope: Scope,
+    /// The command's executable (after `--`), found on PATH.
+    exe: Option<PathBuf>,
+}
+
+impl Target {
+    fn new(s: &TraceSettings) -> Result<Target> {
+        if let Some(pid) = s.pid {
+            return Ok(Target {
+                scope: Scope::Process(target::process_maps(pid)?),
+                exe: None,
+            });
+        }
+        let Some(cmd) = s.command.first() else {
+            return Ok(Target {
+                scope: Scope::Files,
+                exe: None,
+            });
+        };
         let exe = target::which(cmd)?;
+        target::check_runnable(&exe)?;
         let image = target::program_image(&exe);
         let libs = target::needed_libraries(&image);
-        (Scope::Command { exe: image, libs }, Some(exe))
-    } else {
-        (Scope::Files, None)
-    };
-    let mut plan =
-        build_plan(&s, &scope, &mut objects).map_err(|e| match (&scope, &exe_for_cmd) {
+        Ok(Target {
+            scope: Scope::Command { exe: image, libs },
+            exe: Some(exe),
+        })
+    }
+
+    fn plan(&self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
+        build_plan(s, &self.scope, objects).map_err(|e| match (&self.scope, &self.exe) {
             (Scope::Command { exe: image, .. }, Some(exe)) if image != exe => anyhow::anyhow!(
                 "{e} ({} is a script run by {}: name the program it starts as PATH:FUNC)",
                 exe.display(),
                 image.display()
             ),
             _ => e,
-        })?;
+        })
+    }
+
+    /// Whom the header names.
+    fn whom(&self, s: &TraceSettings, plan: &Plan, spawned: Option<&Spawned>) -> String {
+        match (&s.pid, spawned, &self.scope) {
+            (Some(pid), _, Scope::Process(m)) => {
+                format!("in pid {pid} ({})", m.exe.display.display())
+            }
+            (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.command.join(" ")),
+            _ => {
+                let objs: Vec<String> = plan
+                    .objects
+                    .iter()
+                    .map(|o| o.display.display().to_string())
+                    .collect();
+                if objs.is_empty() {
+                    "in every process".to_string()
+                } else {
+                    format!("in every process that maps {}", objs.join(", "))
+                }
+            }
+        }
+    }
+}
+
+/// `-t TID` must name a thread that exists (of the process, with `-p`).
+fn check_thread(s: &TraceSettings) -> Result<()> {
+    let Some(tid) = s.tid else { return Ok(()) };
+    match s.pid {
+        Some(pid) if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {
+            bail!("-t {tid}: process {pid} has no thread {tid}")
+        }
+        None if !std::path::Path::new(&format!("/proc/{tid}")).exists() => {
+            bail!("-t {tid}: no thread {tid} is running")
+        }
+        _ => Ok(()),
+    }
+}
+
+fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
+    let n = plan.items.len();
+    if s.nested.is_none() {
+        return format!(
+            "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
+            if n == 1 { "" } else { "s" },
+            names_line(plan)
+        );
+    }
+    let levels = plan.sites.iter().map(|x| x.level).max().unwrap_or(0);
+    format!(
+        "Tracing {} and {} call site{} ({} level{}) {whom}. Hit Ctrl-C to end.",
+        names_line(plan),
+        plan.sites.len(),
+        if plan.sites.len() == 1 { "" } else { "s" },
+        levels,
+        if levels == 1 { "" } else { "s" },
+    )
+}
+
+pub fn latency(s: TraceSettings) -> Result<i32> {
+    let mut objects = Objects::default();
+    let target = Target::new(&s)?;
+    let mut plan = target.plan(&s, &mut objects)?;
     if s.dry_run || s.verbose {
         eprint!("{}", plan.describe());
         if s.dry_run {
             return Ok(0);
         }
     }
+    check_thread(&s)?;
+    // Before anything is attached: a report file that cannot be written
+    // must not cost a whole run.
+    let mut reports = Reports::open(&s, plan.ids() as usize)?;
     probe::check_environment()?;
     if s.uretprobe {
         eprintln!(
             "tachy: warning: --uretprobe: a C++ exception or Rust panic that unwinds through a traced function will abort the traced process"
         );
     }
+    if s.nested.is_some() && plan.sites.len() > 300 {
+        eprintln!(
+            "tachy: warning: {} call sites is many; each traced call pays for every site it passes",
+            plan.sites.len()
+        );
+    }
     install_signal_handlers();
 
-    let mut spawned = match &exe_for_cmd {
-        Some(exe) => Some(Spawned::start(exe, &s.command)?),
+    let mut spawned = match &target.exe {
+        Some(exe) => Some(Spawned::start(exe, &s.command, false)?),
         None => None,
     };
     if let Some(sp) = &spawned {
@@ -251,52 +341,11 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
     }
     raise_fd_limit();
     let mut storage = MaybeUninit::uninit();
-    let mut tracer = Tracer::attach(&mut storage, &plan, s.verbose)?;
+    let mut tracer = attach(&mut storage, &plan, s.verbose)?;
     if let Some(pid) = s.pid {
         if !target::process_alive(pid) {
             bail!("process {pid} exited while probes were being attached");
         }
-    }
-    let whom = match (&s.pid, &spawned, &scope) {
-        (Some(pid), _, Scope::Process(m)) => format!("in pid {pid} ({})", m.exe.display.display()),
-        (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.command.join(" ")),
-        _ => {
-            let objs: Vec<String> = plan
-                .objects
-                .iter()
-                .map(|o| o.display.display().to_string())
-                .collect();
-            if objs.is_empty() {
-                "in every process".to_string()
-            } else {
-                format!("in every process that maps {}", objs.join(", "))
-            }
-        }
-    };
-    let n = plan.items.len();
-    let header = match &s.nested {
-        None => format!(
-            "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
-            if n == 1 { "" } else { "s" },
-            names_line(&plan)
-        ),
-        Some(_) => {
-            let levels = plan.sites.iter().map(|x| x.level).max().unwrap_or(0);
-            format!(
-                "Tracing {} and {} call site{} ({} level{}) {whom}. Hit Ctrl-C to end.",
-                names_line(&plan),
-                plan.sites.len(),
-                if plan.sites.len() == 1 { "" } else { "s" },
-                levels,
-                if levels == 1 { "" } else { "s" },
-            )
-        }
-    };
-    if s.nested.is_some() && plan.sites.len() > 300 {
-        eprintln!(
-            "tachy: warning: {} call sites is many; each traced call pays for every site it passes",
-            plan.sites.len()
-        );
     }
     if let (true, Some(with)) = (s.verbose, tracer.kernel_with) {
         eprintln!("tachy: kernel functions timed with {with}");
@@ -313,33 +362,123 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             }
         );
     }
-    {
-        let mut out = std::io::stdout().lock();
-        if s.json {
-            eprintln!("{header}");
-        } else {
-            writeln!(out, "{header}")?;
-            out.flush()?;
-        }
-    }
+    let whom = target.whom(&s, &plan, spawned.as_ref());
+    reports.header(&header(&s, &plan, &whom))?;
     if let Some(sp) = spawned.as_mut() {
         sp.release()?;
     }
+    let end = run(&plan, &s, &mut tracer, spawned.as_mut(), &mut reports)?;
+    drop(tracer);
+    reports.finish(&plan, &s)?;
+    let Some(sp) = spawned.as_mut() else {
+        return Ok(0);
+    };
+    if end.nothing_counted && !s.follow {
+        suggest_follow(&s, &plan, &target);
+    }
+    Ok(match end.status {
+        Some(code) => code,
+        None if end.stopped => wait_for_command(sp, &s.command),
+        None => {
+            eprintln!(
+                "tachy: tracing stopped after -d; {} (pid {}) runs on",
+                s.command.join(" "),
+                sp.pid
+            );
+            0
+        }
+    })
+}
 
+/// Attaches the plan's probes. Attaching thousands of probes takes
+/// seconds: after a second without an end, say what is going on and
+/// how far it got.
+fn attach<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    plan: &Plan,
+    verbose: bool,
+) -> Result<Tracer<'o>> {
+    let done = AtomicUsize::new(0);
+    let finished = AtomicBool::new(false);
+    let total = plan.probes.len();
+    let funcs = plan.items.len() + plan.sites.len();
+    std::thread::scope(|scope| {
+        scope.spawn(|| attach_progress(&done, &finished, total, funcs));
+        let tracer = Tracer::attach(storage, plan, verbose, &done);
+        finished.store(true, Ordering::SeqCst);
+        tracer
+    })
+}
+
+/// Prints "Attaching N probes to M functions..." once attaching has taken
+/// a second, and how many are attached each second after that.
+fn attach_progress(done: &AtomicUsize, finished: &AtomicBool, total: usize, funcs: usize) {
+    let start = Instant::now();
+    let mut said = false;
+    let mut next = start + Duration::from_secs(1);
+    while !finished.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+        if Instant::now() < next || finished.load(Ordering::SeqCst) {
+            continue;
+        }
+        if !said {
+            eprintln!(
+                "tachy: attaching {total} probe{} to {funcs} function{}...",
+                if total == 1 { "" } else { "s" },
+                if funcs == 1 { "" } else { "s" },
+            );
+            said = true;
+        } else {
+            eprintln!(
+                "tachy: {} of {total} probes attached ({} s)",
+                done.load(Ordering::SeqCst).min(total),
+                start.elapsed().as_secs()
+            );
+        }
+        next += Duration::from_secs(1);
+    }
+}
+
+/// How the run loop ended.
+struct RunEnd {
+    /// The command's exit code, if it exited.
+    status: Option<i32>,
+    /// Ended by Ctrl-C or SIGTERM.
+    stopped: bool,
+    /// No traced user function completed or left a call.
+    nothing_counted: bool,
+}
+
+/// Waits, reads the counters each interval (and on SIGUSR1), and hands
+/// them to the reports until the traced process exits, the time is up or
+/// tachy is told to stop.
+fn run(
+    plan: &Plan,
+    s: &TraceSettings,
+    tracer: &mut Tracer,
+    mut spawned: Option<&mut Spawned>,
+    reports: &mut Reports,
+) -> Result<RunEnd> {
+    let ids = plan.ids() as usize;
     let start = Instant::now();
     let mut next_report = s.interval.map(|i| start + i);
     let deadline = s.duration.map(|d| start + d);
-    let mut status = 0;
+    let mut end = RunEnd {
+        status: None,
+        stopped: false,
+        nothing_counted: true,
+    };
     // What was read from the kernel but not yet part of an interval's
     // report (read for a SIGUSR1 interim report).
-    let mut carry: Vec<Counts> = vec![Counts::default(); plan.ids() as usize];
+    let mut carry: Vec<Counts> = vec![Counts::default(); ids];
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let now = Instant::now();
-        let mut done = STOP.load(Ordering::SeqCst);
-        if let Some(sp) = spawned.as_mut() {
+        end.stopped = STOP.load(Ordering::SeqCst);
+        let mut done = end.stopped;
+        if let Some(sp) = spawned.as_deref_mut() {
             if let Some(code) = sp.try_wait() {
-                status = code;
+                end.status = Some(code);
                 done = true;
             }
         } else if let Some(pid) = s.pid {
@@ -348,28 +487,30 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             }
         }
         // Followed forks outlive their parent: go on while any runs.
-        if done && s.follow && !STOP.load(Ordering::SeqCst) && tracer.followed_alive() {
+        if done && s.follow && !end.stopped && tracer.followed_alive() {
             done = false;
         }
         if deadline.is_some_and(|d| now >= d) {
             done = true;
         }
         let due = next_report.is_some_and(|t| now >= t);
-        if INTERIM.swap(false, Ordering::SeqCst) && !(due || done) {
+        let interim = INTERIM.swap(false, Ordering::SeqCst);
+        if interim || due || done {
+            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
+                c.merge(&n);
+            }
+        }
+        if interim && !(due || done) {
             // An interim report: everything since the last report, which
             // the next one still includes.
-            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
-                c.merge(&n);
-            }
-            emit(&plan, &s, carry.clone())?;
+            reports.emit(plan, s, &carry, false)?;
         }
         if due || done {
-            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
-                c.merge(&n);
-            }
-            let counts =
-                std::mem::replace(&mut carry, vec![Counts::default(); plan.ids() as usize]);
-            emit(&plan, &s, counts)?;
+            let counts = std::mem::replace(&mut carry, vec![Counts::default(); ids]);
+            end.nothing_counted &= counts[..plan.items.len()]
+                .iter()
+                .all(|c| c.count == 0 && c.unwound == 0 && c.filtered == 0);
+            reports.emit(plan, s, &counts, true)?;
             if let (Some(t), Some(i)) = (next_report.as_mut(), s.interval) {
                 while *t <= now {
                     *t += i;
@@ -377,23 +518,190 @@ pub fn latency(s: LatencySettings) -> Result<i32> {
             }
         }
         if done {
-            break;
+            return Ok(end);
         }
     }
-    drop(tracer);
-    if let Some(sp) = spawned.as_mut() {
-        if STOP.load(Ordering::SeqCst) {
-            status = sp.wait();
-        }
-    }
-    Ok(status)
 }
 
-fn emit(plan: &Plan, s: &LatencySettings, counts: Vec<Counts>) -> Result<()> {
-    if let Some(n) = &s.nested {
-        return emit_tree(plan, s, n, counts);
+/// After Ctrl-C the command runs on until it exits (it usually got the
+/// same Ctrl-C): say that tachy waits for it, then wait.
+fn wait_for_command(sp: &mut Spawned, command: &[String]) -> i32 {
+    for _ in 0..10 {
+        if let Some(code) = sp.try_wait() {
+            return code;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let report = Report {
+    eprintln!(
+        "tachy: waiting for {} (pid {}) to exit; Ctrl-C again to stop waiting",
+        command.join(" "),
+        sp.pid
+    );
+    sp.wait()
+}
+
+/// Programs that run another program rather than being it.
+const WRAPPERS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "fish", "busybox", "env", "nice", "nohup", "timeout",
+    "time", "sudo", "su", "setsid", "stdbuf", "taskset", "chrt", "ionice", "xargs", "make",
+    "strace", "valgrind",
+];
+
+/// The command ran, the functions are in another program, and nothing was
+/// counted: the command most likely started that program as a new
+/// process (or exec'd it), which the probes do not follow by default.
+fn suggest_follow(s: &TraceSettings, plan: &Plan, target: &Target) {
+    let Scope::Command { exe: image, .. } = &target.scope else {
+        return;
+    };
+    let user_objects: Vec<&PathBuf> = plan.objects.iter().map(|o| &o.display).collect();
+    let Some(first) = user_objects.first() else {
+        return;
+    };
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let wrapper = WRAPPERS.contains(&name(image).as_str())
+        || target
+            .exe
+            .as_deref()
+            .is_some_and(|e| WRAPPERS.contains(&name(e).as_str()));
+    let elsewhere = user_objects.iter().all(|o| {
+        std::fs::canonicalize(o).ok() != std::fs::canonicalize(image).ok()
+            && o.as_path() != image.as_path()
+    });
+    if wrapper || elsewhere {
+        eprintln!(
+            "tachy: nothing was counted: {} is {}; if it starts {} as a new process or by exec, \
+             trace with --follow",
+            s.command[0],
+            if wrapper {
+                "a shell or wrapper".to_string()
+            } else {
+                format!("not {}", first.display())
+            },
+            first.display()
+        );
+    }
+}
+
+/// Where reports go: standard output or the file of `-o`/`--svg`, opened
+/// before any probe is attached.
+struct Reports {
+    format: Format,
+    file: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    /// `--svg`: the counts of the whole run, drawn when tracing ends.
+    whole: Vec<Counts>,
+}
+
+impl Reports {
+    fn open(s: &TraceSettings, ids: usize) -> Result<Reports> {
+        let file = match &s.output.path {
+            Some(p) => {
+                let f = std::fs::File::create(p)
+                    .with_context(|| format!("cannot write {}", p.display()))?;
+                Some((p.clone(), std::io::BufWriter::new(f)))
+            }
+            None => None,
+        };
+        Ok(Reports {
+            format: s.output.format,
+            file,
+            whole: vec![Counts::default(); ids],
+        })
+    }
+
+    /// The "Tracing ..." line: with the text report when that goes to
+    /// standard output, on standard error otherwise.
+    fn header(&mut self, line: &str) -> Result<()> {
+        if self.format == Format::Text && self.file.is_none() {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
+        } else {
+            eprintln!("{line}");
+        }
+        Ok(())
+    }
+
+    /// Renders one report. `interval` is false for a SIGUSR1 interim
+    /// report, whose counts the next report includes again.
+    fn emit(
+        &mut self,
+        plan: &Plan,
+        s: &TraceSettings,
+        counts: &[Counts],
+        interval: bool,
+    ) -> Result<()> {
+        if self.format == Format::Svg {
+            if interval {
+                for (w, c) in self.whole.iter_mut().zip(counts) {
+                    w.merge(c);
+                }
+            }
+            return Ok(());
+        }
+        let format = self.format;
+        let draw = |w: &mut dyn Write| -> std::io::Result<()> {
+            let mut w = w;
+            match &s.nested {
+                Some(n) => {
+                    let report = tree_report(plan, s, n, counts);
+                    match format {
+                        Format::Json => tree::render_json(&report, &mut w),
+                        Format::Folded => tree::render_folded(&report, &mut w),
+                        _ => {
+                            writeln!(w)?;
+                            tree::render_text(&report, &mut w)
+                        }
+                    }
+                }
+                None => {
+                    let report = flat_report(plan, s, counts);
+                    if format == Format::Json {
+                        report::json::render(&report, &mut w)
+                    } else {
+                        writeln!(w)?;
+                        report::text::render(&report, &mut w)
+                    }
+                }
+            }
+        };
+        match &mut self.file {
+            Some((path, f)) => {
+                draw(f)
+                    .and_then(|_| f.flush())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                draw(&mut out)
+                    .and_then(|_| out.flush())
+                    .context("cannot write the report")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Draws the flame graph of the whole run, for `--svg`.
+    fn finish(&mut self, plan: &Plan, s: &TraceSettings) -> Result<()> {
+        let (Format::Svg, Some((path, f)), Some(n)) = (self.format, &mut self.file, &s.nested)
+        else {
+            return Ok(());
+        };
+        let report = tree_report(plan, s, n, &self.whole);
+        tree::render_svg(&report, f)
+            .and_then(|_| f.flush())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("tachy: flame graph written to {}", path.display());
+        Ok(())
+    }
+}
+
+fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
+    Report {
         time: SystemTime::now(),
         unit: s.unit,
         timestamp: s.timestamp,
@@ -405,19 +713,10 @@ fn emit(plan: &Plan, s: &LatencySettings, counts: Vec<Counts>) -> Result<()> {
                 name: f.name.clone(),
                 raw_name: f.raw_name.clone(),
                 object: plan.object_of(f).to_path_buf(),
-                counts,
+                counts: counts.clone(),
             })
             .collect(),
-    };
-    let mut out = std::io::stdout().lock();
-    if s.json {
-        report::json::render(&report, &mut out)?;
-    } else {
-        writeln!(out)?;
-        report::text::render(&report, &mut out)?;
     }
-    out.flush().context("cannot write the report")?;
-    Ok(())
 }
 
 fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
@@ -450,7 +749,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
     }
 }
 
-fn emit_tree(plan: &Plan, s: &LatencySettings, n: &NestedOpts, counts: Vec<Counts>) -> Result<()> {
+fn tree_report(plan: &Plan, s: &TraceSettings, n: &NestedOpts, counts: &[Counts]) -> TreeReport {
     let filter = match (s.min_ns, s.max_ns) {
         (None, None) => None,
         (Some(lo), None) => Some(format!("slower than {}", human(lo as f64))),
@@ -461,184 +760,102 @@ fn emit_tree(plan: &Plan, s: &LatencySettings, n: &NestedOpts, counts: Vec<Count
             human(hi as f64)
         )),
     };
-    let report = TreeReport {
+    TreeReport {
         time: SystemTime::now(),
         timestamp: s.timestamp,
         unit: s.unit,
         filter,
         roots: (0..plan.items.len() as u32)
-            .map(|id| tree_node(plan, &counts, id, n.hist))
+            .map(|id| tree_node(plan, counts, id, n.hist))
             .collect(),
-    };
-    let mut out = std::io::stdout().lock();
-    match &n.format {
-        TreeFormat::Text => {
-            writeln!(out)?;
-            tree::render_text(&report, &mut out)?;
-        }
-        TreeFormat::Json => tree::render_json(&report, &mut out)?,
-        TreeFormat::Folded => tree::render_folded(&report, &mut out)?,
-        TreeFormat::Svg(path) => {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path)
-                    .with_context(|| format!("cannot write {}", path.display()))?,
-            );
-            tree::render_svg(&report, &mut f)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            f.flush()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("tachy: flame graph written to {}", path.display());
-        }
     }
-    out.flush().context("cannot write the report")?;
-    Ok(())
 }
 
-pub fn list(a: ListArgs) -> Result<i32> {
-    let (spec, scope) = match (a.args.as_slice(), a.pid) {
-        ([path, pat], None) => (
-            FuncSpec {
-                object: Some(path.clone()),
-                pattern: pat.clone(),
-            },
-            Scope::Files,
-        ),
-        ([_, _], Some(_)) => bail!("give either -p PID or a PATH, not both"),
-        ([one], Some(pid)) => (
-            FuncSpec::parse(one)?,
-            Scope::Process(target::process_maps(pid)?),
-        ),
+pub fn list(a: ListSettings) -> Result<i32> {
+    let spec = a.spec;
+    let scope = match a.pid {
+        Some(pid) => Scope::Process(target::process_maps(pid)?),
         // A bare name: a kernel function, if the kernel has one.
-        ([one], None) => (FuncSpec::parse(one)?, Scope::Files),
-        _ => bail!("expected [PATH] PATTERN"),
-    };
-    let spec = match (&scope, &spec.object) {
-        (Scope::Files, Some(o)) if !o.contains('/') && std::path::Path::new(o).is_file() => {
-            FuncSpec {
-                object: Some(format!("./{o}")),
-                pattern: spec.pattern,
-            }
-        }
-        _ => spec,
+        None => Scope::Files,
     };
     let mut out = std::io::stdout().lock();
     if spec.is_syscall() {
-        writeln!(out, "system calls (timed from sys_enter to sys_exit):")?;
-        for (name, nr) in kernel::match_syscalls(&spec.pattern)? {
-            writeln!(out, "  syscall:{name}  number {nr}")?;
-        }
+        let calls: Vec<(String, u32)> = kernel::match_syscalls(spec.pattern.as_str())?
+            .into_iter()
+            .map(|(name, nr)| (name.to_string(), nr))
+            .collect();
+        listing::render_syscalls(&calls, &mut out)?;
         return Ok(0);
     }
     let mut objects = Objects::default();
     let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
     if spec.is_kernel() {
         // Listing is not tracing: no limit on how many.
-        let names = kernel::match_kernel_functions(&spec.pattern)?;
-        resolved.kernel.push((spec.pattern.clone(), names));
+        let names = kernel::match_kernel_functions(spec.pattern.as_str())?;
+        resolved
+            .kernel
+            .push((spec.pattern.as_str().to_string(), names));
     }
-    if !resolved.kernel.is_empty() {
-        writeln!(out, "kernel (functions from /proc/kallsyms):")?;
-        for name in resolved.kernel.iter().flat_map(|(_, n)| n) {
-            writeln!(
-                out,
-                "  k:{name}  timed by fentry/fexit where the kernel allows, else a kprobe and kretprobe"
-            )?;
-        }
-    }
+    let kernel: Vec<String> = resolved.kernel.into_iter().flat_map(|(_, n)| n).collect();
+    listing::render_kernel(&kernel, &mut out)?;
     for r in &resolved.user {
-        writeln!(
-            out,
-            "{} (symbols from {}):",
-            r.obj.display.display(),
-            r.obj.describe_source(r.source)
-        )?;
+        listing::render_object(&r.obj.display, &r.obj.describe_source(r.source), &mut out)?;
         let site_names = if a.sites {
             Some((callsites::Names::load(&r.obj)?, LineTable::load(&r.obj)))
         } else {
             None
         };
         for f in &r.funcs {
-            let mut p = Plan::default();
-            let added = p
-                .add_function(&r.obj, f, r.source)
-                .map(|id| &p.items[id as usize].kind);
-            let line = match added {
-                Ok(kind) => {
-                    let ItemKind::Function(t) = kind else {
-                        continue;
-                    };
-                    let cost = match t.entry_cost {
-                        ProbeCost::Emulated => "emulated",
-                        ProbeCost::SingleStepped => "single-stepped",
-                    };
-                    let mut exits = format!("{} ret", t.exits.rets);
-                    for c in &t.exits.tail_callees {
-                        exits.push_str(&format!(", tail call to {c}"));
-                    }
-                    if t.exits.unknown_tails > 0 {
-                        exits.push_str(&format!(
-                            ", {} tail jump(s) to unknown code (timed up to the jump)",
-                            t.exits.unknown_tails
-                        ));
-                    }
-                    if t.exits.internal_jumps > 0 {
-                        exits.push_str(&format!(
-                            "; {} indirect jump(s) stay inside (not probed)",
-                            t.exits.internal_jumps
-                        ));
-                    }
-                    let mut frags = if t.fragments > 0 {
-                        format!("  fragments {}", t.fragments)
-                    } else {
-                        String::new()
-                    };
-                    if t.exits.unnamed_fragments > 0 {
-                        frags.push_str(&format!(
-                            "  {} part(s) without a symbol",
-                            t.exits.unnamed_fragments
-                        ));
-                    }
-                    let at = if t.entry_addr == t.addr {
-                        String::new()
-                    } else {
-                        format!(" at +{:#x}", t.entry_addr - t.addr)
-                    };
-                    format!(
-                        "    address {:#x}  size {}{frags}  entry{at} `{}` ({cost})  return: {}  exits: {exits}",
-                        t.addr,
-                        t.size,
-                        t.entry_insn,
-                        t.exits.mode.describe()
+            let sites = match &site_names {
+                Some((names, lines)) => {
+                    let decoded = plan::decode_function(&r.obj, f)?;
+                    Some(
+                        callsites::sites(&decoded, names, lines.as_ref())
+                            .into_iter()
+                            .map(|st| listing::ListedSite {
+                                addr: st.addr,
+                                kind: st.kind.as_str().to_string(),
+                                location: st.location,
+                                name: st.name,
+                            })
+                            .collect(),
                     )
                 }
-                Err(e) => format!(
-                    "    address {:#x}  size {}  cannot be traced: {e:#}",
-                    f.addr, f.size
-                ),
+                None => None,
             };
-            writeln!(out, "  {}  ({})", f.display_name(), f.names.lang.as_str())?;
-            writeln!(out, "{line}")?;
-            if let Some((names, lines)) = &site_names {
-                let decoded = plan::decode_function(&r.obj, f)?;
-                let sites = callsites::sites(&decoded, names, lines.as_ref());
-                writeln!(
-                    out,
-                    "    {} call site{}:",
-                    sites.len(),
-                    if sites.len() == 1 { "" } else { "s" }
-                )?;
-                for st in sites {
-                    writeln!(
-                        out,
-                        "      {:#x}  {:<8}  {}  {}",
-                        st.addr,
-                        st.kind.as_str(),
-                        st.location.as_deref().unwrap_or("?"),
-                        st.name
-                    )?;
-                }
-            }
+            let listed = listing::ListedFunc {
+                name: f.display_name(),
+                lang: f.names.lang.as_str().to_string(),
+                addr: f.addr,
+                size: f.size,
+                probes: probing(r, f),
+                sites,
+            };
+            listing::render_func(&listed, &mut out)?;
         }
     }
     Ok(0)
+}
+
+/// How `tachy latency` would probe `f`, planned alone.
+fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::Probing, String> {
+    let mut p = Plan::default();
+    let id = p
+        .add_function(&r.obj, f, r.source)
+        .map_err(|e| format!("{e:#}"))?;
+    let ItemKind::Function(t) = &p.items[id as usize].kind else {
+        return Err("not a function of the object".into());
+    };
+    Ok(listing::Probing {
+        fragments: t.fragments,
+        entry_offset: t.entry_addr - t.addr,
+        entry_insn: t.entry_insn.clone(),
+        entry_emulated: t.entry_cost == ProbeCost::Emulated,
+        returns: t.exits.mode.describe().to_string(),
+        rets: t.exits.rets,
+        tail_callees: t.exits.tail_callees.clone(),
+        unknown_tails: t.exits.unknown_tails,
+        internal_jumps: t.exits.internal_jumps,
+        unnamed_fragments: t.exits.unnamed_fragments,
+    })
 }

@@ -471,6 +471,25 @@ pub fn which(cmd: &str) -> Result<PathBuf> {
     bail!("command not found: {cmd}")
 }
 
+/// Fails unless `exe` can be run: execute permission, and an ELF file
+/// or a script with `#!`. Checked before any probe is attached.
+pub fn check_runnable(exe: &Path) -> Result<()> {
+    if !is_executable(exe) {
+        bail!("cannot run {}: not executable", exe.display());
+    }
+    let mut head = [0u8; 4];
+    let n = fs::File::open(exe)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    if !(head[..n].starts_with(b"\x7fELF") || head[..n].starts_with(b"#!")) {
+        bail!(
+            "cannot run {}: neither a program nor a script starting with #!",
+            exe.display()
+        );
+    }
+    Ok(())
+}
+
 fn is_executable(p: &Path) -> bool {
     let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
         return false;
@@ -488,8 +507,10 @@ pub struct Spawned {
 }
 
 impl Spawned {
-    /// Forks; the child waits for `release` and then execs `argv`.
-    pub fn start(exe: &Path, argv: &[String]) -> Result<Spawned> {
+    /// Forks; the child waits for `release` and then execs `argv`. With
+    /// `stdout_to_stderr`, the command writes its standard output to
+    /// tachy's standard error.
+    pub fn start(exe: &Path, argv: &[String], stdout_to_stderr: bool) -> Result<Spawned> {
         use std::io::Read;
         use std::os::fd::FromRawFd;
         let path =
@@ -512,7 +533,7 @@ impl Spawned {
             }
         }
         // SAFETY: after fork the child calls only async-signal-safe functions
-        // (read, write, execv, _exit) on memory prepared before the fork.
+        // (read, write, dup2, execv, _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             bail!("cannot fork: {}", std::io::Error::last_os_error());
@@ -524,6 +545,9 @@ impl Spawned {
                 let mut b = 0u8;
                 let n = libc::read(go[0], (&mut b as *mut u8).cast(), 1);
                 if n != 1 {
+                    libc::_exit(127);
+                }
+                if stdout_to_stderr && libc::dup2(2, 1) < 0 {
                     libc::_exit(127);
                 }
                 libc::execv(path.as_ptr(), argp.as_ptr());

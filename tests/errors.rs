@@ -105,8 +105,6 @@ fn no_such_pid() {
     assert_mentions(&msg, &["no such process", &pid]);
     let msg = error(&["list", "-p", &pid, "foo"]);
     assert_mentions(&msg, &["no such process", &pid]);
-    let msg = error(&["latency", "-p", "0", "foo"]);
-    assert_mentions(&msg, &["-p 0"]);
 }
 
 #[test]
@@ -152,13 +150,15 @@ fn bad_durations() {
     let _lock = common::serial();
     let bin = common::build("cpp_o2");
     let spec = format!("{}:shop::target", bin.to_str().unwrap());
-    let msg = error(&["latency", "--slower-than", "5", &spec]);
+    let msg = usage_error(&["latency", "--slower-than", "5", &spec]);
     assert_mentions(&msg, &["\"5\"", "unit"]);
-    let msg = error(&["latency", "--faster-than", "3h", &spec]);
+    let msg = usage_error(&["latency", "--faster-than", "3h", &spec]);
     assert_mentions(&msg, &["3h"]);
-    let msg = error(&["latency", "--slower-than", "fast", &spec]);
+    let msg = usage_error(&["latency", "--slower-than", "fast", &spec]);
     assert_mentions(&msg, &["fast"]);
-    let msg = error(&[
+    let msg = usage_error(&["latency", "--slower-than", "banana", &spec]);
+    assert_mentions(&msg, &["banana", "--slower-than"]);
+    let msg = usage_error(&[
         "latency",
         "--slower-than",
         "2ms",
@@ -172,6 +172,11 @@ fn bad_durations() {
     assert_mentions(&msg, &["--duration", "positive"]);
     let msg = usage_error(&["latency", "-i", "0ms", &spec]);
     assert_mentions(&msg, &["--interval", "positive"]);
+    // A negative number is a bad value, not an unknown option.
+    let msg = usage_error(&["latency", "-i", "-1", &spec]);
+    assert_mentions(&msg, &["--interval", "positive"]);
+    let msg = usage_error(&["latency", "-d", "-0.5", &spec]);
+    assert_mentions(&msg, &["--duration", "positive"]);
 }
 
 #[test]
@@ -180,7 +185,7 @@ fn pid_and_command_are_exclusive() {
     let marker = scratch().join("must-not-exist");
     let _ = std::fs::remove_file(&marker);
     let pid = std::process::id().to_string();
-    let msg = error(&[
+    let msg = usage_error(&[
         "latency",
         "-p",
         &pid,
@@ -280,11 +285,11 @@ fn unsupported_targets() {
     );
     let msg = error(&["latency", "*"]);
     assert_mentions(&msg, &["\"*\" names", "kernel functions; name at most 64"]);
-    let msg = error(&["latency", ":foo"]);
+    let msg = usage_error(&["latency", ":foo"]);
     assert_mentions(&msg, &[":foo"]);
     let bin = common::build("plain");
     let path = bin.to_str().unwrap();
-    let msg = error(&["list", "-p", "1", path, "slow_sum"]);
+    let msg = usage_error(&["list", "-p", "1", path, "slow_sum"]);
     assert_mentions(&msg, &["-p"]);
 }
 
@@ -297,6 +302,70 @@ fn usage_errors_exit_2() {
     usage_error(&["latency", "-d", "soon", "-p", "1", "foo"]);
     usage_error(&["list"]);
     usage_error(&["frobnicate"]);
+}
+
+/// Every bad argument, alone or in a combination that cannot work, is a
+/// usage error: exit status 2 and clap's message, before anything runs.
+#[test]
+fn every_usage_error_exits_2() {
+    let _lock = common::serial();
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    let spec = format!("{path}:slow_sum");
+    let pid = std::process::id().to_string();
+    for (args, says) in [
+        (&["latency", "--slower-than", "banana", &spec][..], "banana"),
+        (&["latency", "--slower-than", "5", &spec], "needs a unit"),
+        (&["latency", ""], "empty function name"),
+        (&["latency", "  "], "empty function name"),
+        (&["latency", "lib:"], "no function after ':'"),
+        (&["nested", ""], "empty function name"),
+        (&["latency", "-p", "0", "foo"], "0 is not a process"),
+        (&["latency", "-p", "-3", "foo"], "not a process"),
+        (
+            &["latency", "-t", "0", "-p", &pid, "foo"],
+            "0 is not a process or thread id",
+        ),
+        (&["latency", "-p", &pid, "foo", "--", "true"], "exclusive"),
+        (&["nested", "-p", &pid, "foo", "--", "true"], "exclusive"),
+        (
+            &["latency", "-t", "1", &spec, "--", "true"],
+            "-t and a command",
+        ),
+        (&["latency", "--follow", &spec], "--follow needs a process"),
+        (&["nested", "--depth", "0", &spec], "--depth"),
+        (&["nested", "--depth", "9", &spec], "--depth"),
+        (&["nested", "--expand", "", &spec], "--expand"),
+        (
+            &["list", "-p", "1", path, "slow_sum"],
+            "either -p PID or a PATH",
+        ),
+        (&["list", path, ""], "empty function name"),
+        (&["list", "-p", "0", "foo"], "0 is not a process"),
+        (&["latency", "-i", "-1", &spec], "positive"),
+        (
+            &[
+                "latency",
+                "--slower-than",
+                "2ms",
+                "--faster-than",
+                "1ms",
+                &spec,
+            ],
+            "--faster-than",
+        ),
+        (
+            &["nested", "--svg", "/tmp/x.svg", "-o", "/tmp/x", &spec],
+            "--output",
+        ),
+        (&["nested", "--json", "--folded", &spec], "--folded"),
+    ] {
+        let msg = usage_error(args);
+        assert!(
+            msg.contains(says),
+            "tachy {args:?}: {msg:?} does not say {says:?}"
+        );
+    }
 }
 
 #[test]
@@ -322,4 +391,65 @@ fn dry_run_names_the_pid() {
         first.ends_with(&format!("counted in pid {pid}")),
         "first line {first:?}:\n{text}"
     );
+}
+
+/// A report file that cannot be written fails at once, before any probe
+/// is attached (not when tracing ends, losing the run).
+#[test]
+fn report_files_are_checked_first() {
+    let _lock = common::serial();
+    let bin = common::build("plain");
+    let spec = format!("{}:slow_sum", bin.to_str().unwrap());
+    let start = Instant::now();
+    let msg = error(&["nested", "--svg", "/nonexistent/dir/g.svg", &spec]);
+    assert_mentions(&msg, &["cannot write /nonexistent/dir/g.svg"]);
+    let msg = error(&["latency", "-o", "/nonexistent/dir/r.txt", &spec]);
+    assert_mentions(&msg, &["cannot write /nonexistent/dir/r.txt"]);
+    let msg = error(&["nested", "--folded", "-o", "/nonexistent/dir/f", &spec]);
+    assert_mentions(&msg, &["cannot write /nonexistent/dir/f"]);
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+/// A command that cannot run is refused before anything is attached or
+/// printed.
+#[test]
+fn command_that_cannot_run() {
+    let _lock = common::serial();
+    let dir = scratch();
+    let bin = common::build("plain");
+    // The program, without execute permission.
+    let noexec = dir.join("plain-noexec");
+    std::fs::copy(&bin, &noexec).unwrap();
+    let mut perm = std::fs::metadata(&noexec).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o644);
+    std::fs::set_permissions(&noexec, perm).unwrap();
+    let p = noexec.to_str().unwrap();
+    let msg = error(&["latency", "slow_sum", "--", p, "1", "1"]);
+    assert_mentions(&msg, &[p, "not executable"]);
+    // Executable text that is neither a program nor a #! script.
+    let text = dir.join("not-a-program");
+    std::fs::write(&text, "echo hello\n").unwrap();
+    let mut perm = std::fs::metadata(&text).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    std::fs::set_permissions(&text, perm).unwrap();
+    let t = text.to_str().unwrap();
+    let msg = error(&["latency", "c:malloc", "--", t]);
+    assert_mentions(&msg, &[t, "#!"]);
+}
+
+/// `-t TID` names a thread that exists, in the process of `-p`.
+#[test]
+fn thread_that_does_not_exist() {
+    let _lock = common::serial();
+    let pid = std::process::id().to_string();
+    let tid = unused_pid().to_string();
+    let msg = error(&["latency", "-p", &pid, "-t", &tid, "c:malloc"]);
+    assert_mentions(&msg, &[&format!("process {pid} has no thread {tid}")]);
+    // Process 1 is no thread of this test process.
+    let msg = error(&["latency", "-p", &pid, "-t", "1", "c:malloc"]);
+    assert_mentions(&msg, &[&format!("process {pid} has no thread 1")]);
+    let bin = common::build("plain");
+    let spec = format!("{}:slow_sum", bin.to_str().unwrap());
+    let msg = error(&["latency", "-t", &tid, &spec]);
+    assert_mentions(&msg, &[&format!("no thread {tid} is running")]);
 }

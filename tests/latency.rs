@@ -276,7 +276,7 @@ fn parse_text(stdout: &str) -> Vec<TextFunc> {
                 object: Some(obj.strip_suffix(']').expect("]").to_string()),
                 ..Default::default()
             });
-        } else if line.ends_with(" : count    distribution") {
+        } else if line.ends_with(" : count     distribution") {
             open_new(&mut out);
             out.last_mut().unwrap().hist_header = Some(line.to_string());
         } else if line.contains(" -> ") && line.starts_with(' ') && line.ends_with('|') {
@@ -354,7 +354,7 @@ fn parse_min_line(line: &str, unit: &str) -> Vec<u64> {
     vals
 }
 
-/// libbpf-tools' print_stars().
+/// BCC's _stars(): floor(width * val / val_max) stars, padded to width.
 fn reference_stars(val: u64, val_max: u64, width: u64) -> String {
     let n = val.min(val_max) * width / val_max;
     let mut s = "*".repeat(n as usize) + &" ".repeat((width - n) as usize);
@@ -364,15 +364,17 @@ fn reference_stars(val: u64, val_max: u64, width: u64) -> String {
     s
 }
 
-/// libbpf-tools' print_log2_hist() output for these slot counts.
+/// BCC's print_log2_hist() output (funclatency's table) for these slot
+/// counts. BCC's slot i+1 is slot i here (BCC keeps zero apart in its
+/// slot 0, which it never prints).
 fn reference_log2_hist(vals: &[u64], val_type: &str) -> Vec<String> {
     let Some(idx_max) = vals.iter().rposition(|&v| v > 0) else {
         return Vec::new();
     };
     let val_max = *vals.iter().max().unwrap();
-    let small = idx_max <= 32;
+    let small = idx_max < 32; // BCC: its idx_max (ours + 1) <= 32
     let mut out = vec![format!(
-        "{:>pad$}{:<lw$} : count    distribution",
+        "{:>pad$}{:<lw$} : count     distribution",
         "",
         val_type,
         pad = if small { 5 } else { 15 },
@@ -417,7 +419,7 @@ fn parse_hist_row(row: &str) -> (u64, u64, u64, usize) {
 }
 
 /// Checks a function's histogram: header and rows byte-identical to
-/// libbpf-tools' print_log2_hist for the counts shown, 40 stars on the
+/// BCC's print_log2_hist for the counts shown, 40 stars on the
 /// fullest row, counts adding up to `count`, and min/max (in `unit`) in the
 /// first/last non-empty rows.
 fn check_text_hist(f: &TextFunc, unit: &str, count: u64, min_max: Option<(u64, u64)>) {
@@ -703,15 +705,15 @@ fn attach_to_running_process_text_report() {
     ] {
         let f = text_func(&parts, name);
         assert_eq!(f.object.as_deref(), Some(object.as_str()), "{f:?}");
-        let (avg, total, c) = parse_avg(f.avg_line.as_deref().unwrap(), "nsec");
+        let (avg, total, c) = parse_avg(f.avg_line.as_deref().unwrap(), "nsecs");
         assert_eq!(c, count, "{name}\n{out}");
         assert_eq!(f.unwound, Some(unwound), "{name}\n{out}");
         assert_eq!(f.filtered, None, "{name}\n{out}");
         assert_eq!(avg, total / c);
-        let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsec");
+        let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsecs");
         assert!(v[0] >= 250_000, "{name}: {f:?}");
         assert!(avg < AVG_CEILING_NS);
-        check_text_hist(f, "nsec", c, Some((v[0], v[5])));
+        check_text_hist(f, "nsecs", c, Some((v[0], v[5])));
         assert_eq!(c + unwound, counts(&fx_out)[name]);
     }
 }
@@ -957,13 +959,13 @@ fn duration_filters() {
     let f = &parts[0];
     assert_eq!(
         f.avg_line.as_deref(),
-        Some("avg = 0 nsec, total: 0 nsec, count: 0"),
+        Some("avg = 0 nsecs, total: 0 nsecs, count: 0"),
         "{out}"
     );
     assert_eq!(f.min_line, None, "{out}");
     assert_eq!(f.filtered, Some(n), "{out}");
     assert_eq!(f.unwound, Some(0), "{out}");
-    check_text_hist(f, "nsec", 0, None);
+    check_text_hist(f, "nsecs", 0, None);
 }
 
 #[test]
@@ -976,7 +978,7 @@ fn units_usec_and_msec() {
     let n = it * th;
     let fx_args = [it.to_string(), th.to_string()];
     let fx_args = [fx_args[0].as_str(), fx_args[1].as_str()];
-    for (flag, unit, per) in [("-u", "usec", 1_000u64), ("-m", "msec", 1_000_000)] {
+    for (flag, unit, per) in [("-u", "usecs", 1_000u64), ("-m", "msecs", 1_000_000)] {
         let out = run_cmd(
             &[flag, "shop::Store::lookup(int)", "shop::recurse"],
             "cpp_o2",
@@ -1029,22 +1031,27 @@ fn text_histogram_is_print_log2_hist() {
     let f = &parts[0];
     // A single function has no `Function = ` line.
     assert_eq!(f.name, None);
-    let (_, _, c) = parse_avg(f.avg_line.as_deref().unwrap(), "nsec");
+    let (_, _, c) = parse_avg(f.avg_line.as_deref().unwrap(), "nsecs");
     assert_eq!(c, n);
-    let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsec");
+    let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsecs");
     assert!(v[0] >= 300_000);
     for row in &f.rows {
         parse_hist_row(row);
     }
-    check_text_hist(f, "nsec", c, Some((v[0], v[5])));
+    check_text_hist(f, "nsecs", c, Some((v[0], v[5])));
     assert_eq!(f.unwound, Some(0));
-    // Blank line between the header and the report, as funclatency.
+    // Blank line between the header and the report, and around the avg
+    // line, as funclatency.
     let lines: Vec<&str> = out.stdout.lines().collect();
     let hist_at = lines
         .iter()
-        .position(|l| l.ends_with(" : count    distribution"))
+        .position(|l| l.ends_with(" : count     distribution"))
         .unwrap();
     assert_eq!(lines[hist_at - 1], "", "{out}");
+    let avg_at = lines.iter().position(|l| l.starts_with("avg = ")).unwrap();
+    assert_eq!(lines[avg_at - 1], "", "{out}");
+    assert_eq!(lines[avg_at + 1], "", "{out}");
+    assert!(lines[avg_at - 2].ends_with('|'), "{out}");
 }
 
 #[test]
@@ -1058,7 +1065,7 @@ fn timestamp_line() {
     let lines: Vec<&str> = out.stdout.lines().collect();
     let hist_at = lines
         .iter()
-        .position(|l| l.ends_with(" : count    distribution"))
+        .position(|l| l.ends_with(" : count     distribution"))
         .unwrap_or_else(|| panic!("no histogram\n{out}"));
     let ts = lines[hist_at - 1];
     let b = ts.as_bytes();

@@ -4,6 +4,7 @@
 
 pub mod hist;
 pub mod json;
+pub mod list;
 pub mod text;
 pub mod tree;
 
@@ -22,6 +23,16 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// BCC funclatency's word for the unit, in text reports.
+    pub fn word(self) -> &'static str {
+        match self {
+            Unit::Nsec => "nsecs",
+            Unit::Usec => "usecs",
+            Unit::Msec => "msecs",
+        }
+    }
+
+    /// The unit's name in JSON reports.
     pub fn label(self) -> &'static str {
         match self {
             Unit::Nsec => "nsec",
@@ -204,7 +215,7 @@ mod golden {
         };
         let mut out = Vec::new();
         text::render(&r, &mut out).unwrap();
-        assert!(String::from_utf8(out).unwrap().contains("p50 = 0 nsec"));
+        assert!(String::from_utf8(out).unwrap().contains("p50 = 0 nsecs"));
         json::render(&r, &mut Vec::new()).unwrap();
     }
 
@@ -225,7 +236,7 @@ mod golden {
         text::render(&r, &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "avg = 0 msec, total: 0 msec, count: 0\nleft by exception or unwind: 0\n"
+            "avg = 0 msecs, total: 0 msecs, count: 0\nleft by exception or unwind: 0\n"
         );
     }
 
@@ -247,7 +258,7 @@ mod golden {
         text::render(&r, &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "avg = 0 nsec, total: 0 nsec, count: 0\n"
+            "avg = 0 nsecs, total: 0 nsecs, count: 0\n"
         );
     }
 }

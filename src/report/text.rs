@@ -1,10 +1,13 @@
-//! The text report: funclatency's log2 table (byte-compatible with
-//! libbpf-tools' `print_log2_hist`), its `avg = …, total: …, count: …` line,
-//! then exact min/max, percentiles and the calls that were not timed.
+//! The text report: BCC's Python funclatency's log2 table and its
+//! `avg = …, total: …, count: …` line, byte for byte (unit words `nsecs`,
+//! `usecs`, `msecs`), then tachy's own lines: exact min/max, percentiles
+//! and the calls that were not timed.
 
 use std::io::{self, Write};
 
 use super::hist::round_to_precision;
+#[cfg(test)]
+use super::Counts;
 use super::{FuncReport, Report, Unit};
 
 pub const PERCENTILES: [(f64, &str); 4] =
@@ -29,16 +32,22 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
 
 fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()> {
     let c = &f.counts;
-    let u = unit.label();
-    print_log2_hist(&c.hist.log2_slots(), u, w)?;
+    let u = unit.word();
+    let table = print_log2_hist(&c.hist.log2_slots(), u, w)?;
+    // funclatency: a blank line, the avg line and a blank line after the
+    // table. (funclatency prints nothing at all without calls; tachy
+    // still says count: 0.)
+    if table {
+        writeln!(w)?;
+    }
     let per = unit.ns();
-    let avg = c.total_ns.checked_div(c.count).unwrap_or(0) / per;
-    writeln!(
-        w,
-        "avg = {avg} {u}, total: {} {u}, count: {}",
-        c.total_ns / per,
-        c.count
-    )?;
+    // As funclatency: total and avg in whole units, truncated.
+    let total = c.total_ns / per;
+    let avg = total.checked_div(c.count).unwrap_or(0);
+    writeln!(w, "avg = {avg} {u}, total: {total} {u}, count: {}", c.count)?;
+    if table {
+        writeln!(w)?;
+    }
     if c.count > 0 {
         let (min, max) = (c.min_ns / per, c.max_ns / per);
         write!(w, "min = {min} {u}")?;
@@ -77,21 +86,25 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     Ok(())
 }
 
-/// libbpf-tools' `print_log2_hist`, row for row.
-pub fn print_log2_hist(vals: &[u64], val_type: &str, w: &mut impl Write) -> io::Result<()> {
+/// BCC's `print_log2_hist`, row for row: `vals[i]` counts values in
+/// [2^i, 2^(i+1)) (slot 0 holds 0 and 1). Prints nothing when every slot
+/// is empty; says whether it printed a table.
+pub fn print_log2_hist(vals: &[u64], val_type: &str, w: &mut impl Write) -> io::Result<bool> {
     let Some(idx_max) = vals.iter().rposition(|&v| v > 0) else {
-        return Ok(());
+        return Ok(false);
     };
     let val_max = vals.iter().copied().max().unwrap_or(0);
-    let small = idx_max <= 32;
-    let (pad, label_w, width, stars) = if small {
+    // BCC numbers its slots from 1 (its slot 0 holds only zero) and turns
+    // to wide columns past its slot 32.
+    let narrow = idx_max < 32;
+    let (pad, label_w, width, stars) = if narrow {
         (5, 19, 10, 40)
     } else {
         (15, 29, 20, 20)
     };
     writeln!(
         w,
-        "{:pad$}{:<label_w$} : count    distribution",
+        "{:pad$}{:<label_w$} : count     distribution",
         "", val_type
     )?;
     for (i, &val) in vals.iter().enumerate().take(idx_max + 1) {
@@ -100,16 +113,16 @@ pub fn print_log2_hist(vals: &[u64], val_type: &str, w: &mut impl Write) -> io::
         if low == high {
             low -= 1;
         }
-        write!(w, "{low:>width$} -> {high:<width$} : {val:<8} |")?;
-        let shown = val.min(val_max);
-        let n = (shown as u128 * stars as u128 / val_max as u128) as usize;
-        write!(w, "{}{}", "*".repeat(n), " ".repeat(stars - n))?;
-        if val > val_max {
-            write!(w, "+")?;
-        }
-        writeln!(w, "|")?;
+        // floor(stars * val / val_max) stars, never more than `stars`.
+        let n = (val.min(val_max) as u128 * stars as u128 / val_max as u128) as usize;
+        writeln!(
+            w,
+            "{low:>width$} -> {high:<width$} : {val:<8} |{}{}|",
+            "*".repeat(n),
+            " ".repeat(stars - n)
+        )?;
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Local wall-clock time as HH:MM:SS.
@@ -126,4 +139,110 @@ pub fn clock(t: std::time::SystemTime) -> String {
         return "??:??:??".into();
     }
     format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// BCC funclatency's sample in the IO Visor article (`funclatency -u
+    /// do_sys_open`), as the article prints it: each line with its first
+    /// five spaces lost. Counts 20, 125, 83, 18, 7, 2 in the slots from
+    /// "0 -> 1" up.
+    const ARTICLE: &str = "\
+usecs               : count     distribution
+    0 -> 1          : 20       |******                                  |
+    2 -> 3          : 125      |****************************************|
+    4 -> 7          : 83       |**************************              |
+    8 -> 15         : 18       |*****                                   |
+   16 -> 31         : 7        |**                                      |
+   32 -> 63         : 2        |                                        |
+";
+
+    #[test]
+    fn table_is_funclatencys() {
+        let mut out = Vec::new();
+        assert!(print_log2_hist(&[20, 125, 83, 18, 7, 2], "usecs", &mut out).unwrap());
+        let out = String::from_utf8(out).unwrap();
+        let shifted: String = out
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("     ").unwrap_or("?")))
+            .collect();
+        assert_eq!(shifted, ARTICLE);
+        // BCC's format strings, applied by hand to the first rows.
+        let mut lines = out.lines();
+        assert_eq!(
+            lines.next(),
+            Some("     usecs               : count     distribution")
+        );
+        assert_eq!(
+            lines.next(),
+            Some("         0 -> 1          : 20       |******                                  |")
+        );
+    }
+
+    /// Past BCC's slot 32 (durations of 2^32 units and more) the columns
+    /// widen and the bars halve, as BCC's do.
+    #[test]
+    fn wide_table() {
+        let mut vals = vec![0u64; 33];
+        vals[31] = 4;
+        let mut out = Vec::new();
+        print_log2_hist(&vals, "nsecs", &mut out).unwrap();
+        let narrow = String::from_utf8(out).unwrap();
+        assert_eq!(
+            narrow.lines().last(),
+            Some("2147483648 -> 4294967295 : 4        |****************************************|")
+        );
+        vals[32] = 2;
+        let mut out = Vec::new();
+        print_log2_hist(&vals, "nsecs", &mut out).unwrap();
+        let wide = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = wide.lines().collect();
+        assert_eq!(
+            lines[0],
+            "               nsecs                         : count     distribution"
+        );
+        assert_eq!(
+            lines[33],
+            "          4294967296 -> 8589934591           : 2        |**********          |"
+        );
+    }
+
+    #[test]
+    fn empty_table_prints_nothing() {
+        let mut out = Vec::new();
+        assert!(!print_log2_hist(&[0, 0], "nsecs", &mut out).unwrap());
+        assert!(out.is_empty());
+    }
+
+    /// The whole report of one function: BCC's table, a blank line, its
+    /// avg line, a blank line, then tachy's lines.
+    #[test]
+    fn avg_line_is_funclatencys() {
+        let mut c = Counts::default();
+        c.hist.buckets[super::super::hist::bucket_of(3)] = 2;
+        c.count = 2;
+        c.total_ns = 7_999;
+        c.min_ns = 3_000;
+        c.max_ns = 4_999;
+        let f = FuncReport {
+            name: "f".into(),
+            raw_name: "f".into(),
+            object: "/x".into(),
+            counts: c,
+        };
+        let mut out = Vec::new();
+        render_func(&f, Unit::Usec, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.starts_with(
+                "     usecs               : count     distribution\n\
+                 \x20        0 -> 1          : 0        |                                        |\n\
+                 \x20        2 -> 3          : 2        |****************************************|\n\
+                 \navg = 3 usecs, total: 7 usecs, count: 2\n\n"
+            ),
+            "{out}"
+        );
+    }
 }

@@ -172,6 +172,16 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+/// Calls of a site per call of its parent: two decimals, more when those
+/// would show a site that ran as 0.00 (two significant digits).
+fn per_call(v: f64) -> String {
+    if v == 0.0 || v >= 0.005 {
+        return format!("{v:.2}");
+    }
+    let decimals = ((-v.log10()).ceil() as usize + 1).min(12);
+    format!("{v:.decimals$}")
+}
+
 fn label_width(n: &TreeNode, depth: usize) -> usize {
     let own = if depth == 0 {
         0
@@ -223,7 +233,7 @@ fn render_children(
         pct(s, root_total)
     )?;
     for c in &parent.children {
-        let per_call = format!("{:.2} per call", c.calls() as f64 / pcount);
+        let per_call = format!("{} per call", per_call(c.calls() as f64 / pcount));
         let avg = if c.calls() > 0 {
             human(c.total_ns as f64 / c.calls() as f64)
         } else {
@@ -240,7 +250,7 @@ fn render_children(
         writeln!(w, "{line}")?;
         if let Some(h) = &c.hist {
             let mut buf = Vec::new();
-            print_log2_hist(&h.log2_slots(), unit.label(), &mut buf)?;
+            print_log2_hist(&h.log2_slots(), unit.word(), &mut buf)?;
             for l in String::from_utf8_lossy(&buf).lines() {
                 writeln!(w, "{indent}    {l}")?;
             }
@@ -500,5 +510,24 @@ mod tests {
             compact(long, 20),
             "std::__cxx11::basic_string<…>::_M_dispose(…)"
         );
+    }
+
+    /// A site that ran 3 times in 10000 calls is not "0.00 per call".
+    #[test]
+    fn rare_sites_show_their_rate() {
+        assert_eq!(per_call(1.0), "1.00");
+        assert_eq!(per_call(4.2), "4.20");
+        assert_eq!(per_call(0.0), "0.00");
+        assert_eq!(per_call(0.005), "0.01");
+        assert_eq!(per_call(0.0003), "0.00030");
+        assert_eq!(per_call(0.004), "0.0040");
+        assert_eq!(per_call(1e-7), "0.00000010");
+        let mut r = sample();
+        r.roots[0].children[0].count = 1;
+        r.roots[0].children[0].unwound = 0;
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("0.0032 per call"), "{text}");
     }
 }
