@@ -119,6 +119,12 @@ fn rust_app_v0_counts() {
 }
 
 #[test]
+fn rust_names_counts() {
+    run_and_check("rust_names", 4, 1);
+    run_and_check("rust_names_v0", 3, 1);
+}
+
+#[test]
 fn waits_for_go_line() {
     let mut fx = Fixture::spawn("plain", &["2"]);
     // Without the go line the fixture prints nothing more and keeps running.

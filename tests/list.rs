@@ -456,3 +456,126 @@ fn list_system_calls_and_kernel_functions() {
     assert_eq!(list_ok(&["k:vfs_read"]), want);
     assert_eq!(list_ok(&["vfs_read"]), want);
 }
+
+/// Names of the functions `tachy list FILE PATTERN` prints.
+fn listed_names(file: &str, pattern: &str) -> Vec<String> {
+    let objs = parse_list(&list_ok(&[file, pattern]));
+    let mut names: Vec<String> = objs
+        .iter()
+        .flat_map(|o| o.funcs.iter().map(|(n, _, _)| n.clone()))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Rust paths written as legacy demangling and backtraces show them match
+/// v0's inherent impls (`<m::Db>::get`), and `Trait::method` and
+/// `Type::method` both match `<Type as Trait>::method`, in both manglings.
+#[test]
+fn list_rust_methods_in_both_manglings() {
+    let _lock = common::serial();
+    let legacy = common::build("rust_names");
+    let v0 = common::build("rust_names_v0");
+    let (legacy, v0) = (legacy.to_str().unwrap(), v0.to_str().unwrap());
+    let get_v0 = "<rust_names::store::Db>::get";
+    let get_legacy = "rust_names::store::Db::get";
+    for pat in ["rust_names::store::Db::get", "store::Db::get", "Db::get"] {
+        assert_eq!(listed_names(v0, pat), vec![get_v0], "{pat}");
+        assert_eq!(listed_names(legacy, pat), vec![get_legacy], "{pat}");
+    }
+    assert_eq!(listed_names(v0, get_v0), vec![get_v0]);
+
+    let find = "<rust_names::store::Db as rust_names::store::Lookup>::find";
+    for pat in [
+        "rust_names::store::Lookup::find",
+        "rust_names::store::Db::find",
+        "Lookup::find",
+        "Db::find",
+        find,
+    ] {
+        assert_eq!(listed_names(v0, pat), vec![find], "{pat}");
+        assert_eq!(listed_names(legacy, pat), vec![find], "{pat}");
+    }
+
+    // Every method of Db, inherent and trait.
+    assert_eq!(
+        listed_names(v0, "rust_names::store::Db::*"),
+        vec![find, get_v0]
+    );
+    assert_eq!(
+        listed_names(legacy, "rust_names::store::Db::*"),
+        vec![find, get_legacy]
+    );
+
+    // A generic impl's method: every instance, or one by its arguments.
+    let peek = "rust_names::store::Wrapper::peek";
+    assert_eq!(
+        listed_names(v0, peek),
+        vec![
+            "<rust_names::store::Wrapper<alloc::string::String>>::peek",
+            "<rust_names::store::Wrapper<u32>>::peek",
+        ]
+    );
+    assert_eq!(
+        listed_names(v0, "rust_names::store::Wrapper<u32>::peek"),
+        vec!["<rust_names::store::Wrapper<u32>>::peek"]
+    );
+    assert_eq!(
+        listed_names(legacy, peek),
+        vec![
+            "rust_names::store::Wrapper<T>::peek",
+            "rust_names::store::Wrapper<T>::peek"
+        ]
+    );
+    // A generic function.
+    assert_eq!(
+        listed_names(v0, "rust_names::store::largest"),
+        vec!["rust_names::store::largest::<u64>"]
+    );
+    assert_eq!(
+        listed_names(legacy, "rust_names::store::largest"),
+        vec!["rust_names::store::largest"]
+    );
+}
+
+/// The C++ standard library as people name its functions: globs after
+/// `std::`, operators, typedefs in parameter lists.
+#[test]
+fn list_std_names_as_people_type_them() {
+    let _lock = common::serial();
+    let lib = "libstdc++.so.6";
+    assert_eq!(
+        listed_names(lib, "std::terminate*"),
+        vec!["std::terminate()"]
+    );
+    assert_eq!(
+        listed_names(lib, "std::terminate"),
+        vec!["std::terminate()"]
+    );
+    for pat in [
+        "operator new",
+        "operator new(unsigned long)",
+        "operator new(size_t)",
+    ] {
+        assert!(
+            listed_names(lib, pat).contains(&"operator new(unsigned long)".to_string()),
+            "{pat}"
+        );
+    }
+    assert_eq!(
+        listed_names(lib, "operator new(unsigned long)"),
+        vec!["operator new(unsigned long)"]
+    );
+    assert!(listed_names(lib, "operator delete").contains(&"operator delete(void*)".to_string()));
+    assert_eq!(
+        listed_names(lib, "std::istream::get(char&)"),
+        vec!["std::basic_istream<char, std::char_traits<char> >::get(char&)"]
+    );
+    assert_eq!(
+        listed_names(lib, "std::string::compare(const std::string&) const"),
+        vec![
+            "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::compare(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&) const",
+            "std::string::compare(std::string const&) const",
+        ]
+    );
+}

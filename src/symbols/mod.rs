@@ -87,14 +87,11 @@ pub struct Found {
 /// symbol of a large C++ library costs about a second.
 pub fn find(obj: &ElfObject, pat: &Pattern) -> Result<Found> {
     let (syms, source) = obj.function_symbols()?;
-    let lit = pat.prefilter();
     let mut whole: BTreeMap<u64, Function> = BTreeMap::new();
     let mut fragments: Vec<(String, Fragment)> = Vec::new();
     for s in &syms {
-        if let Some(lit) = lit {
-            if !s.name.contains(lit) {
-                continue;
-            }
+        if !pat.may_match(s.name) {
+            continue;
         }
         let names = demangle(s.name);
         match names.part {

@@ -26,6 +26,8 @@
 //! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
+//! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
+//! | `rust_names_v0` | rust_names.rs               | same + -C symbol-mangling-version=v0    |
 //!
 //! The expected call counts for given arguments are in [`expected_counts`].
 //! Each test binary uses only part of this module, hence the blanket
@@ -127,9 +129,13 @@ fn recipe(name: &str) -> Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
         },
+        "rust_names" | "rust_names_v0" => Recipe {
+            sources: &["rust_names.rs"],
+            deps: &[],
+        },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, rust_app, rust_app_v0)"
+             faults, libcold.so, shapes, rust_app, rust_app_v0, rust_names, rust_names_v0)"
         ),
     }
 }
@@ -224,6 +230,16 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 c.args(["-C", "symbol-mangling-version=v0"]);
             }
             c.arg(src.join("rust_app.rs")).arg("-o").arg(tmp_out);
+            c
+        }
+        "rust_names" | "rust_names_v0" => {
+            let mut c = rustc();
+            c.args(["--edition", "2021", "--crate-name", "rust_names"])
+                .args(["--crate-type", "bin", "-O", "-g"]);
+            if name == "rust_names_v0" {
+                c.args(["-C", "symbol-mangling-version=v0"]);
+            }
+            c.arg(src.join("rust_names.rs")).arg("-o").arg(tmp_out);
             c
         }
         other => unreachable!("no compile command for {other}"),
@@ -625,6 +641,16 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("rust_app::engine::transform::<alloc::string::String>", n),
             ("rust_app::engine::guarded", n),
             ("rust_app::engine::explode", n),
+        ],
+        "rust_names" | "rust_names_v0" => vec![
+            ("rust_names::store::Db::get", iterations),
+            ("rust_names::store::Lookup::find", iterations),
+            ("rust_names::store::Wrapper<u32>::peek", iterations),
+            (
+                "rust_names::store::Wrapper<alloc::string::String>::peek",
+                iterations,
+            ),
+            ("rust_names::store::largest::<u64>", iterations),
         ],
         other => panic!("no expected counts for fixture {other:?}"),
     };
