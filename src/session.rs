@@ -551,11 +551,10 @@ const WRAPPERS: &[&str] = &[
 /// counted: the command most likely started that program as a new
 /// process (or exec'd it), which the probes do not follow by default.
 fn suggest_follow(s: &TraceSettings, plan: &Plan, target: &Target) {
-    let Scope::Command { exe: image, .. } = &target.scope else {
+    let Scope::Command { exe: image, libs } = &target.scope else {
         return;
     };
-    let user_objects: Vec<&PathBuf> = plan.objects.iter().map(|o| &o.display).collect();
-    let Some(first) = user_objects.first() else {
+    let Some(first) = plan.objects.first().map(|o| &o.display) else {
         return;
     };
     let name = |p: &std::path::Path| {
@@ -568,11 +567,16 @@ fn suggest_follow(s: &TraceSettings, plan: &Plan, target: &Target) {
             .exe
             .as_deref()
             .is_some_and(|e| WRAPPERS.contains(&name(e).as_str()));
-    let elsewhere = user_objects.iter().all(|o| {
-        std::fs::canonicalize(o).ok() != std::fs::canonicalize(image).ok()
-            && o.as_path() != image.as_path()
+    // The command's program and its libraries, as files.
+    let own: Vec<PathBuf> = std::iter::once(image)
+        .chain(libs)
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let elsewhere = plan.objects.iter().all(|o| {
+        let p = std::fs::canonicalize(&o.display).unwrap_or_else(|_| o.display.clone());
+        !own.contains(&p)
     });
-    if wrapper || elsewhere {
+    if elsewhere {
         eprintln!(
             "tachy: nothing was counted: {} is {}; if it starts {} as a new process or by exec, \
              trace with --follow",

@@ -1,6 +1,7 @@
 //! Error paths of tachy: every failure is one line on stderr starting with
 //! `tachy: ` and exit code 1; clap usage errors exit 2; nothing panics.
-//! None of these attach probes, so they need no root.
+//! Most of these attach no probes and need no root; the last ones check
+//! what tachy says while it traces (they attach, as root).
 
 mod common;
 
@@ -452,4 +453,196 @@ fn thread_that_does_not_exist() {
     let spec = format!("{}:slow_sum", bin.to_str().unwrap());
     let msg = error(&["latency", "-t", &tid, &spec]);
     assert_mentions(&msg, &[&format!("no thread {tid} is running")]);
+}
+
+// ---------------------------------------------------------------------------
+// What tachy says and where its reports go while it traces (root)
+// ---------------------------------------------------------------------------
+
+use common::run::Tachy;
+
+const NO_WAIT: &[(&str, &str)] = &[("FIXTURE_NO_WAIT", "1")];
+
+fn skip_unless_root() -> bool {
+    if common::is_root() {
+        false
+    } else {
+        eprintln!("skipped: needs root");
+        true
+    }
+}
+
+/// `-o FILE`: the reports, and only they, go to FILE; the traced
+/// command's output stays on standard output.
+#[test]
+fn reports_go_to_the_output_file() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let bin = common::build("plain");
+    let exe = bin.to_str().unwrap();
+    let file = scratch().join("reports.json");
+    let _ = std::fs::remove_file(&file);
+    let f = file.to_str().unwrap();
+    let out = Tachy::start(
+        &[
+            "latency", "--json", "-o", f, "slow_sum", "--", exe, "4", "1",
+        ],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}\n{out}");
+    let rep: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(rep["functions"][0]["name"], "slow_sum", "{text}");
+    assert_eq!(rep["functions"][0]["count"], 4, "{text}");
+    assert!(out.stdout.contains("count slow_sum 4"), "{out}");
+    assert!(!out.stdout.contains('{'), "{out}");
+    // The header goes to standard error when the report does not go to
+    // standard output.
+    assert!(out.stderr.contains("Tracing 1 function"), "{out}");
+    let _ = std::fs::remove_file(&file);
+}
+
+/// With `-i`, `--svg` draws the whole run: here every call happened in
+/// the first intervals, and the last ones saw none.
+#[test]
+fn svg_holds_every_interval() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let bin = common::build("nested_o2");
+    let exe = bin.to_str().unwrap();
+    let svg = scratch().join("whole.svg");
+    let _ = std::fs::remove_file(&svg);
+    let spec = format!("{exe}:app::handle");
+    let script = format!("{exe} 4 1; sleep 1.5");
+    let out = Tachy::start(
+        &[
+            "nested",
+            "--svg",
+            svg.to_str().unwrap(),
+            "-i",
+            "0.3",
+            "--follow",
+            &spec,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("app::handle"), "{out}");
+    assert!(text.contains("app::slow_path"), "{out}");
+    let _ = std::fs::remove_file(&svg);
+}
+
+/// Pids printed in `(pid N)` by tachy.
+fn pid_in(text: &str) -> Option<i32> {
+    let at = text.find("(pid ")? + 5;
+    let end = text[at..].find(')')? + at;
+    text[at..end].parse().ok()
+}
+
+/// `-d` ends tracing, not the command: tachy says it runs on.
+#[test]
+fn duration_leaves_the_command_running_and_says_so() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let start = Instant::now();
+    let mut t = Tachy::start(
+        &["latency", "-d", "0.5", "c:nanosleep", "--", "sleep", "5"],
+        &[],
+    );
+    t.wait_for_line(true, Duration::from_secs(10), |l| l.contains("runs on"));
+    assert!(start.elapsed() < Duration::from_secs(4), "{}", t.describe());
+    let text = t.describe();
+    let line = text
+        .lines()
+        .find(|l| l.contains("runs on"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        line.starts_with("tachy: ") && line.contains("sleep 5"),
+        "{line}"
+    );
+    let pid = pid_in(&line).unwrap_or_else(|| panic!("no pid in {line:?}"));
+    // SAFETY: kill() on the sleep this test started through tachy.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "{line}");
+    let out = t.finish(Duration::from_secs(10));
+    out.assert_success();
+    // Nothing else to say: the function is in a library the command maps.
+    assert!(!out.stderr.contains("nothing was counted"), "{out}");
+}
+
+/// After Ctrl-C (SIGINT to tachy alone), tachy reports, then says it
+/// waits for the command, and ends with the command's status.
+#[test]
+fn interrupted_tachy_says_it_waits_for_the_command() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let mut t = Tachy::start(&["latency", "c:nanosleep", "--", "sleep", "2"], &[]);
+    t.wait_for_header(false);
+    let start = Instant::now();
+    t.signal(libc::SIGINT);
+    t.wait_for_line(true, Duration::from_secs(5), |l| {
+        l.starts_with("tachy: waiting for sleep 2 (pid ") && l.contains("Ctrl-C again")
+    });
+    let out = t.finish(Duration::from_secs(20));
+    out.assert_success();
+    assert!(start.elapsed() >= Duration::from_millis(1000), "{out}");
+    assert!(out.stdout.contains("count: "), "{out}");
+}
+
+/// A shell that starts the traced program as a new process: nothing is
+/// counted without --follow, and tachy says so.
+#[test]
+fn shell_command_without_follow_is_explained() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let bin = common::build("plain");
+    let exe = bin.to_str().unwrap();
+    let spec = format!("{exe}:slow_sum");
+    // Two commands: the shell forks for the first.
+    let script = format!("{exe} 2 1; true");
+    let out = Tachy::start(
+        &["latency", "--json", &spec, "--", "sh", "-c", &script],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    assert_eq!(out.single_report()["functions"][0]["count"], 0, "{out}");
+    let hint = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("nothing was counted"))
+        .unwrap_or_else(|| panic!("no hint\n{out}"));
+    assert!(
+        hint.contains("sh is a shell or wrapper") && hint.contains("--follow"),
+        "{hint}"
+    );
+    let out = Tachy::start(
+        &[
+            "latency", "--json", "--follow", &spec, "--", "sh", "-c", &script,
+        ],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    assert_eq!(out.single_report()["functions"][0]["count"], 2, "{out}");
+    assert!(!out.stderr.contains("nothing was counted"), "{out}");
 }
