@@ -141,6 +141,7 @@ impl<'obj> Tracer<'obj> {
                 .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
             t.links.push(link);
         }
+        t.fill_site_nodes(plan)?;
         t.attach_all(plan, attached)?;
         if syscalls {
             t.attach_syscalls(plan)?;
@@ -269,6 +270,22 @@ impl<'obj> Tracer<'obj> {
         Ok(())
     }
 
+    /// Tells the kernel which node a site probe times under which parent:
+    /// (slot << 32 | parent id) -> node id.
+    fn fill_site_nodes(&mut self, plan: &Plan) -> Result<()> {
+        let nf = plan.items.len() as u32;
+        for (i, n) in plan.sites.iter().enumerate() {
+            let key = ((n.slot as u64) << 32 | n.parent as u64).to_ne_bytes();
+            let node = (nf + i as u32).to_ne_bytes();
+            self.skel
+                .maps
+                .site_nodes
+                .update(&key, &node, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up the call sites: {e}"))?;
+        }
+        Ok(())
+    }
+
     fn attach_all(&mut self, plan: &Plan, attached: &std::sync::atomic::AtomicUsize) -> Result<()> {
         use std::sync::atomic::Ordering::Relaxed;
         // Following forks, probes fire in every process and the BPF side
@@ -320,30 +337,28 @@ impl<'obj> Tracer<'obj> {
                                 | ((sp_adjust as u32 as u64) << 32),
                         )),
                         (Prog::Uret, ProbeKind::Uret) => Some((p.offset as usize, 0)),
-                        (Prog::SiteEnd, ProbeKind::SiteEnd { id, sp_adjust }) => Some((
+                        (Prog::SiteEnd, ProbeKind::SiteEnd { slot, sp_adjust }) => Some((
                             p.offset as usize,
-                            id as u64 | ((sp_adjust as u32 as u64) << 32),
+                            slot as u64 | ((sp_adjust as u32 as u64) << 32),
                         )),
                         (
                             Prog::Site,
                             ProbeKind::Site {
-                                id,
-                                parent,
+                                slot,
                                 tail,
                                 exit_first,
                                 ends_with_parent,
                             },
                         ) => Some((
                             p.offset as usize,
-                            id as u64
+                            slot as u64
                                 | if tail { SITE_TAIL } else { 0 }
                                 | if exit_first { SITE_EXIT_FIRST } else { 0 }
                                 | if ends_with_parent {
                                     SITE_ENDS_WITH_PARENT
                                 } else {
                                     0
-                                }
-                                | ((parent as u64) << 32),
+                                },
                         )),
                         (Prog::Exit, ProbeKind::Exit) => Some((p.offset as usize, 0)),
                         (Prog::Tail, ProbeKind::Tail { cookie }) => {

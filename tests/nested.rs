@@ -1435,3 +1435,109 @@ fn nested_text() {
         "{risky:?}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Plain C (tests/fixtures/calls.c): functions written in assembly
+// ---------------------------------------------------------------------------
+
+/// `tachy nested OPTS... FUNC -- FIXTURE ITERATIONS` on a `calls` build,
+/// with FIXTURE_NO_WAIT=1.
+fn run_calls(fixture: &str, opts: &[&str], func: &str, iterations: u64) -> Outcome {
+    let exe = common::build(fixture);
+    let mut args: Vec<String> = vec!["nested".into()];
+    args.extend(opts.iter().map(|s| s.to_string()));
+    args.push(func.into());
+    args.push("--".into());
+    args.push(exe.to_str().unwrap().into());
+    args.push(iterations.to_string());
+    run_tachy(&args, &[("FIXTURE_NO_WAIT", "1")])
+}
+
+/// The exit line of `--dry-run`'s plan for the one traced function.
+fn planned_exit(fixture: &str, func: &str) -> String {
+    let out = run_calls(fixture, &["--dry-run", "-v"], func, 1);
+    out.assert_success();
+    let probes = out.stdout.lines().chain(out.stderr.lines());
+    let kinds: Vec<&str> = probes
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|k| *k == "exit" || *k == "uretprobe")
+        .collect();
+    assert!(!kinds.is_empty(), "no exit probe planned\n{out}");
+    kinds[0].to_string()
+}
+
+/// work4 calls leaf 4 times without moving SP: its call sites open at the
+/// SP its own frame is keyed by. Timed by a uretprobe (no unwinding code in
+/// `calls`) and by probes on its `ret` (`calls_unwind`), every call
+/// completes and none is taken for abandoned.
+#[test]
+fn nested_plain_c_frameless_caller_every_exit_kind() {
+    let _guard = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    for (fixture, exit) in [("calls", "uretprobe"), ("calls_unwind", "exit")] {
+        assert_eq!(planned_exit(fixture, "work4"), exit, "{fixture}");
+        let n = 200;
+        let out = run_calls(fixture, &["--json"], "work4", n);
+        out.assert_success();
+        assert_eq!(counts(&out.stdout).get("work4").copied(), Some(n), "{out}");
+        let rep = single_report(&out);
+        let root = &rep["roots"][0];
+        assert_eq!(name(root), "work4", "{root:#}");
+        assert_eq!(num(root, "count"), n, "{fixture}: {root:#}");
+        assert_eq!(num(root, "unwound"), 0, "{fixture}: {root:#}");
+        let leaf = kid(root, "leaf");
+        assert_eq!(num(leaf, "count"), 4 * n, "{fixture}: {leaf:#}");
+        assert_eq!(num(leaf, "unwound"), 0, "{fixture}: {leaf:#}");
+        check_sums(root, true);
+    }
+}
+
+/// pair calls helper from two call sites; at depth 2 helper's call site is
+/// a node under each, probed once: each node counts the calls made under
+/// its parent, and no call is taken for abandoned.
+#[test]
+fn nested_function_under_two_parents_is_probed_once() {
+    let _guard = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    for fixture in ["calls", "calls_unwind"] {
+        let dry = run_calls(fixture, &["--dry-run", "--depth", "2"], "pair", 1);
+        dry.assert_success();
+        let mut seen = BTreeMap::new();
+        for l in dry.stdout.lines().chain(dry.stderr.lines()) {
+            let Some(kind) = ["site end ", "site "]
+                .into_iter()
+                .find(|k| l.trim_start().starts_with(k))
+            else {
+                continue;
+            };
+            let addr = l.split_whitespace().last().unwrap_or("").to_string();
+            *seen.entry((kind, addr)).or_insert(0) += 1;
+        }
+        assert_eq!(seen.len(), 6, "3 sites and 3 ends\n{dry}");
+        assert!(
+            seen.values().all(|&c| c == 1),
+            "an address probed twice: {seen:?}\n{dry}"
+        );
+        let n = 200;
+        let out = run_calls(fixture, &["--json", "--depth", "2"], "pair", n);
+        out.assert_success();
+        let rep = single_report(&out);
+        let root = &rep["roots"][0];
+        assert_eq!(num(root, "count"), n, "{fixture}: {root:#}");
+        assert_eq!(num(root, "unwound"), 0, "{fixture}: {root:#}");
+        let helpers = kids_named(root, "helper");
+        assert_eq!(helpers.len(), 2, "{root:#}");
+        for h in helpers {
+            assert_eq!(num(h, "count"), n, "{fixture}: {h:#}");
+            assert_eq!(num(h, "unwound"), 0, "{fixture}: {h:#}");
+            let leaf = kid(h, "leaf");
+            assert_eq!(num(leaf, "count"), n, "{fixture}: {leaf:#}");
+            assert_eq!(num(leaf, "unwound"), 0, "{fixture}: {leaf:#}");
+        }
+        check_sums(root, true);
+    }
+}

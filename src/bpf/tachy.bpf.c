@@ -74,6 +74,14 @@ struct {
 	__type(value, struct tachy_thread);
 } threads SEC(".maps");
 
+/* `tachy nested`: (slot << 32 | parent id) -> node id of that site. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TACHY_MAX_NODES);
+	__type(key, __u64);
+	__type(value, __u32);
+} site_nodes SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 2); /* 2 * nfuncs, set by user space */
@@ -332,7 +340,7 @@ static __always_inline bool above(struct tachy_frame *f, __u64 sp)
 }
 
 static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
-				 __u32 id, __u32 flags)
+				 __u32 id, __u32 flags, __u32 slot)
 {
 	struct tachy_frame *f;
 
@@ -349,6 +357,7 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->child_ns = 0;
 	f->id = id;
 	f->flags = flags;
+	f->slot = slot;
 	t->depth++;
 	if (flags & TACHY_FRAME_ROOT)
 		t->roots++;
@@ -358,14 +367,17 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 /*
  * Before a frame opens at `sp`: frames below it were abandoned, and so is
  * one at the same SP unless it left by a tail jump (its callee then runs in
- * its place and returns for it).
+ * its place and returns for it). A call site opening at the SP its
+ * function was entered with (a function that calls without moving SP) is
+ * inside that function's frame, which stays.
  */
 struct walk_ctx {
 	struct tachy_thread *t;
 	__u64 sp;
 	__u64 now;
-	__u32 only;
-	bool all; /* pop every frame: the thread is exiting */
+	__u32 only; /* a site end: the slot of the one frame to close */
+	bool all;   /* pop every frame: the thread is exiting */
+	bool site;  /* a call site opens */
 };
 
 static long pop_one(__u64 i, void *data)
@@ -377,7 +389,8 @@ static long pop_one(__u64 i, void *data)
 	if (!f)
 		return 1;
 	if (!c->all && !above(f, c->sp) &&
-	    !(f->sp == c->sp && !(f->flags & TACHY_FRAME_TAILING)))
+	    !(f->sp == c->sp && !(f->flags & TACHY_FRAME_TAILING) &&
+	      !(c->site && (f->flags & TACHY_FRAME_ROOT))))
 		return 1;
 	drop_frame(t, f, c->now);
 	t->depth--;
@@ -385,9 +398,9 @@ static long pop_one(__u64 i, void *data)
 }
 
 static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp,
-					  __u64 now)
+					  __u64 now, bool site)
 {
-	struct walk_ctx c = {.t = t, .sp = sp, .now = now};
+	struct walk_ctx c = {.t = t, .sp = sp, .now = now, .site = site};
 
 	/* bpf_loop keeps the verifier from unrolling nested loops. */
 	bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
@@ -410,7 +423,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	if (!t)
 		return 0;
 
-	pop_abandoned(t, sp, now);
+	pop_abandoned(t, sp, now, false);
 
 	if (outermost) {
 		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
@@ -423,8 +436,8 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 
 	push(t, sp, now, id,
 	     TACHY_FRAME_ROOT |
-		     ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING
-						     : 0));
+		     ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING : 0),
+	     0);
 	return 0;
 }
 
@@ -433,7 +446,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 /*
  * SP is at a frame's key: close it. Frames below were abandoned, except a
  * tail-jump site, which ends with its parent. `only`: close no frame but
- * the one of this id (a site's end), else every frame at this key (a
+ * the site of this slot (a site's end), else every frame at this key (a
  * function's `ret` also ends the frames that tail-jumped into it).
  */
 static long exit_one(__u64 i, void *data)
@@ -445,7 +458,8 @@ static long exit_one(__u64 i, void *data)
 	if (!f)
 		return 1;
 	if (f->sp == c->sp) {
-		if (c->only != ANY_ID && f->id != c->only)
+		if (c->only != ANY_ID &&
+		    (!(f->flags & TACHY_FRAME_SITE) || f->slot != c->only))
 			return 1;
 		close_frame(t, f, c->now, false);
 		t->depth--;
@@ -483,8 +497,8 @@ static __always_inline int do_exit(__u64 sp)
 	return 0;
 }
 
-/* The return of a call site (cookie: its id, and an SP adjustment when the
- * probe stands after the return address). */
+/* The return of a call site (cookie: its slot, and an SP adjustment when
+ * the probe stands after the return address). */
 static __always_inline int do_site_end(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -494,23 +508,35 @@ static __always_inline int do_site_end(struct pt_regs *ctx)
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
-	exit_at(t, sp, bpf_ktime_get_ns(), cookie & TACHY_SITE_ID_MASK);
+	exit_at(t, sp, bpf_ktime_get_ns(), (__u32)cookie);
 	return 0;
+}
+
+/* The node that site `slot` times under frame `f`, or NULL. */
+static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f)
+{
+	__u64 key;
+
+	if (!f)
+		return NULL;
+	key = (__u64)slot << 32 | f->id;
+	return bpf_map_lookup_elem(&site_nodes, &key);
 }
 
 /*
  * A call site of `tachy nested` opens, at a `call` (keyed by SP there,
  * which is SP again at the return address) or a tail jump. It counts only
- * while its parent frame is the innermost open one on this thread.
+ * while a parent of its slot is the innermost open frame on this thread,
+ * as the node of that parent.
  */
 static __always_inline int do_site(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u32 id = cookie & TACHY_SITE_ID_MASK;
-	__u32 parent = cookie >> 32;
+	__u32 slot = cookie & TACHY_SITE_SLOT_MASK;
 	__u64 sp = PT_REGS_SP(ctx);
 	struct tachy_thread *t;
 	struct tachy_frame *f;
+	__u32 *node;
 	__u64 now;
 
 	if (!process_wanted(bpf_get_current_pid_tgid()))
@@ -521,7 +547,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	now = bpf_ktime_get_ns();
 	/* This call is the previous site's return address: end it first. */
 	if (cookie & TACHY_SITE_EXIT_FIRST)
-		exit_at(t, sp, now, id - 1);
+		exit_at(t, sp, now, slot - 1);
 	if (cookie & TACHY_SITE_TAIL) {
 		/*
 		 * The function has torn its frame down: SP is its entry key,
@@ -529,23 +555,26 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		 * below the parent's for a function entered through a site.
 		 */
 		f = top(t);
-		if (!f || f->id != parent || sp > f->sp || f->sp - sp > 8)
+		node = node_of(slot, f);
+		if (!f || !node || sp > f->sp || f->sp - sp > 8)
 			return 0;
 		f->flags |= TACHY_FRAME_TAILING;
-		push(t, sp, now, id,
+		push(t, sp, now, *node,
 		     TACHY_FRAME_SITE | TACHY_FRAME_TAILSITE |
-			     TACHY_FRAME_TAILING);
+			     TACHY_FRAME_TAILING,
+		     slot);
 		return 0;
 	}
-	pop_abandoned(t, sp, now);
-	f = top(t);
-	if (!f || f->id != parent)
+	pop_abandoned(t, sp, now, true);
+	node = node_of(slot, top(t));
+	if (!node)
 		return 0;
 	/* A site followed only by the function's epilogue ends with it. */
-	push(t, sp, now, id,
+	push(t, sp, now, *node,
 	     TACHY_FRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
 					 ? TACHY_FRAME_TAILSITE
-					 : 0));
+					 : 0),
+	     slot);
 	return 0;
 }
 

@@ -67,10 +67,12 @@
 #define TACHY_MAX_PENDING_HIST 512
 
 /*
- * Site cookie: node id in bits 0-28, TACHY_SITE_* flags in bits 29-31,
- * parent node id in bits 32-63.
+ * Site cookie: slot (the probed address's index) in bits 0-28,
+ * TACHY_SITE_* flags in bits 29-31. The node a slot times under a parent
+ * is in the site_nodes map. Site-end cookie: slot in bits 0-31, signed SP
+ * adjustment in bits 32-63.
  */
-#define TACHY_SITE_ID_MASK	    0x1fffffffULL
+#define TACHY_SITE_SLOT_MASK	    0x1fffffffULL
 #define TACHY_SITE_ENDS_WITH_PARENT 0x20000000ULL
 #define TACHY_SITE_TAIL		    0x40000000ULL
 #define TACHY_SITE_EXIT_FIRST	    0x80000000ULL
@@ -81,6 +83,8 @@ struct tachy_frame {
 	__u64 child_ns;
 	__u32 id;
 	__u32 flags;
+	__u32 slot; /* a site's slot */
+	__u32 pad;
 };
 
 struct tachy_thread {

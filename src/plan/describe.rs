@@ -45,7 +45,7 @@ impl Plan {
             let _ = writeln!(
                 s,
                 "  {:<24} {} +{:#x} ({:#x})",
-                kind_text(p.kind),
+                self.kind_text(p.kind),
                 self.objects[p.object].display.display(),
                 p.offset,
                 p.vaddr
@@ -53,21 +53,38 @@ impl Plan {
         }
         s
     }
+
+    /// The nodes a site probe times, as `[node] in [parent]`, one for each
+    /// parent its function is expanded under.
+    fn slot_nodes(&self, slot: u32) -> String {
+        let first = self.items.len();
+        self.sites
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.slot == slot)
+            .map(|(i, n)| format!("[{}] in [{}]", first + i, n.parent))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn kind_text(&self, kind: ProbeKind) -> String {
+        kind_text(kind, &|slot| self.slot_nodes(slot))
+    }
 }
 
-fn kind_text(kind: ProbeKind) -> String {
+fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
     match kind {
         ProbeKind::Entry { id, sp_adjust, .. } => format!("entry [{id}] sp{sp_adjust:+}"),
         ProbeKind::Uret => "uretprobe".to_string(),
-        ProbeKind::SiteEnd { id, sp_adjust } => format!("site end [{id}] sp{sp_adjust:+}"),
+        ProbeKind::SiteEnd { slot, sp_adjust } => format!("site end <{slot}> sp{sp_adjust:+}"),
         ProbeKind::Site {
-            id,
-            parent,
+            slot,
             tail,
             exit_first,
             ends_with_parent,
         } => format!(
-            "site [{id}] in [{parent}]{}{}{}",
+            "site <{slot}> {}{}{}{}",
+            nodes(slot),
             if tail { " tail" } else { "" },
             if exit_first { " +exit" } else { "" },
             if ends_with_parent {
@@ -129,6 +146,7 @@ mod tests {
         plan.add_kernel_function("vfs_read");
         plan.sites.push(SiteNode {
             parent: 0,
+            slot: 0,
             site: Site {
                 addr: 0x401210,
                 ret: Some(0x401215),
@@ -168,8 +186,7 @@ mod tests {
             probe(
                 0x401210,
                 ProbeKind::Site {
-                    id: 3,
-                    parent: 0,
+                    slot: 0,
                     tail: false,
                     exit_first: true,
                     ends_with_parent: true,
@@ -178,7 +195,7 @@ mod tests {
             probe(
                 0x401216,
                 ProbeKind::SiteEnd {
-                    id: 3,
+                    slot: 0,
                     sp_adjust: -8,
                 },
             ),

@@ -44,22 +44,23 @@ pub enum ProbeKind {
     Tail { cookie: u64 },
     /// A uretprobe on a function's entry.
     Uret,
-    /// A call site of `tachy nested`: opens a frame for node `id` if node
-    /// `parent` is the innermost open frame. `exit_first`: this instruction
-    /// is also the return address of another site, closed first.
+    /// A call site of `tachy nested`, one probe per address (`slot`): it
+    /// opens a frame for the node that `Plan::sites` gives this slot under
+    /// the innermost open frame, if any (a function expanded under two
+    /// parents has a node under each). `exit_first`: this instruction is
+    /// also the return address of the previous slot's site, closed first.
     /// `ends_with_parent`: only the function's epilogue follows the call,
     /// so the site ends when its parent does (one single-step saved).
     Site {
-        id: u32,
-        parent: u32,
+        slot: u32,
         tail: bool,
         exit_first: bool,
         ends_with_parent: bool,
     },
-    /// The return of site `id`: closes its frame only, keyed by SP plus
-    /// `sp_adjust` (the probe may stand a few instructions after the
+    /// The return of the site of `slot`: closes its frame only, keyed by SP
+    /// plus `sp_adjust` (the probe may stand a few instructions after the
     /// return address, where the kernel can probe).
-    SiteEnd { id: u32, sp_adjust: i32 },
+    SiteEnd { slot: u32, sp_adjust: i32 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -137,6 +138,9 @@ pub struct Plan {
     pub items: Vec<Item>,
     /// `tachy nested` only: call sites, ids after the items'.
     pub sites: Vec<SiteNode>,
+    /// `tachy nested` only: the probed site addresses, (object, vaddr),
+    /// indexed by slot. A function's sites have consecutive slots.
+    pub slots: Vec<(usize, u64)>,
     pub probes: Vec<Probe>,
     /// The process the links and counts are limited to; `None` for every
     /// process.
@@ -304,7 +308,7 @@ fn kind_rank(k: ProbeKind) -> (u8, u64) {
         ProbeKind::Exit => (1, 0),
         ProbeKind::Tail { cookie } => (2, cookie),
         ProbeKind::Uret => (3, 0),
-        ProbeKind::Site { id, .. } => (4, id as u64),
-        ProbeKind::SiteEnd { id, .. } => (5, id as u64),
+        ProbeKind::Site { slot, .. } => (4, slot as u64),
+        ProbeKind::SiteEnd { slot, .. } => (5, slot as u64),
     }
 }

@@ -32,6 +32,8 @@ pub struct Drill<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SiteNode {
     pub parent: u32,
+    /// The probed address this node is timed at (its `ProbeKind::Site`).
+    pub slot: u32,
     pub site: Site,
     /// Levels below the traced function (1: its own call sites).
     pub level: u32,
@@ -65,9 +67,9 @@ impl Plan {
     ) -> Result<()> {
         let object = self.object_index(obj);
         let naming = (drill.naming)(obj)?;
-        // Siblings get consecutive ids, in address order, before any is
-        // expanded: a site whose call is its previous sibling's return
-        // address closes id - 1 first.
+        // Siblings get consecutive ids and slots, in address order, before
+        // any is expanded: a site whose call is its previous sibling's
+        // return address closes slot - 1 first.
         let sites: Vec<Site> = callsites::sites(decoded, &naming.names, naming.lines.as_ref())
             .into_iter()
             // A tail jump to unknown code ends the traced call where it
@@ -78,10 +80,28 @@ impl Plan {
             bail!("the call tree has more than {MAX_NODES} nodes: lower --depth or name fewer functions with --expand");
         }
         let first = (self.items.len() + self.sites.len()) as u32;
+        // Each address is probed once: a function expanded under two
+        // parents shares its probes, and the kernel finds a site's node from
+        // its slot and the innermost open frame.
+        let known = sites
+            .first()
+            .and_then(|s0| self.slots.iter().position(|x| *x == (object, s0.addr)));
+        let first_slot = known.unwrap_or(self.slots.len()) as u32;
         // The previous site ends where this one's call stands.
         let mut merge_prev = false;
         for (k, site) in sites.iter().enumerate() {
-            let id = first + k as u32;
+            let slot = first_slot + k as u32;
+            self.sites.push(SiteNode {
+                parent,
+                slot,
+                site: site.clone(),
+                level,
+                expanded: false,
+            });
+            if known.is_some() {
+                continue;
+            }
+            self.slots.push((object, site.addr));
             let tail = site.kind == SiteKind::Tail;
             let exit_first = std::mem::take(&mut merge_prev);
             let mut ends_with_parent = false;
@@ -98,7 +118,7 @@ impl Plan {
                             object,
                             p.addr,
                             ProbeKind::SiteEnd {
-                                id,
+                                slot,
                                 sp_adjust: p.sp_adjust,
                             },
                         )?,
@@ -111,19 +131,12 @@ impl Plan {
                 object,
                 site.addr,
                 ProbeKind::Site {
-                    id,
-                    parent,
+                    slot,
                     tail,
                     exit_first,
                     ends_with_parent,
                 },
             )?;
-            self.sites.push(SiteNode {
-                parent,
-                site: site.clone(),
-                level,
-                expanded: false,
-            });
         }
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;

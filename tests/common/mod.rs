@@ -24,6 +24,8 @@
 //! | `faults`        | faults.c                    | gcc -O2 -g (modes: see the source)      |
 //! | `libcold.so`    | libcold.c                   | gcc -O2 -fPIC -shared, then strip --strip-all |
 //! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
+//! | `calls`         | calls.c                     | gcc -O2 -g                              |
+//! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -125,6 +127,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["shapes.c"],
             deps: &["libcold.so"],
         },
+        "calls" | "calls_unwind" => Recipe {
+            sources: &["calls.c"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -135,7 +141,8 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, rust_app, rust_app_v0, rust_names, rust_names_v0)"
+             faults, libcold.so, shapes, calls, calls_unwind, rust_app, rust_app_v0, rust_names, \
+             rust_names_v0)"
         ),
     }
 }
@@ -213,6 +220,15 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg("-Wl,-rpath,$ORIGIN")
                 .arg("-o")
                 .arg(tmp_out);
+            c
+        }
+        "calls" | "calls_unwind" => {
+            let mut c = cc();
+            c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"]);
+            if name == "calls_unwind" {
+                c.arg("-DWITH_UNWIND");
+            }
+            c.arg(src.join("calls.c")).arg("-o").arg(tmp_out);
             c
         }
         "rust_app" | "rust_app_v0" => {
