@@ -367,7 +367,7 @@ fn dwarf_with_reference_cycles() {
 
     let (code, _, err) = run(&["nested", "--dry-run", &format!("{p}:slow_sum")]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("site [1] in [0]"), "{err}");
+    assert!(err.contains("site <0> [1] in [0]"), "{err}");
 }
 
 /// Found by fuzzing (a slow unit): a 101-byte zlib section claiming 512
