@@ -155,6 +155,8 @@ pub fn analyze(swept: &BTreeMap<u64, Instruction>, entry: u64, image: &dyn Image
     let mut a = Analysis {
         swept,
         image,
+        entry,
+        parts: BTreeSet::new(),
         states: HashMap::new(),
         flow: Flow::default(),
         info: InstructionInfoFactory::new(),
@@ -207,6 +209,11 @@ fn falls_through(insn: &Instruction) -> bool {
 struct Analysis<'a> {
     swept: &'a BTreeMap<u64, Instruction>,
     image: &'a dyn Image,
+    entry: u64,
+    /// Bounds of the unnamed parts entered, where the unwind tables give
+    /// them: code past a part's end (after a call that does not return)
+    /// belongs to some other function.
+    parts: BTreeSet<(u64, u64)>,
     states: HashMap<u64, State>,
     flow: Flow,
     info: InstructionInfoFactory,
@@ -256,13 +263,24 @@ impl Analysis<'_> {
     }
 
     /// Decodes code at `addr` outside the named ranges, if it may belong to
-    /// the function: no symbol starts there and it is code of the object.
-    fn decode_extra(&mut self, addr: u64) -> bool {
+    /// the function: no symbol starts there, it is code of the object, and
+    /// it lies in a part entered (`enter`: it is entered here).
+    fn decode_extra(&mut self, addr: u64, enter: bool) -> bool {
         if self.known(addr) {
             return true;
         }
         if self.flow.extra.len() >= MAX_EXTRA || self.image.is_function_start(addr) {
             return false;
+        }
+        match self.image.part_bounds(addr) {
+            Some(b) if enter => {
+                if self.image.is_function_start(b.0) || self.swept.contains_key(&b.0) {
+                    return false;
+                }
+                self.parts.insert(b);
+            }
+            Some(b) if !self.parts.contains(&b) => return false,
+            _ => {}
         }
         let Some(bytes) = self.image.code(addr) else {
             return false;
@@ -286,7 +304,7 @@ impl Analysis<'_> {
         let mut succ = Vec::new();
         let next = insn.next_ip();
         let fall = |this: &mut Self, succ: &mut Vec<(u64, State)>, s: &State| {
-            if this.swept.contains_key(&next) || (from_extra && this.decode_extra(next)) {
+            if this.swept.contains_key(&next) || (from_extra && this.decode_extra(next, false)) {
                 succ.push((next, s.clone()));
             }
         };
@@ -304,8 +322,9 @@ impl Analysis<'_> {
                     // allocated cannot be a tail call (the callee's `ret`
                     // would not return to our caller): where no symbol
                     // starts, it enters a fragment of this function.
-                    let into_fragment =
-                        !self.known(t) && state.sp.is_some_and(|d| d != 0) && self.decode_extra(t);
+                    let into_fragment = !self.known(t)
+                        && state.sp.is_some_and(|d| d != 0)
+                        && self.decode_extra(t, true);
                     if into_fragment {
                         self.flow.fragment_starts.insert(t);
                     }
@@ -345,12 +364,16 @@ impl Analysis<'_> {
             _ => Val::Unknown,
         };
         let table = match val {
-            Val::Addr(a) if self.known(a) => return Some((Internal::Label, vec![a])),
+            Val::Addr(a) if self.known(a) && a != self.entry => {
+                return Some((Internal::Label, vec![a]))
+            }
             Val::Load8(t) => self.read_table(t, false),
             Val::RelTarget(t) => self.read_table(t, true),
             _ => Vec::new(),
         };
-        if !table.is_empty() {
+        // One entry proves little: a table of handlers may hold this
+        // function among others.
+        if table.len() >= 2 {
             let n = table.len();
             return Some((Internal::Table { entries: n }, table));
         }
@@ -374,7 +397,9 @@ impl Analysis<'_> {
                 self.image.pointer(base + 8 * i)
             };
             match t {
-                Some(t) if self.known(t) => out.push(t),
+                // A jump to the entry is a new call (the entry probe fires
+                // again), never a jump inside.
+                Some(t) if self.known(t) && t != self.entry => out.push(t),
                 _ => break,
             }
         }

@@ -22,6 +22,12 @@ pub trait Image {
     fn code(&self, addr: u64) -> Option<&[u8]>;
     /// Whether a function symbol starts at `addr`.
     fn is_function_start(&self, addr: u64) -> bool;
+    /// The bounds of the piece of code holding `addr` (a function, or a
+    /// part of one such as a `.cold` part), from the unwind tables, which
+    /// stripped objects keep: `[start, end)`.
+    fn part_bounds(&self, _addr: u64) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// An image that knows nothing beyond the ranges decoded.

@@ -387,8 +387,9 @@ mod tests {
         );
     }
 
-    /// An object image of a few byte runs.
-    struct Mem(Vec<(u64, Vec<u8>)>);
+    /// An object image of a few byte runs, with the unwind tables' part
+    /// bounds where given.
+    struct Mem(Vec<(u64, Vec<u8>)>, Vec<(u64, u64)>);
 
     impl Mem {
         fn at(&self, addr: u64, len: u64) -> Option<&[u8]> {
@@ -414,6 +415,9 @@ mod tests {
         fn is_function_start(&self, addr: u64) -> bool {
             addr == 0x3000
         }
+        fn part_bounds(&self, addr: u64) -> Option<(u64, u64)> {
+            self.1.iter().copied().find(|b| b.0 <= addr && addr < b.1)
+        }
     }
 
     #[test]
@@ -430,7 +434,7 @@ mod tests {
             0xee, 0xff, 0xff, 0xff, 0xf4, 0xff, 0xff, 0xff, 0xfa, 0xff, 0xff, 0xff, 0x00, 0x00,
             0xff, 0x7f,
         ];
-        let mem = Mem(vec![(0x1028, table.to_vec())]);
+        let mem = Mem(vec![(0x1028, table.to_vec())], vec![]);
         let d = decode_in(&[range(0x1000, &code)], &mem).unwrap();
         assert!(d.tails.is_empty(), "{:?}", d.tails);
         assert_eq!(
@@ -465,7 +469,7 @@ mod tests {
         let mut table = Vec::new();
         table.extend(0x1011u64.to_le_bytes());
         table.extend(0x101bu64.to_le_bytes());
-        let mem = Mem(vec![(0x1040, table)]);
+        let mem = Mem(vec![(0x1040, table)], vec![]);
         let d = decode_in(&[range(0x1000, &code)], &mem).unwrap();
         assert!(d.tails.is_empty(), "{:?}", d.tails);
         assert_eq!(
@@ -525,7 +529,7 @@ mod tests {
             0xe8, 0xfb, 0x0f, 0x00, 0x00, 0x85, 0xc0, 0x74, 0x02, 0x5b, 0xc3, 0xe9, 0xf9, 0xef,
             0xff, 0xff, 0xcc, 0xcc,
         ];
-        let mem = Mem(vec![(0x2000, frag.to_vec())]);
+        let mem = Mem(vec![(0x2000, frag.to_vec())], vec![]);
         let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
         assert!(d.tails.is_empty(), "{:?}", d.tails);
         assert_eq!(d.rets, vec![0x100a, 0x200a]);
@@ -544,6 +548,45 @@ mod tests {
         let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
         assert_eq!(d.tails.len(), 1);
         assert!(d.unnamed_fragments.is_empty());
+    }
+
+    #[test]
+    fn an_unnamed_part_ends_where_the_unwind_tables_say() {
+        // push %rbx; test %edi,%edi; jne 0x2000; pop %rbx; ret
+        let body = [
+            0x53, 0x85, 0xff, 0x0f, 0x85, 0xf7, 0x0f, 0x00, 0x00, 0x5b, 0xc3,
+        ];
+        // 0x2000: call 0x3000 (it does not return), then another function's
+        // cold part: pop %rbx; ret
+        let frag = [0xe8, 0xfb, 0x0f, 0x00, 0x00, 0x5b, 0xc3];
+        let bounds = vec![(0x1000, 0x100b), (0x2000, 0x2005), (0x2005, 0x2007)];
+        let mem = Mem(vec![(0x2000, frag.to_vec())], bounds);
+        let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
+        assert_eq!(d.unnamed_fragments, vec![(0x2000, 0x2005)]);
+        assert_eq!(d.rets, vec![0x100a]);
+        // Without the tables, the decoder follows the code on.
+        let mem = Mem(vec![(0x2000, frag.to_vec())], vec![]);
+        let d = decode_in(&[range(0x1000, &body)], &mem).unwrap();
+        assert_eq!(d.rets, vec![0x100a, 0x2006]);
+    }
+
+    #[test]
+    fn a_jump_to_the_entry_or_through_one_entry_is_no_proof() {
+        // lea 0x1000(%rip) (the entry),%rax; jmp *%rax: a new call.
+        let code = [0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe0];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert_eq!(d.tails.len(), 1);
+        // lea tab(%rip),%rsi; mov (%rsi,%rdi,8),%rax; jmp *%rax, where the
+        // table's one entry inside is followed by a pointer elsewhere.
+        let code = [
+            0x48, 0x8d, 0x35, 0x39, 0x00, 0x00, 0x00, 0x48, 0x8b, 0x04, 0xfe, 0xff, 0xe0, 0xc3,
+        ];
+        let mut table = Vec::new();
+        table.extend(0x100du64.to_le_bytes());
+        table.extend(0x5000u64.to_le_bytes());
+        let mem = Mem(vec![(0x1040, table)], vec![]);
+        let d = decode_in(&[range(0x1000, &code)], &mem).unwrap();
+        assert_eq!(d.tails.len(), 1, "{:?}", d.internal_jumps);
     }
 
     #[test]

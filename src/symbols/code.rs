@@ -23,6 +23,8 @@ pub struct ObjectImage<'a> {
     obj: &'a ElfObject,
     relative: OnceCell<HashMap<u64, u64>>,
     starts: OnceCell<BTreeSet<u64>>,
+    /// Code ranges of the unwind tables' entries, sorted by start.
+    parts: OnceCell<Vec<(u64, u64)>>,
 }
 
 impl<'a> ObjectImage<'a> {
@@ -31,6 +33,7 @@ impl<'a> ObjectImage<'a> {
             obj,
             relative: OnceCell::new(),
             starts: OnceCell::new(),
+            parts: OnceCell::new(),
         }
     }
 
@@ -69,6 +72,49 @@ impl<'a> ObjectImage<'a> {
             set
         })
     }
+
+    fn parts(&self) -> &[(u64, u64)] {
+        self.parts.get_or_init(|| {
+            let mut v = self.obj.parse().map(|f| fde_ranges(&f)).unwrap_or_default();
+            v.sort_unstable();
+            v
+        })
+    }
+}
+
+/// The code range of every FDE in `.eh_frame`: one per function, and one
+/// per part of a function split by the compiler (`.cold`), with or
+/// without symbols.
+fn fde_ranges<'d, R: object::ReadRef<'d>>(
+    file: &ElfFile64<'d, object::Endianness, R>,
+) -> Vec<(u64, u64)> {
+    use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
+    use object::ObjectSection;
+    let mut out = Vec::new();
+    let Some(sec) = file.section_by_name(".eh_frame") else {
+        return out;
+    };
+    let Some(data) = super::section_data(&sec) else {
+        return out;
+    };
+    let eh = EhFrame::new(&data, LittleEndian);
+    let mut bases = BaseAddresses::default().set_eh_frame(sec.address());
+    if let Some(text) = file.section_by_name(".text") {
+        bases = bases.set_text(text.address());
+    }
+    let mut entries = eh.entries(&bases);
+    // A malformed entry ends the walk: what was read so far stands.
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+                let start = fde.initial_address();
+                if let Some(end) = start.checked_add(fde.len()).filter(|&e| e > start) {
+                    out.push((start, end));
+                }
+            }
+        }
+    }
+    out
 }
 
 fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
@@ -102,5 +148,12 @@ impl Image for ObjectImage<'_> {
 
     fn is_function_start(&self, addr: u64) -> bool {
         self.starts().contains(&addr)
+    }
+
+    fn part_bounds(&self, addr: u64) -> Option<(u64, u64)> {
+        let parts = self.parts();
+        let i = parts.partition_point(|p| p.0 <= addr);
+        let p = *parts.get(i.checked_sub(1)?)?;
+        (addr < p.1).then_some(p)
     }
 }
