@@ -155,7 +155,7 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             },
         };
         let mut found_any = false;
-        let mut searched: Vec<(Rc<ElfObject>, Option<SymSource>)> = Vec::new();
+        let mut searched: Vec<Searched> = Vec::new();
         let mut first_err = None;
         for group in &groups {
             for r in group {
@@ -176,14 +176,26 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                     // An object with no symbols (a stripped executable) hides
                     // no match elsewhere; only one named explicitly is an error.
                     Err(e) if spec.object.is_some() && groups.len() == 1 && group.len() == 1 => {
-                        return Err(e)
+                        match obj.debug_hint() {
+                            Some(hint) => bail!("{e:#}; {hint}"),
+                            None => return Err(e),
+                        }
                     }
                     Err(e) => {
+                        searched.push(Searched {
+                            obj: obj.clone(),
+                            source: Err(format!("{e:#}")),
+                            first_group: std::ptr::eq(group, &groups[0]),
+                        });
                         first_err.get_or_insert(e);
                         continue;
                     }
                 };
-                searched.push((obj.clone(), Some(found.source)));
+                searched.push(Searched {
+                    obj: obj.clone(),
+                    source: Ok(found.source),
+                    first_group: std::ptr::eq(group, &groups[0]),
+                });
                 if found.functions.is_empty() {
                     continue;
                 }
@@ -227,33 +239,87 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
     Ok(Resolution { user: out, kernel })
 }
 
-/// One line saying why nothing matched and what might have been meant.
-fn explain_miss(pat: &Pattern, searched: &[(Rc<ElfObject>, Option<SymSource>)]) -> String {
-    let Some((first, source)) = searched.first() else {
+/// An object a pattern was looked up in, and where its symbols came from
+/// (or why it had none).
+struct Searched {
+    obj: Rc<ElfObject>,
+    source: std::result::Result<SymSource, String>,
+    /// The executable, or the object the spec names: its missing symbols
+    /// are worth a hint.
+    first_group: bool,
+}
+
+/// How many objects a miss message names one by one.
+const NAMED: usize = 6;
+
+impl Searched {
+    /// `PATH (symbols from SOURCE)`, `PATH (no function symbols: …)`.
+    fn describe(&self) -> String {
+        let path = self.obj.display.display();
+        let hint = || {
+            self.obj
+                .debug_hint()
+                .filter(|_| self.first_group)
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default()
+        };
+        match &self.source {
+            Ok(SymSource::Dynsym) => format!(
+                "{path} (symbols from {}{})",
+                SymSource::Dynsym.describe(),
+                hint()
+            ),
+            Ok(s) => format!("{path} (symbols from {})", self.obj.describe_source(*s)),
+            // It opened as ELF: it has no function symbols at all.
+            Err(_) if self.obj.parse().is_ok() => format!(
+                "{path} (no function symbols: stripped, and exports none{})",
+                hint()
+            ),
+            Err(e) => format!("{path} ({})", e.replace(&path.to_string(), "").trim()),
+        }
+    }
+}
+
+/// One line saying what was searched, why nothing matched and what might
+/// have been meant.
+fn explain_miss(pat: &Pattern, searched: &[Searched]) -> String {
+    if searched.is_empty() {
         return format!("no function matches {:?}", pat.as_str());
+    }
+    // Name them all, or leave out at least two.
+    let shown = if searched.len() > NAMED + 1 {
+        NAMED
+    } else {
+        searched.len()
     };
-    let mut msg = format!(
-        "no function matches {:?} in {}",
-        pat.as_str(),
-        first.display.display()
-    );
-    if searched.len() > 1 {
-        msg.push_str(&format!(
-            " or the {} other objects it maps",
-            searched.len() - 1
-        ));
+    let mut named: Vec<String> = searched
+        .iter()
+        .take(shown)
+        .map(Searched::describe)
+        .collect();
+    if searched.len() > shown {
+        named.push(format!("{} other objects", searched.len() - shown));
     }
-    if let Some(s) = source {
-        msg.push_str(&format!(" (symbols from {})", first.describe_source(*s)));
+    let last = named.pop().unwrap_or_default();
+    let mut msg = format!("no function matches {:?} in ", pat.as_str());
+    if !named.is_empty() {
+        msg.push_str(&named.join(", "));
+        msg.push_str(" or ");
     }
-    for (obj, _) in searched {
+    msg.push_str(&last);
+    let with_symbols: Vec<&Rc<ElfObject>> = searched
+        .iter()
+        .filter(|s| s.source.is_ok())
+        .map(|s| &s.obj)
+        .collect();
+    for obj in &with_symbols {
         if let Some(inl) = dwarf::inlined_only(obj, pat) {
             msg.push_str(&format!("; {inl}"));
             return msg;
         }
     }
     let mut near: Vec<String> = Vec::new();
-    for (obj, _) in searched.iter().take(8) {
+    for obj in with_symbols.iter().take(8) {
         for n in symbols::suggest(obj, pat, 5) {
             if !near.contains(&n) && near.len() < 5 {
                 near.push(n);

@@ -646,3 +646,130 @@ fn shell_command_without_follow_is_explained() {
     assert_eq!(out.single_report()["functions"][0]["count"], 2, "{out}");
     assert!(!out.stderr.contains("nothing was counted"), "{out}");
 }
+
+/// Runs a command, panicking if it fails.
+fn run(cmd: &mut Command) {
+    let st = cmd.status().expect("command runs");
+    assert!(st.success(), "{cmd:?}");
+}
+
+/// A miss names every object searched and where each one's symbols came
+/// from, the executable first, and says when it has none.
+#[test]
+fn miss_names_every_object_searched() {
+    let _lock = common::serial();
+    let msg = error(&["latency", "nosuchfn", "--", "/usr/bin/true"]);
+    assert!(
+        msg.starts_with(
+            "no function matches \"nosuchfn\" in /usr/bin/true (no function symbols: stripped, and exports none"
+        ),
+        "{msg}"
+    );
+    assert_mentions(&msg, &["libc.so.6 (symbols from "]);
+
+    // A stripped C++ executable: the executable is named first, with no
+    // symbols, then the libraries it needs.
+    let dir = scratch().join("stripped-miss");
+    std::fs::create_dir_all(&dir).unwrap();
+    let app = dir.join("app");
+    run(Command::new("strip")
+        .arg("-o")
+        .arg(&app)
+        .arg(common::build("cpp_o2")));
+    std::fs::copy(common::build("libfixture.so"), dir.join("libfixture.so")).unwrap();
+    let app_s = app.to_str().unwrap();
+    let msg = error(&["latency", "shop::Store::lokup", "--", app_s, "1", "1"]);
+    assert!(
+        msg.starts_with(&format!(
+            "no function matches \"shop::Store::lokup\" in {app_s} (no function symbols: stripped, and exports none"
+        )),
+        "{msg}"
+    );
+    assert_mentions(
+        &msg,
+        &[
+            "libfixture.so (symbols from .symtab)",
+            "libstdc++.so.6",
+            "(symbols from .dynsym (exported functions only))",
+        ],
+    );
+    assert!(!msg.contains("near names"), "{msg}");
+}
+
+/// A stripped object whose `.gnu_debuglink` file is missing: the message
+/// says which file was looked for, and where.
+#[test]
+fn missing_debuglink_file_is_named() {
+    let _lock = common::serial();
+    let dir = scratch().join("debuglink-missing");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, src) in [("app", "cpp_o2"), ("libfixture.so", "libfixture.so")] {
+        let out = dir.join(name);
+        let debug = dir.join(format!("{name}.debug"));
+        let built = common::build(src);
+        run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&built)
+            .arg(&debug));
+        run(Command::new("strip").arg("-o").arg(&out).arg(&built));
+        run(Command::new("objcopy")
+            .current_dir(&dir)
+            .arg(format!("--add-gnu-debuglink={name}.debug"))
+            .arg(name));
+        std::fs::remove_file(&debug).unwrap();
+    }
+    let d = std::fs::canonicalize(&dir).unwrap();
+    let d = d.to_str().unwrap();
+    let looked = |name: &str| {
+        format!("{name}.debug (named by .gnu_debuglink) in {d}, {d}/.debug or /usr/lib/debug{d}")
+    };
+    // An executable with no symbols at all.
+    let app = dir.join("app");
+    let msg = error(&["list", app.to_str().unwrap(), "shop::risky"]);
+    assert_mentions(
+        &msg,
+        &[
+            "has no function symbols",
+            "no debug file: looked for",
+            &looked("app"),
+        ],
+    );
+    // A library with exported functions only: listed, and the header says
+    // which debug file is missing.
+    let lib = dir.join("libfixture.so");
+    let out = tachy(&["list", lib.to_str().unwrap(), "fixture_io"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&["list"], &out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let header = stdout.lines().next().unwrap();
+    assert!(
+        header.starts_with(&format!(
+            "{} (symbols from .dynsym (exported functions only); no debug file: looked for ",
+            lib.display()
+        )),
+        "{header}"
+    );
+    assert!(header.contains(&looked("libfixture.so")), "{header}");
+    // A miss in it says so too.
+    let msg = error(&["list", lib.to_str().unwrap(), "fixture_nope"]);
+    assert_mentions(&msg, &[&looked("libfixture.so")]);
+}
+
+/// Near names compare whole qualified paths, without `[abi:…]` tags and
+/// parameter lists: `kv::Store::raed` is near `kv::Store::read[abi:cxx11](int)`.
+#[test]
+fn near_names_ignore_abi_tags_and_parameters() {
+    let _lock = common::serial();
+    let exe = scratch().join("kvdemo");
+    run(Command::new("g++")
+        .args(["-O2", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.cpp")));
+    let exe = exe.to_str().unwrap();
+    let msg = error(&["list", exe, "kv::Store::raed"]);
+    assert!(msg.ends_with("; near names: kv::Store::read"), "{msg}");
+    let msg = error(&["list", exe, "kv::Stroe::read"]);
+    assert!(msg.ends_with("; near names: kv::Store::read"), "{msg}");
+    // With a parameter list: the overloads there are, with theirs.
+    let msg = error(&["list", exe, "kv::Store::read(long)"]);
+    assert!(msg.ends_with("; near names: kv::Store::read(int)"), "{msg}");
+}

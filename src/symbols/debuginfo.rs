@@ -128,6 +128,79 @@ pub fn find<'d, R: ReadRef<'d>>(
     (out.0.len() > 64 && out.0.starts_with(b"\x7fELF")).then_some(DebugData::Mini(out.0))
 }
 
+/// Where a debug file for this object was looked for, when none was found:
+/// the build-ID path and the `.gnu_debuglink` name with the directories it
+/// was looked for in, as a hint for a message (`no debug file: …`). None
+/// when the object names no debug file.
+pub fn missing_hint<'d, R: ReadRef<'d>>(
+    file: &ElfFile64<'d, Endianness, R>,
+    display: &Path,
+    open_path: &Path,
+) -> Option<String> {
+    let roots = roots(open_path);
+    let root = roots.first()?;
+    let mut looked: Vec<String> = Vec::new();
+    if let Ok(Some(id)) = file.build_id() {
+        if id.len() >= 2 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let p = root
+                .join(DEBUG_ROOT)
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            looked.push(format!("{} (by build ID)", p.display()));
+        }
+    }
+    if let Ok(Some((name, crc))) = file.gnu_debuglink() {
+        let name = String::from_utf8_lossy(name).into_owned();
+        if !name.contains('/') && !name.is_empty() {
+            let abs = if display.is_absolute() {
+                display.to_path_buf()
+            } else {
+                std::fs::canonicalize(display).unwrap_or_else(|_| display.to_path_buf())
+            };
+            let dir = abs.parent().unwrap_or(Path::new("/"));
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            let dirs = [
+                root.join(rel),
+                root.join(rel).join(".debug"),
+                root.join(DEBUG_ROOT).join(rel),
+            ];
+            // A file of that name from another build is not this object's.
+            let other = dirs.iter().map(|d| d.join(&name)).find(|p| {
+                crate::target::open_file(p)
+                    .ok()
+                    .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+                    .is_some_and(|f| crc32_of(&f) != Some(crc))
+            });
+            looked.push(match other {
+                Some(p) => format!(
+                    "{name} (named by .gnu_debuglink): {} is another build's (its CRC differs)",
+                    p.display()
+                ),
+                None => format!(
+                    "{name} (named by .gnu_debuglink) in {}, {} or {}",
+                    dirs[0].display(),
+                    dirs[1].display(),
+                    dirs[2].display()
+                ),
+            });
+        }
+    }
+    if looked.is_empty() {
+        return None;
+    }
+    let also = if roots.len() > 1 {
+        ", in the process's root and on the host"
+    } else {
+        ""
+    };
+    Some(format!(
+        "no debug file: looked for {}{also}",
+        looked.join(", and ")
+    ))
+}
+
 /// A MiniDebugInfo ELF holds symbols only, a few MiB at most: more is
 /// hostile input, refused rather than decompressed.
 struct Limited(Vec<u8>);

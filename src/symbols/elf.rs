@@ -201,8 +201,22 @@ impl ElfObject {
     pub fn describe_source(&self, source: SymSource) -> String {
         match (source, self.debug_path()) {
             (SymSource::DebugFile, Some(p)) => format!("the debug file {}", p.display()),
+            (SymSource::Dynsym, _) => match self.debug_hint() {
+                Some(hint) => format!("{}; {hint}", source.describe()),
+                None => source.describe().to_string(),
+            },
             _ => source.describe().to_string(),
         }
+    }
+
+    /// Where a debug file was looked for, if the object names one and none
+    /// was found.
+    pub fn debug_hint(&self) -> Option<String> {
+        if self.debug_data().is_some() {
+            return None;
+        }
+        let file = self.parse().ok()?;
+        debuginfo::missing_hint(&file, &self.display, &self.open_path)
     }
 
     /// The path of the separate debug file in use, if any.

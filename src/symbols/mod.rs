@@ -8,6 +8,7 @@ pub mod demangle;
 pub mod dwarf;
 pub mod elf;
 pub mod lines;
+mod near;
 pub mod pattern;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use anyhow::Result;
 
 pub use demangle::{demangle, Names, Part};
 pub use elf::{ElfObject, SymSource};
+pub use near::suggest;
 pub use pattern::Pattern;
 
 /// Largest debug section tachy decompresses: a header claiming more is
@@ -152,77 +154,4 @@ pub fn function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function>> {
         size: s.size,
         fragments: Vec::new(),
     }))
-}
-
-/// Up to `max` names in `obj` close to the pattern, best first.
-pub fn suggest(obj: &ElfObject, pat: &Pattern, max: usize) -> Vec<String> {
-    let Ok((syms, _)) = obj.function_symbols() else {
-        return Vec::new();
-    };
-    let want = last_component(pat.as_str().split('(').next().unwrap_or("")).to_lowercase();
-    if want.is_empty() {
-        return Vec::new();
-    }
-    let mut scored: BTreeMap<(usize, String), ()> = BTreeMap::new();
-    for s in &syms {
-        let names = demangle(s.name);
-        if names.part != Part::Whole {
-            continue;
-        }
-        let last = last_component(&names.base).to_lowercase();
-        let score = if last == want {
-            0
-        } else if last.contains(&want) || want.contains(&last) && last.len() >= 3 {
-            1
-        } else {
-            let d = levenshtein(&last, &want);
-            if d > (want.len() / 3).max(2) {
-                continue;
-            }
-            1 + d
-        };
-        scored.insert((score, names.base), ());
-        if scored.len() > 4 * max {
-            let worst = scored.keys().next_back().cloned();
-            if let Some(w) = worst {
-                scored.remove(&w);
-            }
-        }
-    }
-    scored.into_keys().map(|(_, n)| n).take(max).collect()
-}
-
-fn last_component(s: &str) -> &str {
-    s.rsplit("::").next().unwrap_or(s)
-}
-
-fn levenshtein(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.len() > 256 || b.len() > 256 {
-        return usize::MAX;
-    }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn levenshtein_distances() {
-        assert_eq!(levenshtein("lookup", "lookup"), 0);
-        assert_eq!(levenshtein("lookup", "lokup"), 1);
-        assert_eq!(levenshtein("", "abc"), 3);
-    }
 }

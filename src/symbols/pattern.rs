@@ -81,6 +81,16 @@ impl Pattern {
         &self.text
     }
 
+    /// The pattern in canonical form.
+    pub(super) fn canonical(&self) -> &str {
+        &self.canon
+    }
+
+    /// Whether the pattern names template arguments.
+    pub(super) fn with_args(&self) -> bool {
+        self.with_args
+    }
+
     /// Whether a symbol with this raw (mangled) name may match: false only
     /// when [`matches`](Self::matches) is false for it whatever it
     /// demangles to. Costs a few substring searches, no demangling:
@@ -214,7 +224,7 @@ fn with_length(raw: &str, word: &str, sep: &str) -> bool {
 /// The other names of a Rust path: `<T as Trait>::f` is also `T::f` and
 /// `Trait::f`, `<T>::f` (v0's inherent impls) is `T::f`, and v0's
 /// `{closure#0}` is legacy's `{{closure}}`.
-fn rust_forms(name: &str) -> Vec<String> {
+pub(super) fn rust_forms(name: &str) -> Vec<String> {
     let mut out = Vec::new();
     if name.starts_with('<') {
         if let Some(close) = find_close(name) {
@@ -582,7 +592,7 @@ fn find_close(s: &str) -> Option<usize> {
 /// Splits a canonical name into the name and its parameter list with what
 /// follows (`(int) const`), at the first top-level `(` that does not start
 /// a component (`(anonymous namespace)::f`).
-fn split_params(s: &str) -> (&str, Option<&str>) {
+pub(super) fn split_params(s: &str) -> (&str, Option<&str>) {
     let b = s.as_bytes();
     let mut at = None;
     walk(s, |i, depth| {
@@ -598,7 +608,7 @@ fn split_params(s: &str) -> (&str, Option<&str>) {
 }
 
 /// `s` and every suffix of it that starts after a top-level `::`.
-fn tails(s: &str) -> impl Iterator<Item = &str> {
+pub(super) fn tails(s: &str) -> impl Iterator<Item = &str> {
     let mut starts = vec![0];
     let b = s.as_bytes();
     walk(s, |i, depth| {
@@ -612,7 +622,7 @@ fn tails(s: &str) -> impl Iterator<Item = &str> {
 
 /// The name without template or generic arguments: `std::vector<int>::size`
 /// is `std::vector::size`, `app::f::<u32>` is `app::f`.
-fn strip_args(s: &str) -> String {
+pub(super) fn strip_args(s: &str) -> String {
     let b = s.as_bytes();
     let mut groups: Vec<(usize, usize)> = Vec::new();
     let mut open = None;
@@ -641,7 +651,7 @@ fn strip_args(s: &str) -> String {
 }
 
 /// Removes `[abi:…]` tags from a demangled name.
-fn strip_abi_tags(s: &str) -> String {
+pub(super) fn strip_abi_tags(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find("[abi:") {
