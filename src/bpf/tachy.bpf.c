@@ -1,22 +1,29 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * tachy's probes. One generic program per probe kind, attached at many
- * sites and told apart by the BPF cookie:
+ * sites and told apart by the BPF cookie (layouts in tachy.h):
  *
- *   entry: the first instruction of a traced function. Cookie: function id
- *          in the low 32 bits, signed SP adjustment in the high 32 bits
- *          (for an entry probe placed after the first instruction).
- *   exit:  a `ret` of a traced function or of a function it tail-calls.
- *          No cookie: the frame is found by the stack pointer.
- *   tail:  a tail jump out of a traced function. Cookie: TACHY_TAIL_* bits.
+ *   entry:    where a traced function's entry probe stands (its first
+ *             instruction, or a cheaper one of its straight-line start).
+ *             Cookie: function id in bits 0-30, TACHY_ENTRY_TAILING in bit
+ *             31, signed SP adjustment in bits 32-63.
+ *   exit:     a `ret` of a traced function or of a function it tail-calls.
+ *             No cookie: the frame is found by the stack pointer.
+ *   tail:     a tail jump out of a traced function. Cookie: TACHY_TAIL_*.
+ *   uret:     a uretprobe, where the plan proves no unwinder can cross the
+ *             frame (or on --uretprobe). No cookie.
+ *   site:     a call site of `tachy nested`; site end: where it returns.
+ *   kentry/kexit, fentry/fexit, sys_enter/sys_exit: kernel functions and
+ *             system calls; fork and thread exit: --follow and cleanup.
  *
  * Each thread keeps a stack of open frames keyed by the address of the
  * return-address slot: at a function's first instruction SP points at it,
  * and at its `ret` SP points at it again. An exit closes the frames whose
  * SP equals the current one; frames below it were abandoned (exception,
  * longjmp) and are counted as unwound, never timed. Nothing here ever
- * writes to the traced process, and no uretprobe is used, so no unwinder
- * meets a trampoline address.
+ * writes to the traced process. A uretprobe stands only where nothing can
+ * unwind through the frame, since an unwinder that meets the kernel's
+ * trampoline address aborts the process.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -412,7 +419,6 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	__u32 id = cookie & TACHY_ENTRY_ID_MASK;
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct tachy_thread *t;
-	struct tachy_frame *f;
 	__u64 now;
 	int i;
 
@@ -654,9 +660,11 @@ int tachy_exit_m(struct pt_regs *ctx)
 }
 
 /*
- * --uretprobe: runs after the return, with SP one slot above. Only on
- * explicit request: a C++ exception unwinding through the frame meets the
- * kernel's trampoline address and aborts the process.
+ * A uretprobe: runs after the return, with SP one slot above. Only where
+ * the plan proves nothing can unwind through the frame (a leaf, an object
+ * with no unwinding code), or on --uretprobe: a C++ exception unwinding
+ * through the frame meets the kernel's trampoline address and aborts the
+ * process.
  */
 SEC("uretprobe.multi")
 int tachy_uret_m(struct pt_regs *ctx)
@@ -713,11 +721,6 @@ int tachy_uret_s(struct pt_regs *ctx)
 	return do_exit(PT_REGS_SP(ctx) - 8);
 }
 
-/*
- * A thread that exits with open frames left them without returning (an
- * exception caught further up, longjmp, pthread_exit): count them, since no
- * later probe on that thread will.
- */
 /*
  * System call latency, enter to exit, through the raw syscall tracepoints.
  * `sys_ids` maps a syscall number to its id + 1 (0: not traced).
@@ -891,11 +894,15 @@ int BPF_PROG(tachy_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
+/*
+ * A thread that exits with open frames left them without returning (an
+ * exception caught further up, longjmp, pthread_exit): count them, since no
+ * later probe on that thread will.
+ */
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(tachy_thread_exit, struct task_struct *task)
 {
 	struct tachy_thread *t;
-	int i;
 
 	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)

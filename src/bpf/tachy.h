@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The one definition of everything shared by the BPF program and tachy's
- * Rust side. Rust reads these types from the generated skeleton.
+ * Rust side. Rust reads these types from the generated skeleton; the
+ * cookie layouts are encoded in src/plan/encode.rs, whose tests check its
+ * constants against the values here.
  */
 #ifndef __TACHY_H
 #define __TACHY_H
