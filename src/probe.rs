@@ -5,13 +5,16 @@
 
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts, UprobeOpts};
 
-use crate::plan::{Plan, ProbeKind};
+use crate::plan::encode::{self, LinkGroup, Program};
+use crate::plan::{Plan, MAX_NODES};
+use crate::report::hist::NBUCKETS;
 use crate::report::{Counts, Hist};
 
 mod skel {
@@ -19,17 +22,16 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/tachy.skel.rs"));
 }
 
-use skel::{types, TachySkel, TachySkelBuilder};
-
-/// Cookie bits (TACHY_ENTRY_TAILING, TACHY_SITE_* in tachy.h).
-const ENTRY_TAILING: u64 = 0x8000_0000;
-const SITE_TAIL: u64 = 0x4000_0000;
-const SITE_EXIT_FIRST: u64 = 0x8000_0000;
-const SITE_ENDS_WITH_PARENT: u64 = 0x2000_0000;
+use skel::{types, OpenTachyProgs, TachyProgs, TachySkel, TachySkelBuilder};
 
 // SAFETY: tachy_stats is plain old data generated from tachy.h: integers
 // only, no padding-sensitive invariants, valid for any bit pattern.
 unsafe impl plain::Plain for types::tachy_stats {}
+
+// Array sizes of tachy.h, as the skeleton has them, are those of the Rust
+// side: these do not compile otherwise.
+const _: fn(&types::tachy_stats) -> &[u64; NBUCKETS] = |s| &s.buckets;
+const _: fn(&types::tachy_thread) -> &[u64; MAX_NODES] = |t| &t.pend_ns;
 
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
@@ -40,17 +42,6 @@ pub struct Tracer<'obj> {
     pub thread_exit: bool,
     /// How kernel functions were attached: fentry/fexit or kprobes.
     pub kernel_with: Option<&'static str>,
-}
-
-/// The kinds of link a probe kind is attached with.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Prog {
-    Entry,
-    Exit,
-    Tail,
-    Uret,
-    Site,
-    SiteEnd,
 }
 
 fn silence_libbpf(verbose: bool) {
@@ -69,84 +60,39 @@ fn silence_libbpf(verbose: bool) {
 
 impl<'obj> Tracer<'obj> {
     /// Loads the BPF program configured for `plan` and attaches every probe,
-    /// adding to `attached` the probes each link placed (read by another
-    /// thread to show progress). On any error, whatever was attached is
-    /// detached again.
+    /// in phases: prepare (which program goes where with which cookie,
+    /// decided from the plan alone by `plan::encode`), load (only the
+    /// programs the plan uses), attach (uprobes, then system calls and
+    /// kernel functions), and last the watch on thread exits. Adds to
+    /// `attached` the probes each link placed (read by another thread to
+    /// show progress). On any error, whatever was attached is detached
+    /// again.
     pub fn attach(
         storage: &'obj mut MaybeUninit<OpenObject>,
         plan: &Plan,
         verbose: bool,
-        attached: &std::sync::atomic::AtomicUsize,
+        attached: &AtomicUsize,
     ) -> Result<Tracer<'obj>> {
         silence_libbpf(verbose);
-        let nfuncs = plan.ids();
-        let mut open = TachySkelBuilder::default()
-            .open(storage)
-            .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
-        configure(&mut open, plan, 0)?;
-        open.maps
-            .stats
-            .set_max_entries(2 * nfuncs)
-            .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+        let groups = encode::link_groups(plan);
         let multi = uprobe_multi_supported();
-        let nested = !plan.sites.is_empty();
-        let uret = plan.probes.iter().any(|p| p.kind == ProbeKind::Uret);
-        let kfuncs = plan.kernel_functions().next().is_some();
-        let syscalls = plan.syscalls().next().is_some();
-        for (p, on) in [
-            (&mut open.progs.tachy_entry_m, multi),
-            (&mut open.progs.tachy_exit_m, multi),
-            (&mut open.progs.tachy_tail_m, multi),
-            (&mut open.progs.tachy_uret_m, multi && uret),
-            (&mut open.progs.tachy_uret_s, !multi && uret),
-            (&mut open.progs.tachy_entry_s, !multi),
-            (&mut open.progs.tachy_exit_s, !multi),
-            (&mut open.progs.tachy_tail_s, !multi),
-            (&mut open.progs.tachy_site_m, multi && nested),
-            (&mut open.progs.tachy_site_s, !multi && nested),
-            (&mut open.progs.tachy_send_m, multi && nested),
-            (&mut open.progs.tachy_send_s, !multi && nested),
-            (&mut open.progs.tachy_fork, plan.settings.follow),
-            (&mut open.progs.tachy_kentry, kfuncs),
-            (&mut open.progs.tachy_kexit, kfuncs),
-            (&mut open.progs.tachy_sys_enter, syscalls),
-            (&mut open.progs.tachy_sys_exit, syscalls),
-            // Loaded in instances of their own (attach_fentry).
-            (&mut open.progs.tachy_fentry, false),
-            (&mut open.progs.tachy_fexit, false),
-        ] {
-            p.set_autoload(on);
-        }
-        let skel = open.load().map_err(|e| load_error(e.to_string()))?;
         let mut t = Tracer {
-            skel,
+            skel: load(storage, plan, &groups, multi)?,
             links: Vec::new(),
-            nfuncs,
+            nfuncs: plan.ids(),
             multi,
             thread_exit: false,
             kernel_with: None,
         };
         if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
-            let key = pid.to_ne_bytes();
-            t.skel
-                .maps
-                .followed
-                .update(&key, &[1u8], MapFlags::ANY)
-                .map_err(|e| anyhow!("cannot set up --follow: {e}"))?;
-            let link = t
-                .skel
-                .progs
-                .tachy_fork
-                .attach()
-                .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
-            t.links.push(link);
+            t.follow(pid)?;
         }
         t.fill_site_nodes(plan)?;
-        t.attach_all(plan, attached)?;
-        if syscalls {
+        t.attach_uprobes(plan, &groups, attached)?;
+        if plan.syscalls().next().is_some() {
             t.attach_syscalls(plan)?;
         }
-        if kfuncs {
+        if plan.kernel_functions().next().is_some() {
             t.attach_kernel_functions(plan, verbose)?;
         }
         // Without it, frames a thread abandons just before it exits are not
@@ -160,6 +106,23 @@ impl<'obj> Tracer<'obj> {
             Err(_) => {}
         }
         Ok(t)
+    }
+
+    /// Counts in process `pid` and the processes it forks (--follow).
+    fn follow(&mut self, pid: u32) -> Result<()> {
+        self.skel
+            .maps
+            .followed
+            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| anyhow!("cannot set up --follow: {e}"))?;
+        let link = self
+            .skel
+            .progs
+            .tachy_fork
+            .attach()
+            .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
+        self.links.push(link);
+        Ok(())
     }
 
     /// Times the plan's kernel functions with fentry/fexit where the kernel
@@ -179,16 +142,15 @@ impl<'obj> Tracer<'obj> {
                         continue;
                     }
                     Err(e) => {
-                        let e = e.to_string();
                         if verbose {
-                            eprintln!("tachy: fentry/fexit on {name}: {e}");
+                            eprintln!("tachy: fentry/fexit on {name}: {}", e.text);
                         }
                         // Other errors are this function's own (not in
                         // BTF, not traceable): it alone goes to kprobes.
-                        if e.contains("not permitted") || e.contains("not supported") {
-                            fentry_refused = Some(e.clone());
+                        if e.refuses_all {
+                            fentry_refused = Some(e.text.clone());
                         }
-                        fentry_failed = Some(e);
+                        fentry_failed = Some(e.text);
                     }
                 }
             }
@@ -227,12 +189,15 @@ impl<'obj> Tracer<'obj> {
     /// are attached to kernel function `name`, counting as function `id`,
     /// on the maps of the first instance. Only the two links are kept: they
     /// hold the programs, which hold the maps.
-    fn attach_fentry(&mut self, plan: &Plan, name: &str, id: u32) -> Result<()> {
+    fn attach_fentry(&mut self, plan: &Plan, name: &str, id: u32) -> Result<(), FentryError> {
         let mut storage = MaybeUninit::uninit();
         let mut open = TachySkelBuilder::default()
             .open(&mut storage)
-            .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
-        configure(&mut open, plan, id)?;
+            .map_err(|e| FentryError::of(&e, "cannot open the BPF program: "))?;
+        configure(&mut open, plan, id).map_err(|e| FentryError {
+            text: format!("{e:#}"),
+            refuses_all: false,
+        })?;
         let shared = &self.skel.maps;
         let m = &mut open.maps;
         for (map, from) in [
@@ -246,7 +211,7 @@ impl<'obj> Tracer<'obj> {
             (&mut m.bss, shared.bss.as_fd()),
         ] {
             map.reuse_fd(from)
-                .map_err(|e| anyhow!("cannot share the BPF maps: {e}"))?;
+                .map_err(|e| FentryError::of(&e, "cannot share the BPF maps: "))?;
         }
         for mut prog in open.open_object_mut().progs_mut() {
             prog.set_autoload(false);
@@ -254,29 +219,24 @@ impl<'obj> Tracer<'obj> {
         for p in [&mut open.progs.tachy_fentry, &mut open.progs.tachy_fexit] {
             p.set_autoload(true);
             p.set_attach_target(0, Some(name.to_string()))
-                .map_err(|e| anyhow!("{e}"))?;
+                .map_err(|e| FentryError::of(&e, ""))?;
         }
-        let skel = open.load().map_err(|e| anyhow!("{}", short_errno(&e)))?;
+        let skel = open.load().map_err(|e| FentryError::of(&e, ""))?;
         // Exit first: a call already under way when the entry attaches
         // then leaves no frame behind. Both or neither are kept.
         let mut links = Vec::with_capacity(2);
         for p in [&skel.progs.tachy_fexit, &skel.progs.tachy_fentry] {
-            let link = p
-                .attach_trace()
-                .map_err(|e| anyhow!("{}", short_errno(&e)))?;
+            let link = p.attach_trace().map_err(|e| FentryError::of(&e, ""))?;
             links.push(link);
         }
         self.links.extend(links);
         Ok(())
     }
 
-    /// Tells the kernel which node a site probe times under which parent:
-    /// (slot << 32 | parent id) -> node id.
+    /// Tells the kernel which node a site probe times under which parent.
     fn fill_site_nodes(&mut self, plan: &Plan) -> Result<()> {
-        let nf = plan.items.len() as u32;
-        for (i, n) in plan.sites.iter().enumerate() {
-            let key = ((n.slot as u64) << 32 | n.parent as u64).to_ne_bytes();
-            let node = (nf + i as u32).to_ne_bytes();
+        for (key, node) in encode::site_nodes(plan) {
+            let (key, node) = (key.to_ne_bytes(), node.to_ne_bytes());
             self.skel
                 .maps
                 .site_nodes
@@ -286,144 +246,65 @@ impl<'obj> Tracer<'obj> {
         Ok(())
     }
 
-    fn attach_all(&mut self, plan: &Plan, attached: &std::sync::atomic::AtomicUsize) -> Result<()> {
-        use std::sync::atomic::Ordering::Relaxed;
+    /// One link per group where the kernel has uprobe_multi, one per probe
+    /// otherwise.
+    fn attach_uprobes(
+        &mut self,
+        plan: &Plan,
+        groups: &[LinkGroup],
+        attached: &AtomicUsize,
+    ) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
-        let link_pid = match (plan.settings.follow, plan.pid) {
-            (false, Some(pid)) => pid as i32,
+        let link_pid = match plan.pid {
+            Some(pid) if !plan.settings.follow => pid as i32,
             _ => -1,
         };
         for (oi, object) in plan.objects.iter().enumerate() {
-            let (display, open_path) = (&object.display, &object.open_path);
+            let display = object.display.display();
             // The kernel resolves the path it is given from tachy's root: a
             // path under a process's root is opened inside that root first
             // and handed over as this open file.
-            let held = match crate::target::in_process_root(open_path) {
+            let held = match crate::target::in_process_root(&object.open_path) {
                 Some(_) => Some(
-                    crate::target::open_file(open_path)
-                        .with_context(|| format!("cannot open {}", display.display()))?,
+                    crate::target::open_file(&object.open_path)
+                        .with_context(|| format!("cannot open {display}"))?,
                 ),
                 None => None,
             };
             let fd_path = held
                 .as_ref()
                 .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
-            let open_path = fd_path.as_deref().unwrap_or(open_path);
-            for kind in [
-                Prog::Entry,
-                Prog::Exit,
-                Prog::Tail,
-                Prog::Uret,
-                Prog::Site,
-                Prog::SiteEnd,
-            ] {
-                let sites: Vec<(usize, u64)> = plan
-                    .probes
-                    .iter()
-                    .filter(|p| p.object == oi)
-                    .filter_map(|p| match (kind, p.kind) {
-                        (
-                            Prog::Entry,
-                            ProbeKind::Entry {
-                                id,
-                                sp_adjust,
-                                tailing,
-                            },
-                        ) => Some((
-                            p.offset as usize,
-                            id as u64
-                                | if tailing { ENTRY_TAILING } else { 0 }
-                                | ((sp_adjust as u32 as u64) << 32),
-                        )),
-                        (Prog::Uret, ProbeKind::Uret) => Some((p.offset as usize, 0)),
-                        (Prog::SiteEnd, ProbeKind::SiteEnd { slot, sp_adjust }) => Some((
-                            p.offset as usize,
-                            slot as u64 | ((sp_adjust as u32 as u64) << 32),
-                        )),
-                        (
-                            Prog::Site,
-                            ProbeKind::Site {
-                                slot,
-                                tail,
-                                exit_first,
-                                ends_with_parent,
-                            },
-                        ) => Some((
-                            p.offset as usize,
-                            slot as u64
-                                | if tail { SITE_TAIL } else { 0 }
-                                | if exit_first { SITE_EXIT_FIRST } else { 0 }
-                                | if ends_with_parent {
-                                    SITE_ENDS_WITH_PARENT
-                                } else {
-                                    0
-                                },
-                        )),
-                        (Prog::Exit, ProbeKind::Exit) => Some((p.offset as usize, 0)),
-                        (Prog::Tail, ProbeKind::Tail { cookie }) => {
-                            Some((p.offset as usize, cookie))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                if sites.is_empty() {
-                    continue;
-                }
-                let what = || format!("cannot attach probes to {}", display.display());
+            let path = fd_path.as_deref().unwrap_or(&object.open_path);
+            let what = || format!("cannot attach probes to {display}");
+            for g in groups.iter().filter(|g| g.object == oi) {
+                let prog = uprobe_program(&self.skel.progs, g.program, self.multi);
                 if self.multi {
-                    let prog = match kind {
-                        Prog::Entry => &self.skel.progs.tachy_entry_m,
-                        Prog::Exit => &self.skel.progs.tachy_exit_m,
-                        Prog::Tail => &self.skel.progs.tachy_tail_m,
-                        Prog::Uret => &self.skel.progs.tachy_uret_m,
-                        Prog::Site => &self.skel.progs.tachy_site_m,
-                        Prog::SiteEnd => &self.skel.progs.tachy_send_m,
+                    let opts = UprobeMultiOpts {
+                        retprobe: g.program.is_return(),
+                        offsets: g.sites.iter().map(|s| s.0 as usize).collect(),
+                        cookies: g.sites.iter().map(|s| s.1).collect(),
+                        ..Default::default()
                     };
-                    // One function expanded under two parents has its sites
-                    // twice: each link holds an offset once.
-                    let mut batches: Vec<Vec<(usize, u64)>> = Vec::new();
-                    for site in sites {
-                        match batches.iter_mut().find(|b| b.iter().all(|x| x.0 != site.0)) {
-                            Some(b) => b.push(site),
-                            None => batches.push(vec![site]),
-                        }
-                    }
-                    for batch in batches {
-                        let opts = UprobeMultiOpts {
-                            retprobe: kind == Prog::Uret,
-                            offsets: batch.iter().map(|s| s.0).collect(),
-                            cookies: batch.iter().map(|s| s.1).collect(),
-                            ..Default::default()
-                        };
-                        let link = prog
-                            .attach_uprobe_multi_with_opts(link_pid, open_path, "", opts)
-                            .map_err(|e| attach_error(e.to_string()))
-                            .with_context(what)?;
-                        self.links.push(link);
-                        attached.fetch_add(batch.len(), Relaxed);
-                    }
+                    let link = prog
+                        .attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+                        .map_err(attach_error)
+                        .with_context(what)?;
+                    self.links.push(link);
+                    attached.fetch_add(g.sites.len(), Ordering::Relaxed);
                 } else {
-                    let prog = match kind {
-                        Prog::Entry => &self.skel.progs.tachy_entry_s,
-                        Prog::Exit => &self.skel.progs.tachy_exit_s,
-                        Prog::Tail => &self.skel.progs.tachy_tail_s,
-                        Prog::Uret => &self.skel.progs.tachy_uret_s,
-                        Prog::Site => &self.skel.progs.tachy_site_s,
-                        Prog::SiteEnd => &self.skel.progs.tachy_send_s,
-                    };
-                    for (off, cookie) in sites {
+                    for &(offset, cookie) in &g.sites {
                         let opts = UprobeOpts {
                             cookie,
-                            retprobe: kind == Prog::Uret,
+                            retprobe: g.program.is_return(),
                             ..Default::default()
                         };
                         let link = prog
-                            .attach_uprobe_with_opts(link_pid, open_path, off, opts)
-                            .map_err(|e| attach_error(e.to_string()))
+                            .attach_uprobe_with_opts(link_pid, path, offset as usize, opts)
+                            .map_err(attach_error)
                             .with_context(what)?;
                         self.links.push(link);
-                        attached.fetch_add(1, Relaxed);
+                        attached.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
@@ -524,8 +405,101 @@ impl<'obj> Tracer<'obj> {
         alive
     }
 
+    /// Names of the BPF programs loaded: those the plan uses.
+    pub fn loaded_programs(&self) -> Vec<String> {
+        self.skel
+            .object()
+            .progs()
+            .filter(|p| p.autoload())
+            .map(|p| p.name().to_string_lossy().into_owned())
+            .collect()
+    }
+
     pub fn link_count(&self) -> usize {
         self.links.len()
+    }
+}
+
+/// Opens the BPF program, writes the plan's settings, and loads the
+/// programs the plan uses, no other.
+fn load<'obj>(
+    storage: &'obj mut MaybeUninit<OpenObject>,
+    plan: &Plan,
+    groups: &[LinkGroup],
+    multi: bool,
+) -> Result<TachySkel<'obj>> {
+    let mut open = TachySkelBuilder::default()
+        .open(storage)
+        .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
+    configure(&mut open, plan, 0)?;
+    open.maps
+        .stats
+        .set_max_entries(2 * plan.ids())
+        .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    for mut prog in open.open_object_mut().progs_mut() {
+        prog.set_autoload(false);
+    }
+    for g in groups {
+        open_uprobe_program(&mut open.progs, g.program, multi).set_autoload(true);
+    }
+    let kfuncs = plan.kernel_functions().next().is_some();
+    let syscalls = plan.syscalls().next().is_some();
+    // tachy_fentry and tachy_fexit are loaded in instances of their own
+    // (attach_fentry).
+    for (p, on) in [
+        (&mut open.progs.tachy_fork, plan.settings.follow),
+        (&mut open.progs.tachy_kentry, kfuncs),
+        (&mut open.progs.tachy_kexit, kfuncs),
+        (&mut open.progs.tachy_sys_enter, syscalls),
+        (&mut open.progs.tachy_sys_exit, syscalls),
+        (&mut open.progs.tachy_thread_exit, true),
+    ] {
+        p.set_autoload(on);
+    }
+    open.load().map_err(load_error)
+}
+
+/// The program that runs probes of `p`, before loading.
+fn open_uprobe_program<'a, 'obj>(
+    progs: &'a mut OpenTachyProgs<'obj>,
+    p: Program,
+    multi: bool,
+) -> &'a mut libbpf_rs::OpenProgramMut<'obj> {
+    match (p, multi) {
+        (Program::Entry, true) => &mut progs.tachy_entry_m,
+        (Program::Exit, true) => &mut progs.tachy_exit_m,
+        (Program::Tail, true) => &mut progs.tachy_tail_m,
+        (Program::Uret, true) => &mut progs.tachy_uret_m,
+        (Program::Site, true) => &mut progs.tachy_site_m,
+        (Program::SiteEnd, true) => &mut progs.tachy_send_m,
+        (Program::Entry, false) => &mut progs.tachy_entry_s,
+        (Program::Exit, false) => &mut progs.tachy_exit_s,
+        (Program::Tail, false) => &mut progs.tachy_tail_s,
+        (Program::Uret, false) => &mut progs.tachy_uret_s,
+        (Program::Site, false) => &mut progs.tachy_site_s,
+        (Program::SiteEnd, false) => &mut progs.tachy_send_s,
+    }
+}
+
+/// The program that runs probes of `p`, loaded.
+fn uprobe_program<'a, 'obj>(
+    progs: &'a TachyProgs<'obj>,
+    p: Program,
+    multi: bool,
+) -> &'a libbpf_rs::ProgramMut<'obj> {
+    match (p, multi) {
+        (Program::Entry, true) => &progs.tachy_entry_m,
+        (Program::Exit, true) => &progs.tachy_exit_m,
+        (Program::Tail, true) => &progs.tachy_tail_m,
+        (Program::Uret, true) => &progs.tachy_uret_m,
+        (Program::Site, true) => &progs.tachy_site_m,
+        (Program::SiteEnd, true) => &progs.tachy_send_m,
+        (Program::Entry, false) => &progs.tachy_entry_s,
+        (Program::Exit, false) => &progs.tachy_exit_s,
+        (Program::Tail, false) => &progs.tachy_tail_s,
+        (Program::Uret, false) => &progs.tachy_uret_s,
+        (Program::Site, false) => &progs.tachy_site_s,
+        (Program::SiteEnd, false) => &progs.tachy_send_s,
     }
 }
 
@@ -579,6 +553,30 @@ fn fentry_unavailable() -> Option<&'static str> {
     None
 }
 
+/// Why fentry/fexit failed on a kernel function.
+struct FentryError {
+    text: String,
+    /// Refused for every function (no permission, no support), not for
+    /// this one alone (not in BTF, not traceable).
+    refuses_all: bool,
+}
+
+impl FentryError {
+    fn of(e: &libbpf_rs::Error, context: &str) -> FentryError {
+        use libbpf_rs::ErrorKind;
+        // EOPNOTSUPP has no error kind of its own (it is `Other`): only the
+        // message tells it apart.
+        let refuses_all = matches!(
+            e.kind(),
+            ErrorKind::PermissionDenied | ErrorKind::Unsupported
+        ) || e.to_string().contains("not supported");
+        FentryError {
+            text: format!("{context}{}", short_errno(e)),
+            refuses_all,
+        }
+    }
+}
+
 /// A libbpf error as the errno it carries ("Operation not permitted"),
 /// without libbpf's context.
 fn short_errno(e: &libbpf_rs::Error) -> String {
@@ -593,15 +591,20 @@ fn short_errno(e: &libbpf_rs::Error) -> String {
     }
 }
 
-fn load_error(msg: String) -> anyhow::Error {
-    if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-        anyhow!("the kernel refused to load the BPF program (Operation not permitted): run tachy as root, or with CAP_BPF and CAP_PERFMON")
+fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
+    // EPERM and EACCES are both PermissionDenied; the verifier refuses a
+    // program with EACCES too, so only missing capabilities make the hint.
+    if e.kind() == libbpf_rs::ErrorKind::PermissionDenied && !missing_capabilities().is_empty() {
+        anyhow!("the kernel refused to load the BPF program ({e}): run tachy as root, or with CAP_BPF and CAP_PERFMON")
     } else {
-        anyhow!("the kernel refused to load the BPF program: {msg}")
+        anyhow!("the kernel refused to load the BPF program: {e}")
     }
 }
 
-fn attach_error(msg: String) -> anyhow::Error {
+fn attach_error(e: libbpf_rs::Error) -> anyhow::Error {
+    // ESRCH has no error kind of its own (it is `Other`): only the message
+    // tells it apart.
+    let msg = e.to_string();
     if msg.contains("No such process") || msg.contains("ESRCH") {
         anyhow!("the process exited while probes were being attached")
     } else {

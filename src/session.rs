@@ -361,6 +361,10 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
                 "uprobe"
             }
         );
+        eprintln!(
+            "BPF programs loaded: {}",
+            tracer.loaded_programs().join(", ")
+        );
     }
     let whom = target.whom(&s, &plan, spawned.as_ref());
     reports.header(&header(&s, &plan, &whom))?;

@@ -1375,3 +1375,29 @@ fn syscall_latency_counts_exactly() {
     let slow = func(&rep, "slow_sum");
     check_func(slow, it * th, 0, 300_000);
 }
+
+/// Only the BPF programs the plan uses are loaded: a function with an
+/// entry probe and probes on its `ret`s needs the entry and exit programs
+/// (and the thread-exit watch), not those of tail jumps, uretprobes, call
+/// sites, forks, system calls or kernel functions.
+#[test]
+fn loads_only_the_programs_the_plan_uses() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["-v", "slow_sum"], "plain", &["1", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("BPF programs loaded: "))
+        .unwrap_or_else(|| panic!("{out:?}"));
+    let mut progs: Vec<&str> = line["BPF programs loaded: ".len()..].split(", ").collect();
+    progs.sort();
+    assert_eq!(
+        progs,
+        ["tachy_entry_m", "tachy_exit_m", "tachy_thread_exit"],
+        "{out:?}"
+    );
+}

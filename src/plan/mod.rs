@@ -1,10 +1,12 @@
 //! The plan: pure data saying which probes go where, with the BPF settings.
 //! Built from resolved functions and their decoded code (`function`,
 //! `sites`, with `unwind` deciding where a uretprobe is safe); printed by
-//! `--dry-run`/`--verbose` (`describe`); turned into links by `probe`.
+//! `--dry-run`/`--verbose` (`describe`); encoded for the BPF side
+//! (`encode`) and turned into links by `probe`.
 //! Nothing here touches the kernel.
 
 mod describe;
+pub mod encode;
 mod function;
 mod sites;
 pub mod unwind;
@@ -18,15 +20,9 @@ use crate::disasm::{self, Decoded, ProbeCost, Range};
 use crate::symbols::{ElfObject, Function, SymSource};
 pub use crate::target::ObjectRef;
 
+pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
 pub use function::{choose_entry, ExitMode, ExitSummary};
 pub use sites::{Drill, Imported, SiteNode};
-
-/// Nodes of a nested tree (TACHY_MAX_NODES in tachy.h).
-pub const MAX_NODES: usize = 128;
-
-/// Cookie bits of a tail probe (mirror of TACHY_TAIL_* in tachy.h).
-pub const TAIL_CONDITIONAL: u64 = 0x10;
-pub const TAIL_INDIRECT: u64 = 0x20;
 
 /// One probe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

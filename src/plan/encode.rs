@@ -1,0 +1,309 @@
+//! What the BPF side is told about each probe: the program that runs it and
+//! the cookie that program reads, and how probes are grouped into links.
+//! The bit layouts are those of `src/bpf/tachy.h`; the constants below are
+//! its values, checked against the header by a test.
+
+use std::collections::HashMap;
+
+use super::{Plan, ProbeKind};
+
+/// Entry cookie: function id in bits 0-30 (TACHY_ENTRY_ID_MASK).
+pub const ENTRY_ID_MASK: u64 = 0x7fff_ffff;
+/// Entry cookie: the entry instruction is itself a direct tail jump.
+pub const ENTRY_TAILING: u64 = 0x8000_0000;
+/// Site cookie: slot (the probed address's index) in bits 0-28
+/// (TACHY_SITE_SLOT_MASK).
+pub const SITE_SLOT_MASK: u64 = 0x1fff_ffff;
+pub const SITE_ENDS_WITH_PARENT: u64 = 0x2000_0000;
+pub const SITE_TAIL: u64 = 0x4000_0000;
+pub const SITE_EXIT_FIRST: u64 = 0x8000_0000;
+/// Tail cookie: the x86 condition code of a conditional tail jump.
+pub const TAIL_COND_MASK: u64 = 0x0f;
+pub const TAIL_CONDITIONAL: u64 = 0x10;
+pub const TAIL_INDIRECT: u64 = 0x20;
+/// Nodes of a nested tree (TACHY_MAX_NODES).
+pub const MAX_NODES: usize = 128;
+
+/// The BPF program a probe runs (each exists as a single-uprobe and as a
+/// uprobe_multi program).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Program {
+    Entry,
+    Exit,
+    Tail,
+    /// Runs at the return of the probed function (a uretprobe).
+    Uret,
+    Site,
+    SiteEnd,
+}
+
+impl Program {
+    /// Whether the probe is a return probe.
+    pub fn is_return(self) -> bool {
+        self == Program::Uret
+    }
+}
+
+/// The program a probe runs and the cookie it reads.
+pub fn encode(kind: ProbeKind) -> (Program, u64) {
+    // Signed SP adjustments travel as their 32-bit two's complement.
+    let high = |v: i32| u64::from(v as u32) << 32;
+    match kind {
+        ProbeKind::Entry {
+            id,
+            sp_adjust,
+            tailing,
+        } => (
+            Program::Entry,
+            (u64::from(id) & ENTRY_ID_MASK)
+                | if tailing { ENTRY_TAILING } else { 0 }
+                | high(sp_adjust),
+        ),
+        ProbeKind::Exit => (Program::Exit, 0),
+        ProbeKind::Tail { cookie } => (Program::Tail, cookie),
+        ProbeKind::Uret => (Program::Uret, 0),
+        ProbeKind::Site {
+            slot,
+            tail,
+            exit_first,
+            ends_with_parent,
+        } => (
+            Program::Site,
+            (u64::from(slot) & SITE_SLOT_MASK)
+                | if tail { SITE_TAIL } else { 0 }
+                | if exit_first { SITE_EXIT_FIRST } else { 0 }
+                | if ends_with_parent {
+                    SITE_ENDS_WITH_PARENT
+                } else {
+                    0
+                },
+        ),
+        ProbeKind::SiteEnd { slot, sp_adjust } => {
+            (Program::SiteEnd, u64::from(slot) | high(sp_adjust))
+        }
+    }
+}
+
+/// The key of the `site_nodes` map: a site's slot and the id of the frame
+/// (traced function or site) it is a child of.
+pub fn site_node_key(slot: u32, parent: u32) -> u64 {
+    u64::from(slot) << 32 | u64::from(parent)
+}
+
+/// The entries of the `site_nodes` map: which node each site slot times
+/// under each parent.
+pub fn site_nodes(plan: &Plan) -> Vec<(u64, u32)> {
+    let first = plan.items.len() as u32;
+    plan.sites
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (site_node_key(n.slot, n.parent), first + i as u32))
+        .collect()
+}
+
+/// Probes of one program in one object, attached as one link where the
+/// kernel has uprobe_multi.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkGroup {
+    /// Index into `Plan::objects`.
+    pub object: usize,
+    pub program: Program,
+    /// (file offset, cookie), each offset at most once.
+    pub sites: Vec<(u64, u64)>,
+}
+
+/// The plan's probes grouped into links: per object and program, in the
+/// plan's order. A link holds an offset once, so a probe whose offset is
+/// already in a group goes to the next group of the same object and
+/// program.
+pub fn link_groups(plan: &Plan) -> Vec<LinkGroup> {
+    let mut groups: Vec<LinkGroup> = Vec::new();
+    // (object, program) -> indexes of its groups, in order.
+    let mut index: HashMap<(usize, Program), Vec<usize>> = HashMap::new();
+    // How often each (object, program, offset) was seen so far: the
+    // group a repeat goes to.
+    let mut seen: HashMap<(usize, Program, u64), usize> = HashMap::new();
+    for p in &plan.probes {
+        let (program, cookie) = encode(p.kind);
+        let nth = seen.entry((p.object, program, p.offset)).or_insert(0);
+        let mine = index.entry((p.object, program)).or_default();
+        if *nth == mine.len() {
+            mine.push(groups.len());
+            groups.push(LinkGroup {
+                object: p.object,
+                program,
+                sites: Vec::new(),
+            });
+        }
+        groups[mine[*nth]].sites.push((p.offset, cookie));
+        *nth += 1;
+    }
+    groups.sort_by_key(|g| (g.object, g.program));
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Probe;
+    use super::*;
+
+    #[test]
+    fn entry_cookie() {
+        let (prog, c) = encode(ProbeKind::Entry {
+            id: 5,
+            sp_adjust: -8,
+            tailing: true,
+        });
+        assert_eq!(prog, Program::Entry);
+        assert_eq!(c & ENTRY_ID_MASK, 5);
+        assert_ne!(c & ENTRY_TAILING, 0);
+        assert_eq!((c >> 32) as u32 as i32, -8);
+        let (_, c) = encode(ProbeKind::Entry {
+            id: 7,
+            sp_adjust: 24,
+            tailing: false,
+        });
+        assert_eq!(c, 7 | 24 << 32);
+    }
+
+    #[test]
+    fn site_cookies() {
+        let (prog, c) = encode(ProbeKind::Site {
+            slot: 130,
+            tail: true,
+            exit_first: true,
+            ends_with_parent: false,
+        });
+        assert_eq!(prog, Program::Site);
+        assert_eq!(c & SITE_SLOT_MASK, 130);
+        assert_eq!(c >> 32, 0);
+        assert_eq!(
+            c & (SITE_TAIL | SITE_EXIT_FIRST | SITE_ENDS_WITH_PARENT),
+            SITE_TAIL | SITE_EXIT_FIRST
+        );
+        let (_, c) = encode(ProbeKind::Site {
+            slot: 1,
+            tail: false,
+            exit_first: false,
+            ends_with_parent: true,
+        });
+        assert_eq!(c, 1 | SITE_ENDS_WITH_PARENT);
+        let (prog, c) = encode(ProbeKind::SiteEnd {
+            slot: 9,
+            sp_adjust: -16,
+        });
+        assert_eq!(prog, Program::SiteEnd);
+        assert_eq!(c, 9 | (u64::from(-16i32 as u32) << 32));
+        assert_eq!(site_node_key(7, 2), 7 << 32 | 2);
+    }
+
+    #[test]
+    fn exits_tails_and_returns() {
+        assert_eq!(encode(ProbeKind::Exit), (Program::Exit, 0));
+        assert_eq!(encode(ProbeKind::Uret), (Program::Uret, 0));
+        let cookie = TAIL_CONDITIONAL | TAIL_INDIRECT | 0x5;
+        assert_eq!(encode(ProbeKind::Tail { cookie }), (Program::Tail, cookie));
+        assert!(Program::Uret.is_return() && !Program::Exit.is_return());
+    }
+
+    /// The `#define`s of tachy.h with a number for a value.
+    fn header_defines() -> HashMap<String, u64> {
+        let text = include_str!("../bpf/tachy.h");
+        let mut out = HashMap::new();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() != Some("#define") {
+                continue;
+            }
+            let (Some(name), Some(value)) = (words.next(), words.next()) else {
+                continue;
+            };
+            let value = value.trim_end_matches("ULL").trim_end_matches('U');
+            let parsed = match value.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => value.parse(),
+            };
+            if let Ok(v) = parsed {
+                out.insert(name.to_string(), v);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn constants_match_tachy_h() {
+        let defines = header_defines();
+        for (name, value) in [
+            ("TACHY_ENTRY_ID_MASK", ENTRY_ID_MASK),
+            ("TACHY_ENTRY_TAILING", ENTRY_TAILING),
+            ("TACHY_SITE_SLOT_MASK", SITE_SLOT_MASK),
+            ("TACHY_SITE_ENDS_WITH_PARENT", SITE_ENDS_WITH_PARENT),
+            ("TACHY_SITE_TAIL", SITE_TAIL),
+            ("TACHY_SITE_EXIT_FIRST", SITE_EXIT_FIRST),
+            ("TACHY_TAIL_COND_MASK", TAIL_COND_MASK),
+            ("TACHY_TAIL_CONDITIONAL", TAIL_CONDITIONAL),
+            ("TACHY_TAIL_INDIRECT", TAIL_INDIRECT),
+            ("TACHY_MAX_NODES", MAX_NODES as u64),
+        ] {
+            assert_eq!(defines.get(name), Some(&value), "{name} in tachy.h");
+        }
+        // The flags sit above the ids they share a cookie with.
+        assert_eq!(ENTRY_ID_MASK & ENTRY_TAILING, 0);
+        for flag in [SITE_ENDS_WITH_PARENT, SITE_TAIL, SITE_EXIT_FIRST] {
+            assert_eq!(flag & SITE_SLOT_MASK, 0);
+        }
+        assert_eq!(TAIL_COND_MASK & (TAIL_CONDITIONAL | TAIL_INDIRECT), 0);
+    }
+
+    #[test]
+    fn groups_per_object_and_program_with_each_offset_once() {
+        let mut plan = Plan::default();
+        let probe = |object, offset, kind| Probe {
+            object,
+            vaddr: offset,
+            offset,
+            kind,
+        };
+        let site = |slot| ProbeKind::Site {
+            slot,
+            tail: false,
+            exit_first: false,
+            ends_with_parent: false,
+        };
+        plan.probes = vec![
+            probe(0, 0x10, ProbeKind::Exit),
+            probe(
+                0,
+                0x00,
+                ProbeKind::Entry {
+                    id: 0,
+                    sp_adjust: 0,
+                    tailing: false,
+                },
+            ),
+            probe(0, 0x20, ProbeKind::Exit),
+            probe(1, 0x20, ProbeKind::Exit),
+            // Offsets repeated: each link holds an offset once.
+            probe(0, 0x30, site(1)),
+            probe(0, 0x38, site(2)),
+            probe(0, 0x30, site(3)),
+            probe(0, 0x38, site(4)),
+            probe(0, 0x30, site(5)),
+        ];
+        let groups: Vec<(usize, Program, Vec<u64>)> = link_groups(&plan)
+            .into_iter()
+            .map(|g| (g.object, g.program, g.sites.iter().map(|s| s.0).collect()))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (0, Program::Entry, vec![0x00]),
+                (0, Program::Exit, vec![0x10, 0x20]),
+                (0, Program::Site, vec![0x30, 0x38]),
+                (0, Program::Site, vec![0x30, 0x38]),
+                (0, Program::Site, vec![0x30]),
+                (1, Program::Exit, vec![0x20]),
+            ]
+        );
+    }
+}
