@@ -155,7 +155,9 @@ pub struct TraceArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Command to start and trace until it exits (after --)
+    /// Command to start and trace until it exits (after --). While JSON or
+    /// folded stacks go to standard output, the command's standard output
+    /// goes to tachy's standard error, so the two never mix
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

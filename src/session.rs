@@ -333,7 +333,13 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     install_signal_handlers();
 
     let mut spawned = match &target.exe {
-        Some(exe) => Some(Spawned::start(exe, &s.command, false)?),
+        // Machine-read reports on stdout: the command's stdout goes to
+        // stderr, so the two never mix.
+        Some(exe) => Some(Spawned::start(
+            exe,
+            &s.command,
+            s.output.machine_on_stdout(),
+        )?),
         None => None,
     };
     if let Some(sp) = &spawned {

@@ -773,3 +773,54 @@ fn near_names_ignore_abi_tags_and_parameters() {
     let msg = error(&["list", exe, "kv::Store::read(long)"]);
     assert!(msg.ends_with("; near names: kv::Store::read(int)"), "{msg}");
 }
+
+/// JSON or folded stacks on standard output never mix with the traced
+/// command's output: the command writes its standard output to stderr.
+#[test]
+fn machine_output_holds_reports_only() {
+    let _lock = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let plain = common::build("plain");
+    let out = Tachy::start(
+        &[
+            "latency",
+            "--json",
+            "slow_sum",
+            "--",
+            plain.to_str().unwrap(),
+            "4",
+            "1",
+        ],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    assert!(!out.stdout.is_empty(), "{out}");
+    assert!(out.stdout.lines().all(|l| l.starts_with('{')), "{out}");
+    assert!(out.stderr.contains("count slow_sum 4"), "{out}");
+    let nested = common::build("nested_o2");
+    let out = Tachy::start(
+        &[
+            "nested",
+            "--folded",
+            "app::handle",
+            "--",
+            nested.to_str().unwrap(),
+            "4",
+            "1",
+        ],
+        NO_WAIT,
+    )
+    .finish(Duration::from_secs(60));
+    out.assert_success();
+    assert!(!out.stdout.is_empty(), "{out}");
+    assert!(
+        out.stdout
+            .lines()
+            .all(|l| l.starts_with("app::handle(int)") && !l.starts_with("count ")),
+        "{out}"
+    );
+    assert!(out.stderr.contains("\ndone\n"), "{out}");
+}

@@ -451,7 +451,7 @@ fn command_crash_passes_the_signal_status_on() {
     }
     let out = run_cmd(&["tick"], &["crash", "20"]);
     assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV), "{out}");
-    assert_eq!(counts(&out.stdout)["tick"], 20, "{out}");
+    assert_eq!(counts(&out.stderr)["tick"], 20, "{out}");
     let rep = out.single_report();
     assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
 }
@@ -486,7 +486,7 @@ fn command_exec_ends_the_trace_when_the_new_program_exits() {
     }
     let out = run_cmd(&["tick"], &["exec", "20"]);
     out.assert_success();
-    assert_eq!(counts(&out.stdout)["tick"], 20, "{out}");
+    assert_eq!(counts(&out.stderr)["tick"], 20, "{out}");
     let rep = out.single_report();
     assert_eq!(tally(&rep, "tick"), (20, 0, 0, 0), "{out}");
 }
@@ -501,8 +501,8 @@ fn sixty_four_threads_starting_and_stopping() {
     }
     let out = run_cmd(&["work"], &["threads", "4", "64"]);
     out.assert_success();
-    assert_eq!(counts(&out.stdout)["work"], 256, "{out}");
-    assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+    assert_eq!(counts(&out.stderr)["work"], 256, "{out}");
+    assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
     let rep = out.single_report();
     assert_eq!(tally(&rep, "work"), (256, 0, 0, 0), "{out}");
     assert!(num(func(&rep, "work"), "min_ns") >= 200_000, "{rep:#}");
@@ -522,7 +522,7 @@ fn recursion_deeper_than_the_frame_stack() {
     let (n, d) = (5u64, 100u64);
     let out = run_cmd(&["deep"], &["deep", &n.to_string(), &d.to_string()]);
     out.assert_success();
-    assert_eq!(counts(&out.stdout)["deep"], n * (d + 1), "{out}");
+    assert_eq!(counts(&out.stderr)["deep"], n * (d + 1), "{out}");
     let rep = out.single_report();
     assert_eq!(
         tally(&rep, "deep"),
@@ -545,9 +545,9 @@ fn longjmp_out_of_traced_frames() {
     }
     let out = run_cmd(&["escape", "jumper"], &["longjmp", "10"]);
     out.assert_success();
-    let printed = counts(&out.stdout);
+    let printed = counts(&out.stderr);
     assert_eq!((printed["escape"], printed["jumper"]), (10, 10), "{out}");
-    assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+    assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
     let rep = out.single_report();
     assert_eq!(tally(&rep, "escape"), (5, 5, 0, 0), "escape\n{out}");
     assert_eq!(tally(&rep, "jumper"), (5, 5, 0, 0), "jumper\n{out}");
@@ -653,7 +653,7 @@ fn follow_traces_forked_processes() {
     }
     let out = run_cmd(&["--follow", "tick"], &["fork", "5"]);
     out.assert_success();
-    assert_eq!(counts(&out.stdout)["all"], 15, "{out}");
+    assert_eq!(counts(&out.stderr)["all"], 15, "{out}");
     assert_eq!(tally(&out.single_report(), "tick"), (15, 0, 0, 0), "{out}");
 
     let out = run_cmd(&["tick"], &["fork", "5"]);
@@ -683,7 +683,7 @@ fn indirect_tail_jump_ends_the_traced_call() {
     const N: u64 = 6;
     let out = run_cmd(&["dispatch", "even", "odd"], &["dispatch", &N.to_string()]);
     out.assert_success();
-    let fx = counts(&out.stdout);
+    let fx = counts(&out.stderr);
     assert_eq!((fx["dispatch"], fx["even"], fx["odd"]), (N, N / 2, N / 2));
     let rep = out.single_report();
     let d = func(&rep, "dispatch");

@@ -519,20 +519,28 @@ fn cpp_all_functions(fixture: &str, lib_spec: &str) {
         "header on stdout in JSON mode\n{out}"
     );
     assert_eq!(
-        out.stderr.lines().count(),
+        out.stderr
+            .lines()
+            .filter(|l| l.starts_with("tachy") || l.starts_with("Tracing"))
+            .count(),
         1,
         "unexpected lines on stderr\n{out}"
+    );
+    // The fixture's output went to stderr: stdout holds the reports only.
+    assert!(
+        out.stdout.lines().all(|l| l.starts_with('{')),
+        "not only JSON on stdout\n{out}"
     );
 
     // The fixture ran to its end and its summary agrees with tachy.
     assert_eq!(
-        tagged(&out.stdout, "exceptions").get("shop::risky(int)"),
+        tagged(&out.stderr, "exceptions").get("shop::risky(int)"),
         Some(&unw),
         "{out}"
     );
     let rep = single_report(&out);
     assert_eq!(functions(&rep).len(), 11, "{rep:#}");
-    check_fixture_agrees(&rep, &out.stdout, fixture, it, th);
+    check_fixture_agrees(&rep, &out.stderr, fixture, it, th);
 
     // `shop::Store::lookup` matched both overloads and nothing else.
     let lookups = functions(&rep)
@@ -632,7 +640,7 @@ fn outermost_times_whole_recursions() {
         let f = func(&rep, "shop::recurse(int)");
         // One timed call per outer recursion (the fixture counts all 4 levels).
         assert_eq!(
-            counts(&out.stdout)["shop::recurse(int)"],
+            counts(&out.stderr)["shop::recurse(int)"],
             4 * it * th,
             "{out}"
         );
@@ -780,7 +788,7 @@ fn plain_c_functions() {
     out.assert_success();
     let rep = single_report(&out);
     assert_eq!(functions(&rep).len(), 3, "{rep:#}");
-    check_fixture_agrees(&rep, &out.stdout, "plain", it, th);
+    check_fixture_agrees(&rep, &out.stderr, "plain", it, th);
     check_func(func(&rep, "slow_sum"), n, 0, 300_000);
     check_func(func(&rep, "fast_path"), 2 * n, 0, 200_000);
     // The static (local-symbol) function.
@@ -811,12 +819,12 @@ fn rust_functions(fixture: &str) {
     );
     out.assert_success();
     assert_eq!(
-        tagged(&out.stdout, "panics").get("rust_app::engine::guarded"),
+        tagged(&out.stderr, "panics").get("rust_app::engine::guarded"),
         Some(&unw),
         "{out}"
     );
     assert_eq!(
-        counts(&out.stdout),
+        counts(&out.stderr),
         expected_counts(fixture, it, th),
         "{out}"
     );
@@ -1103,7 +1111,7 @@ fn interval_reports_add_up() {
     }
     // Each report covers only its own interval.
     assert_eq!(total, it, "{out}");
-    assert_eq!(counts(&out.stdout)["slow_sum"], it);
+    assert_eq!(counts(&out.stderr)["slow_sum"], it);
 }
 
 #[test]
@@ -1134,7 +1142,7 @@ fn uretprobe_mode_counts_exactly() {
     assert_eq!(warnings.len(), 1, "no --uretprobe warning\n{out}");
     let rep = single_report(&out);
     assert_eq!(functions(&rep).len(), 3, "{rep:#}");
-    check_fixture_agrees(&rep, &out.stdout, "cpp_o2", it, th);
+    check_fixture_agrees(&rep, &out.stderr, "cpp_o2", it, th);
     check_func(func(&rep, "shop::Store::lookup(int)"), n, 0, 300_000);
     check_func(
         func(&rep, "shop::Pool<shop::Conn>::acquire()"),
@@ -1206,14 +1214,14 @@ fn exceptions_and_panics_pass_through_probes() {
         );
         // The fixture caught every exception and exited 0.
         out.assert_success();
-        assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+        assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
         assert_eq!(
-            tagged(&out.stdout, "exceptions")["shop::risky(int)"],
+            tagged(&out.stderr, "exceptions")["shop::risky(int)"],
             unw,
             "{out}"
         );
         let rep = single_report(&out);
-        check_fixture_agrees(&rep, &out.stdout, fixture, it, th);
+        check_fixture_agrees(&rep, &out.stderr, fixture, it, th);
         check_func(func(&rep, "shop::risky(int)"), n - unw, unw, 250_000);
         check_func(func(&rep, "shop::maybe_throw(int)"), n - unw, unw, 0);
     }
@@ -1230,9 +1238,9 @@ fn exceptions_and_panics_pass_through_probes() {
             &[&it.to_string(), &th.to_string()],
         );
         out.assert_success();
-        assert!(out.stdout.lines().any(|l| l == "done"), "{out}");
+        assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
         assert_eq!(
-            tagged(&out.stdout, "panics")["rust_app::engine::guarded"],
+            tagged(&out.stderr, "panics")["rust_app::engine::guarded"],
             unw,
             "{out}"
         );

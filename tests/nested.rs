@@ -88,8 +88,9 @@ impl Expect {
     }
 }
 
-/// Checks the fixture's summary in `stdout` (it shares tachy's stdout when
-/// started with `--`): exact counts, caught exceptions, `done`.
+/// Checks the fixture's summary in `stdout` (tachy's stdout when started
+/// with `--`; tachy's stderr while JSON or folded stacks go to stdout):
+/// exact counts, caught exceptions, `done`.
 fn check_fixture_summary(stdout: &str, e: Expect, context: &dyn std::fmt::Display) {
     assert_eq!(counts(stdout), e.counts(), "fixture summary\n{context}");
     assert_eq!(
@@ -711,7 +712,7 @@ fn nested_json_depth1() {
     let nsites = listed_sites(&list_sites("app::handle")).len();
     let out = run_nested(&["--json"], e, &[]);
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
+    check_fixture_summary(&out.stderr, e, &out);
     let header = format!("Tracing {ROOT} and {nsites} call sites (1 level) ");
     assert!(
         out.stderr.lines().any(|l| l.starts_with(&header)),
@@ -756,7 +757,7 @@ fn nested_depth2() {
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--depth", "2"], e, &[]);
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
+    check_fixture_summary(&out.stderr, e, &out);
     assert!(
         out.stderr.contains(" call sites (2 levels) "),
         "header on stderr\n{out}"
@@ -881,7 +882,7 @@ fn nested_depth2_children_within_parent() {
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--depth", "2"], e, &[]);
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
+    check_fixture_summary(&out.stderr, e, &out);
     let rep = single_report(&out);
     check_sums(the_root(&rep), true);
 }
@@ -915,7 +916,7 @@ fn nested_expand_parse() {
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--expand", "app::parse"], e, &[]);
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
+    check_fixture_summary(&out.stderr, e, &out);
     let rep = single_report(&out);
     let root = the_root(&rep);
     assert_eq!(num(root, "count"), e.n(), "{root:#}");
@@ -1031,8 +1032,8 @@ fn filter_run(filter: Filter) -> (Outcome, Value, Option<Vec<u64>>) {
         &[("FIXTURE_TIMINGS", "1")],
     );
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
-    let took = timings(&out.stdout);
+    check_fixture_summary(&out.stderr, e, &out);
+    let took = timings(&out.stderr);
     assert_eq!(took.len() as u64, e.n(), "{out}");
     let rep = single_report(&out);
     let root = the_root(&rep).clone();
@@ -1243,7 +1244,7 @@ fn nested_folded() {
     let e = Expect { it: 8, th: 1 };
     let out = run_nested(&["--folded"], e, &[]);
     out.assert_success();
-    check_fixture_summary(&out.stdout, e, &out);
+    check_fixture_summary(&out.stderr, e, &out);
     let fixture_line = |l: &str| {
         l == "done"
             || l.starts_with("ready ")
@@ -1481,7 +1482,7 @@ fn nested_plain_c_frameless_caller_every_exit_kind() {
         let n = 200;
         let out = run_calls(fixture, &["--json"], "work4", n);
         out.assert_success();
-        assert_eq!(counts(&out.stdout).get("work4").copied(), Some(n), "{out}");
+        assert_eq!(counts(&out.stderr).get("work4").copied(), Some(n), "{out}");
         let rep = single_report(&out);
         let root = &rep["roots"][0];
         assert_eq!(name(root), "work4", "{root:#}");
