@@ -52,6 +52,7 @@ const LIST_EXAMPLES: &str = "\
 Examples:
   tachy list -p 4242 'db::Table::*'
   tachy list ./build/server 'Conn::read'
+  tachy list libstdc++.so.6 'std::terminate*' 'operator new'
   tachy list /usr/lib/x86_64-linux-gnu/libc.so.6:malloc
   tachy list -p 4242 c:pthread_mutex_lock
   tachy list --sites ./build/server 'Conn::read'   with every call site, at file:line
@@ -392,8 +393,8 @@ impl TraceArgs {
 
 #[derive(Args, Debug)]
 pub struct ListArgs {
-    /// [PATH] PATTERN, or PATH:PATTERN, or LIB:PATTERN with -p
-    #[arg(required = true, num_args = 1..=2, value_name = "PATTERN")]
+    /// [PATH|LIB] PATTERN..., or PATH:PATTERN..., or LIB:PATTERN... with -p
+    #[arg(required = true, num_args = 1.., value_name = "PATTERN")]
     pub args: Vec<String>,
 
     /// Look in this process's executable and libraries
@@ -408,37 +409,60 @@ pub struct ListArgs {
 /// Validated arguments of `tachy list`.
 #[derive(Clone, Debug)]
 pub struct ListSettings {
-    pub spec: FuncSpec,
+    pub specs: Vec<FuncSpec>,
     pub pid: Option<u32>,
     pub sites: bool,
 }
 
 impl ListArgs {
     pub fn validate(self) -> Result<ListSettings> {
-        let spec = match (self.args.as_slice(), self.pid) {
-            ([_, _], Some(_)) => return Err(usage("give either -p PID or a PATH, not both")),
-            ([path, pat], None) => FuncSpec {
-                object: Some(path.clone()),
-                pattern: Pattern::parse(pat).map_err(|e| usage(format!("{e:#}")))?,
-            },
-            ([one], _) => FuncSpec::parse(one).map_err(|e| usage(format!("{e:#}")))?,
-            _ => return Err(usage("expected [PATH] PATTERN")),
+        let spec_of = |a: &String| FuncSpec::parse(a).map_err(|e| usage(format!("{e:#}")));
+        let pattern_of = |a: &String| Pattern::parse(a).map_err(|e| usage(format!("{e:#}")));
+        let (first, rest) = match self.args.split_first() {
+            Some(split) => split,
+            None => return Err(usage("expected [PATH] PATTERN...")),
+        };
+        let specs: Vec<FuncSpec> = if rest.is_empty() {
+            vec![spec_of(first)?]
+        } else if self.pid.is_some() {
+            if first.contains('/') && !first.contains(':') {
+                return Err(usage("give either -p PID or a PATH, not both"));
+            }
+            self.args.iter().map(spec_of).collect::<Result<_>>()?
+        } else if spec_of(first)?.object.is_some() {
+            // PATH:PATTERN or LIB:PATTERN, each.
+            self.args.iter().map(spec_of).collect::<Result<_>>()?
+        } else {
+            // PATH PATTERN... or LIB PATTERN...
+            rest.iter()
+                .map(|p| {
+                    Ok(FuncSpec {
+                        object: Some(first.clone()),
+                        pattern: pattern_of(p)?,
+                    })
+                })
+                .collect::<Result<_>>()?
         };
         // A file in the current directory named without `./` is that
         // file, not a library to look up by name.
-        let spec = match &spec.object {
-            Some(o)
-                if self.pid.is_none() && !o.contains('/') && std::path::Path::new(o).is_file() =>
-            {
-                FuncSpec {
-                    object: Some(format!("./{o}")),
-                    ..spec
+        let specs = specs
+            .into_iter()
+            .map(|spec| match &spec.object {
+                Some(o)
+                    if self.pid.is_none()
+                        && !o.contains('/')
+                        && std::path::Path::new(o).is_file() =>
+                {
+                    FuncSpec {
+                        object: Some(format!("./{o}")),
+                        ..spec
+                    }
                 }
-            }
-            _ => spec,
-        };
+                _ => spec,
+            })
+            .collect();
         Ok(ListSettings {
-            spec,
+            specs,
             pid: self.pid,
             sites: self.sites,
         })

@@ -183,12 +183,38 @@ fn import_target(
 }
 
 fn names_line(plan: &Plan) -> String {
-    let names: Vec<&str> = plan.items.iter().map(|f| f.name.as_str()).collect();
+    let items: Vec<(&str, Option<&std::path::Path>)> = plan
+        .items
+        .iter()
+        .map(|it| {
+            let obj = match &it.kind {
+                ItemKind::Function(t) => plan.objects.get(t.object).map(|o| o.display.as_path()),
+                _ => None,
+            };
+            (it.name.as_str(), obj)
+        })
+        .collect();
+    let names = shown_names(&items);
     if names.len() <= 6 {
         names.join(", ")
     } else {
         format!("{} and {} more", names[..5].join(", "), names.len() - 5)
     }
+}
+
+/// Names as the header shows them: a name that functions of several
+/// objects share says which object each one is in.
+fn shown_names(items: &[(&str, Option<&std::path::Path>)]) -> Vec<String> {
+    items
+        .iter()
+        .map(|&(name, obj)| {
+            let elsewhere = items.iter().any(|&(n, o)| n == name && o != obj);
+            match obj.and_then(|o| o.file_name()) {
+                Some(file) if elsewhere => format!("{name} in {}", file.to_string_lossy()),
+                _ => name.to_string(),
+            }
+        })
+        .collect()
 }
 
 /// Every probe link is a file descriptor (one per probe where uprobe_multi
@@ -786,24 +812,29 @@ fn tree_report(plan: &Plan, s: &TraceSettings, n: &NestedOpts, counts: &[Counts]
 }
 
 pub fn list(a: ListSettings) -> Result<i32> {
-    let spec = a.spec;
     let scope = match a.pid {
         Some(pid) => Scope::Process(target::process_maps(pid)?),
         // A bare name: a kernel function, if the kernel has one.
         None => Scope::Files,
     };
     let mut out = std::io::stdout().lock();
-    if spec.is_syscall() {
-        let calls: Vec<(String, u32)> = kernel::match_syscalls(spec.pattern.as_str())?
-            .into_iter()
-            .map(|(name, nr)| (name.to_string(), nr))
-            .collect();
+    let mut calls: Vec<(String, u32)> = Vec::new();
+    for spec in a.specs.iter().filter(|s| s.is_syscall()) {
+        for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
+            if !calls.iter().any(|(_, n)| *n == nr) {
+                calls.push((name.to_string(), nr));
+            }
+        }
+    }
+    if !calls.is_empty() {
         listing::render_syscalls(&calls, &mut out)?;
+    }
+    if a.specs.iter().all(|s| s.is_syscall()) {
         return Ok(0);
     }
     let mut objects = Objects::default();
-    let mut resolved = resolve::resolve(std::slice::from_ref(&spec), &scope, &mut objects)?;
-    if spec.is_kernel() {
+    let mut resolved = resolve::resolve(&a.specs, &scope, &mut objects)?;
+    for spec in a.specs.iter().filter(|s| s.is_kernel()) {
         // Listing is not tracing: no limit on how many.
         let names = kernel::match_kernel_functions(spec.pattern.as_str())?;
         resolved
@@ -872,4 +903,22 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
         internal_jumps: t.exits.internal_jumps,
         unnamed_fragments: t.exits.unnamed_fragments,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn a_name_in_two_objects_says_which_is_which() {
+        let a = Some(Path::new("/usr/lib/liba.so.1"));
+        let b = Some(Path::new("/opt/x/libb.so"));
+        assert_eq!(
+            shown_names(&[("f", a), ("g", a), ("f", b), ("syscall:read", None)]),
+            vec!["f in liba.so.1", "g", "f in libb.so", "syscall:read"]
+        );
+        // Two instances in one object keep their name.
+        assert_eq!(shown_names(&[("t", a), ("t", a)]), vec!["t", "t"]);
+    }
 }

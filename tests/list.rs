@@ -579,3 +579,41 @@ fn list_std_names_as_people_type_them() {
         ]
     );
 }
+
+/// `tachy list LIB a b`, `tachy list LIB:a LIB:b` and `tachy list PATH a b`
+/// list what each pattern matches ("Usage: tachy list ... <PATTERN>...").
+#[test]
+fn list_several_patterns() {
+    let _lock = common::serial();
+    let lib = "libstdc++.so.6";
+    let want = vec!["operator new(unsigned long)", "std::terminate()"];
+    let names = |args: &[&str]| {
+        let objs = parse_list(&list_ok(args));
+        let mut n: Vec<String> = objs
+            .iter()
+            .flat_map(|o| o.funcs.iter().map(|f| f.0.clone()))
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(&[lib, "std::terminate", "operator new(unsigned long)"]),
+        want
+    );
+    assert_eq!(
+        names(&[
+            "libstdc++.so.6:std::terminate",
+            "libstdc++.so.6:operator new(unsigned long)"
+        ]),
+        want
+    );
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    assert_eq!(
+        names(&[path, "slow_sum", "fast_path"]),
+        vec!["fast_path", "slow_sum"]
+    );
+    // One that matches nothing fails the listing.
+    let out = tachy(&["list", path, "slow_sum", "nosuchfn"]);
+    assert_eq!(out.status.code(), Some(1), "{}", show(&["list"], &out));
+}
