@@ -190,7 +190,10 @@ impl Plan {
                 let cond = t.cond.map_or(0, |c| TAIL_CONDITIONAL | c as u64);
                 let callee = match t.target {
                     Target::Direct(a) if seen.len() <= MAX_TAIL_CALLEES => {
-                        symbols::function_at(obj, a)?.filter(|g| g.addr == a)
+                        match symbols::function_at(obj, a)?.filter(|g| g.addr == a) {
+                            Some(g) => Some(g),
+                            None => symbols::code::unnamed_function_at(obj, a)?,
+                        }
                     }
                     _ => None,
                 };

@@ -8,7 +8,9 @@ use std::collections::{BTreeSet, HashMap};
 use object::read::elf::ElfFile64;
 use object::{Object, ObjectSymbol, RelocationFlags, RelocationTarget};
 
-use super::ElfObject;
+use anyhow::Result;
+
+use super::{ElfObject, Function};
 use crate::disasm::Image;
 
 /// `R_X86_64_RELATIVE`: the slot holds the load address plus the addend.
@@ -23,8 +25,6 @@ pub struct ObjectImage<'a> {
     obj: &'a ElfObject,
     relative: OnceCell<HashMap<u64, u64>>,
     starts: OnceCell<BTreeSet<u64>>,
-    /// Code ranges of the unwind tables' entries, sorted by start.
-    parts: OnceCell<Vec<(u64, u64)>>,
 }
 
 impl<'a> ObjectImage<'a> {
@@ -33,7 +33,6 @@ impl<'a> ObjectImage<'a> {
             obj,
             relative: OnceCell::new(),
             starts: OnceCell::new(),
-            parts: OnceCell::new(),
         }
     }
 
@@ -72,20 +71,12 @@ impl<'a> ObjectImage<'a> {
             set
         })
     }
-
-    fn parts(&self) -> &[(u64, u64)] {
-        self.parts.get_or_init(|| {
-            let mut v = self.obj.parse().map(|f| fde_ranges(&f)).unwrap_or_default();
-            v.sort_unstable();
-            v
-        })
-    }
 }
 
 /// The code range of every FDE in `.eh_frame`: one per function, and one
 /// per part of a function split by the compiler (`.cold`), with or
 /// without symbols.
-fn fde_ranges<'d, R: object::ReadRef<'d>>(
+pub(super) fn fde_ranges<'d, R: object::ReadRef<'d>>(
     file: &ElfFile64<'d, object::Endianness, R>,
 ) -> Vec<(u64, u64)> {
     use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, UnwindSection};
@@ -115,6 +106,28 @@ fn fde_ranges<'d, R: object::ReadRef<'d>>(
         }
     }
     out
+}
+
+/// A function that no symbol names, starting at `addr`: the unwind tables
+/// have an entry starting there, and no symbol covers it (a static function
+/// of an object stripped to its dynamic symbols). Named by its address.
+pub fn unnamed_function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function>> {
+    let Some((start, end)) = obj.code_part_at(addr).filter(|p| p.0 == addr) else {
+        return Ok(None);
+    };
+    if super::function_at(obj, addr)?.is_some() {
+        return Ok(None);
+    }
+    let raw = format!("{start:#x}");
+    let mut names = super::demangle(&raw);
+    names.full = format!("the function at {start:#x} (no symbol)");
+    Ok(Some(Function {
+        names,
+        raw,
+        addr: start,
+        size: end - start,
+        fragments: Vec::new(),
+    }))
 }
 
 fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
@@ -151,9 +164,6 @@ impl Image for ObjectImage<'_> {
     }
 
     fn part_bounds(&self, addr: u64) -> Option<(u64, u64)> {
-        let parts = self.parts();
-        let i = parts.partition_point(|p| p.0 <= addr);
-        let p = *parts.get(i.checked_sub(1)?)?;
-        (addr < p.1).then_some(p)
+        self.obj.code_part_at(addr)
     }
 }

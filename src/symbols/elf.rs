@@ -70,6 +70,9 @@ pub struct ElfObject {
     loads: Vec<Load>,
     /// Separate debug information, looked up once, when first needed.
     debug: std::cell::OnceCell<Option<DebugData>>,
+    /// Code ranges of the unwind tables' entries, read once, when first
+    /// needed.
+    parts: std::cell::OnceCell<Vec<(u64, u64)>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -135,6 +138,7 @@ impl ElfObject {
             data,
             loads,
             debug: std::cell::OnceCell::new(),
+            parts: std::cell::OnceCell::new(),
         })
     }
 
@@ -165,6 +169,23 @@ impl ElfObject {
         self.data
             .read_bytes_at((vaddr - l.vaddr).checked_add(l.offset)?, len)
             .ok()
+    }
+
+    /// The bounds `[start, end)` of the piece of code holding `vaddr` per
+    /// the unwind tables (`.eh_frame`): a function, or a part of one such
+    /// as a `.cold` part. Stripped objects keep these tables.
+    pub fn code_part_at(&self, vaddr: u64) -> Option<(u64, u64)> {
+        let parts = self.parts.get_or_init(|| {
+            let mut v = self
+                .parse()
+                .map(|f| super::code::fde_ranges(&f))
+                .unwrap_or_default();
+            v.sort_unstable();
+            v
+        });
+        let i = parts.partition_point(|p| p.0 <= vaddr);
+        let p = *parts.get(i.checked_sub(1)?)?;
+        (vaddr < p.1).then_some(p)
     }
 
     /// The file offset of an address in an executable segment. This is the

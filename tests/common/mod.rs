@@ -650,6 +650,7 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("interp_goto", n),
             ("cold_check", n),
             ("cold_scan", n),
+            ("cold_tail", n),
         ],
         "rust_app" | "rust_app_v0" => vec![
             ("rust_app::engine::process", n),
