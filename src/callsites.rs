@@ -2,17 +2,8 @@
 //! a GOT slot, indirect) and tail jump, named and placed at `file:line`.
 //! Pure: reads the object, decodes, looks up names.
 
-use std::collections::HashMap;
-
-use anyhow::Result;
-use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
-use object::{Object, ObjectSection, RelocationTarget};
-
 use crate::disasm::{Decoded, Target};
-use crate::symbols::demangle::part_of;
-use crate::symbols::elf::symbol_names;
-use crate::symbols::lines::LineTable;
-use crate::symbols::{demangle, ElfObject, Part};
+use crate::symbols::{demangle, ElfObject};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SiteKind {
@@ -55,124 +46,37 @@ pub struct Site {
     pub location: Option<String>,
 }
 
-/// What names the sites of one object.
-pub struct Naming {
-    pub names: Names,
-    pub lines: Option<LineTable>,
-}
-
-/// Names of an object's code addresses: function symbols, PLT stubs and GOT
-/// slots of imported functions.
-pub struct Names {
-    syms: Vec<(u64, u64, String)>,
-    plt: HashMap<u64, String>,
-    slots: HashMap<u64, String>,
-}
-
-impl Names {
-    pub fn load(obj: &ElfObject) -> Result<Names> {
-        let (raw, _) = obj.function_symbols()?;
-        let mut syms: Vec<(u64, u64, String)> = raw
-            .iter()
-            .filter(|s| part_of(s.name) == Part::Whole)
-            .map(|s| (s.addr, s.size, s.name.to_string()))
-            .collect();
-        syms.sort();
-        let file = obj.parse()?;
-        let mut slots = HashMap::new();
-        if let Some(relocs) = file.dynamic_relocations() {
-            let dynnames = symbol_names(&file, true);
-            for (off, r) in relocs {
-                if let RelocationTarget::Symbol(i) = r.target() {
-                    if let Some(name) = dynnames.get(i.0).filter(|n| !n.is_empty()) {
-                        slots.insert(off, name.to_string());
-                    }
-                }
-            }
-        }
-        // A PLT stub is an indirect jump through a GOT slot, with maybe an
-        // `endbr64` before it; the stub starts at whichever comes first.
-        let mut plt = HashMap::new();
-        for sec in file.sections() {
-            let name = sec.name().unwrap_or("");
-            if !matches!(name, ".plt" | ".plt.sec" | ".plt.got") {
-                continue;
-            }
-            let Ok(data) = sec.data() else { continue };
-            let mut dec = Decoder::with_ip(64, data, sec.address(), DecoderOptions::NONE);
-            let mut prev: Option<Instruction> = None;
-            let mut insn = Instruction::default();
-            while dec.can_decode() {
-                dec.decode_out(&mut insn);
-                if insn.mnemonic() == Mnemonic::Jmp
-                    && insn.op0_kind() == OpKind::Memory
-                    && insn.is_ip_rel_memory_operand()
-                {
-                    if let Some(n) = slots.get(&insn.ip_rel_memory_address()) {
-                        let start = match prev {
-                            Some(p)
-                                if p.mnemonic() == Mnemonic::Endbr64
-                                    && p.next_ip() == insn.ip() =>
-                            {
-                                p.ip()
-                            }
-                            _ => insn.ip(),
-                        };
-                        plt.insert(start, n.clone());
-                    }
-                }
-                prev = Some(insn);
-            }
-        }
-        Ok(Names { syms, plt, slots })
-    }
-
-    /// The imported function a PLT stub at `addr` jumps to.
-    pub fn plt_name(&self, addr: u64) -> Option<&str> {
-        self.plt.get(&addr).map(String::as_str)
-    }
-
-    /// The imported function a GOT slot holds.
-    pub fn slot_name(&self, slot: u64) -> Option<&str> {
-        self.slots.get(&slot).map(String::as_str)
-    }
-
-    /// The function symbol starting at `addr`.
-    pub fn function_at(&self, addr: u64) -> Option<&str> {
-        let i = self.syms.partition_point(|s| s.0 < addr);
-        self.syms
-            .get(i)
-            .filter(|s| s.0 == addr)
-            .map(|s| s.2.as_str())
-    }
-
-    fn name_of(&self, t: Target) -> (SiteKind, Option<u64>, Option<String>, String) {
-        match t {
-            Target::Direct(a) => {
-                if let Some(n) = self.plt.get(&a) {
-                    return (
-                        SiteKind::Plt,
-                        Some(a),
-                        Some(n.clone()),
-                        format!("{}@plt", demangle(n).full),
-                    );
-                }
-                match self.function_at(a) {
-                    Some(raw) => (SiteKind::Call, Some(a), Some(raw.to_string()), display(raw)),
-                    None => (SiteKind::Call, Some(a), None, format!("{a:#x}")),
-                }
-            }
-            Target::Slot(s) => match self.slots.get(&s) {
-                Some(n) => (
+/// What a call or jump to `t` in `obj` reaches: its kind, the callee's
+/// address and raw name when known, and the name to show. Looked up in the
+/// object's symbol index and import tables, each built once per object.
+fn name_of(obj: &ElfObject, t: Target) -> (SiteKind, Option<u64>, Option<String>, String) {
+    let imports = obj.imports();
+    match t {
+        Target::Direct(a) => {
+            if let Some(n) = imports.plt_name(a) {
+                return (
                     SiteKind::Plt,
-                    None,
-                    Some(n.clone()),
-                    format!("{}@got", demangle(n).full),
-                ),
-                None => (SiteKind::Indirect, None, None, "*indirect".into()),
-            },
-            Target::Indirect => (SiteKind::Indirect, None, None, "*indirect".into()),
+                    Some(a),
+                    Some(n.to_string()),
+                    format!("{}@plt", demangle(n).full),
+                );
+            }
+            let raw = obj.symbols().ok().and_then(|ix| ix.name_starting_at(a));
+            match raw {
+                Some(raw) => (SiteKind::Call, Some(a), Some(raw.to_string()), display(raw)),
+                None => (SiteKind::Call, Some(a), None, format!("{a:#x}")),
+            }
         }
+        Target::Slot(s) => match imports.slot_name(s) {
+            Some(n) => (
+                SiteKind::Plt,
+                None,
+                Some(n.to_string()),
+                format!("{}@got", demangle(n).full),
+            ),
+            None => (SiteKind::Indirect, None, None, "*indirect".into()),
+        },
+        Target::Indirect => (SiteKind::Indirect, None, None, "*indirect".into()),
     }
 }
 
@@ -185,8 +89,10 @@ fn display(raw: &str) -> String {
     }
 }
 
-/// The call sites of a decoded function, in address order.
-pub fn sites(decoded: &Decoded, names: &Names, lines: Option<&LineTable>) -> Vec<Site> {
+/// The call sites of a function of `obj`, decoded, in address order,
+/// placed with the object's DWARF line tables when it has them.
+pub fn sites(decoded: &Decoded, obj: &ElfObject) -> Vec<Site> {
+    let lines = obj.line_table();
     let locate = |a: u64| {
         lines
             .and_then(|l| l.locate(a))
@@ -197,7 +103,7 @@ pub fn sites(decoded: &Decoded, names: &Names, lines: Option<&LineTable>) -> Vec
     };
     let mut out: Vec<Site> = Vec::new();
     for c in &decoded.calls {
-        let (kind, callee, callee_raw, name) = names.name_of(c.target);
+        let (kind, callee, callee_raw, name) = name_of(obj, c.target);
         out.push(Site {
             addr: c.addr,
             ret: Some(c.next),
@@ -209,7 +115,7 @@ pub fn sites(decoded: &Decoded, names: &Names, lines: Option<&LineTable>) -> Vec
         });
     }
     for t in &decoded.tails {
-        let (_, callee, callee_raw, name) = names.name_of(t.target);
+        let (_, callee, callee_raw, name) = name_of(obj, t.target);
         out.push(Site {
             addr: t.addr,
             ret: None,

@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -42,6 +42,9 @@ pub struct Tracer<'obj> {
     pub thread_exit: bool,
     /// How kernel functions were attached: fentry/fexit or kprobes.
     pub kernel_with: Option<&'static str>,
+    /// How long loading the BPF program took, and attaching its probes.
+    pub load_time: Duration,
+    pub attach_time: Duration,
 }
 
 fn silence_libbpf(verbose: bool) {
@@ -76,13 +79,18 @@ impl<'obj> Tracer<'obj> {
         silence_libbpf(verbose);
         let groups = encode::link_groups(plan);
         let multi = uprobe_multi_supported();
+        let start = Instant::now();
+        let skel = load(storage, plan, &groups, multi)?;
+        let load_time = start.elapsed();
         let mut t = Tracer {
-            skel: load(storage, plan, &groups, multi)?,
+            skel,
             links: Vec::new(),
             nfuncs: plan.ids(),
             multi,
             thread_exit: false,
             kernel_with: None,
+            load_time,
+            attach_time: Duration::ZERO,
         };
         if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
             t.follow(pid)?;
@@ -105,6 +113,7 @@ impl<'obj> Tracer<'obj> {
             Err(e) if verbose => eprintln!("tachy: thread exits are not watched: {e}"),
             Err(_) => {}
         }
+        t.attach_time = start.elapsed() - load_time;
         Ok(t)
     }
 

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 
 use crate::callsites;
-use crate::callsites::Naming;
 use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings};
 use crate::disasm::ProbeCost;
 use crate::kernel;
@@ -19,12 +18,10 @@ use crate::report::list as listing;
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
-use crate::symbols::lines::LineTable;
 use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
 use crate::target::ObjectRef;
 use crate::target::{self, Spawned};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -58,7 +55,9 @@ fn install_signal_handlers() {
 }
 
 fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
+    let start = Instant::now();
     let resolved = resolve::resolve(&s.specs, scope, objects)?;
+    let resolve_time = start.elapsed();
     let mut plan = Plan::new(Settings {
         filter_tid: s.tid,
         min_ns: s.min_ns,
@@ -117,24 +116,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             let names = demangle(raw);
             expand.iter().any(|p| p.matches(raw, &names))
         };
-        let namings: RefCell<HashMap<PathBuf, Rc<Naming>>> = RefCell::default();
-        let naming = |obj: &ElfObject| -> Result<Rc<Naming>> {
-            if let Some(n) = namings.borrow().get(&obj.open_path) {
-                return Ok(n.clone());
-            }
-            let n = Rc::new(Naming {
-                names: callsites::Names::load(obj)?,
-                lines: LineTable::load(obj),
-            });
-            namings
-                .borrow_mut()
-                .insert(obj.open_path.clone(), n.clone());
-            Ok(n)
-        };
         let objects = RefCell::new(objects);
         let import = |raw: &str| import_target(scope, &mut objects.borrow_mut(), raw);
         let drill = Drill {
-            naming: &naming,
             import: &import,
             depth: n.depth,
             expand: &matches_expand,
@@ -144,6 +128,13 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         }
     }
     plan.finish();
+    if s.verbose {
+        eprintln!(
+            "tachy: resolved in {} ms, planned in {} ms",
+            resolve_time.as_millis(),
+            (start.elapsed() - resolve_time).as_millis()
+        );
+    }
     Ok(plan)
 }
 
@@ -392,6 +383,11 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
             } else {
                 "uprobe"
             }
+        );
+        eprintln!(
+            "tachy: BPF program loaded in {} ms, probes attached in {} ms",
+            tracer.load_time.as_millis(),
+            tracer.attach_time.as_millis()
         );
         eprintln!(
             "BPF programs loaded: {}",
@@ -845,17 +841,12 @@ pub fn list(a: ListSettings) -> Result<i32> {
     listing::render_kernel(&kernel, &mut out)?;
     for r in &resolved.user {
         listing::render_object(&r.obj.display, &r.obj.describe_source(r.source), &mut out)?;
-        let site_names = if a.sites {
-            Some((callsites::Names::load(&r.obj)?, LineTable::load(&r.obj)))
-        } else {
-            None
-        };
         for f in &r.funcs {
-            let sites = match &site_names {
-                Some((names, lines)) => {
+            let sites = match a.sites {
+                true => {
                     let decoded = plan::decode_function(&r.obj, f)?;
                     Some(
-                        callsites::sites(&decoded, names, lines.as_ref())
+                        callsites::sites(&decoded, &r.obj)
                             .into_iter()
                             .map(|st| listing::ListedSite {
                                 addr: st.addr,
@@ -866,7 +857,7 @@ pub fn list(a: ListSettings) -> Result<i32> {
                             .collect(),
                     )
                 }
-                None => None,
+                false => None,
             };
             let listed = listing::ListedFunc {
                 name: f.display_name(),

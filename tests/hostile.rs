@@ -33,10 +33,7 @@ fn exercise(path: &Path) {
             for f in &found.functions {
                 if let Ok(d) = tachy::plan::decode_function(&obj, f) {
                     let _ = tachy::plan::choose_entry(&d, &|_| true);
-                    if let Ok(names) = tachy::callsites::Names::load(&obj) {
-                        let lines = symbols::lines::LineTable::load(&obj);
-                        let _ = tachy::callsites::sites(&d, &names, lines.as_ref());
-                    }
+                    let _ = tachy::callsites::sites(&d, &obj);
                 }
             }
         }
@@ -164,7 +161,10 @@ fn extreme_addresses_are_answered_not_panicked_on() {
         let _ = obj.vaddr_to_offset(a);
         let _ = obj.code(a, 16);
         let _ = obj.code(a, u64::MAX);
-        let _ = symbols::function_at(&obj, a);
+        if let Ok(index) = obj.symbols() {
+            let _ = index.function_containing(a);
+            let _ = index.function_starting_at(a);
+        }
     }
 }
 

@@ -8,9 +8,9 @@ use std::rc::Rc;
 
 use libfuzzer_sys::fuzz_target;
 use object::ReadRef;
-use tachy::callsites::{self, Names, Naming};
+use tachy::callsites;
 use tachy::plan::{self, Drill, Plan};
-use tachy::symbols::{self, dwarf, lines::LineTable, ElfObject, Pattern};
+use tachy::symbols::{self, dwarf, ElfObject, Pattern};
 
 /// Patterns looked up in every object (the seeds define these names).
 const PATTERNS: &[&str] = &["main", "ns::*", "*", "work", "ns::S::get(int) const"];
@@ -45,15 +45,17 @@ fuzz_target!(|data: &[u8]| {
     let _ = obj.debug_path();
     let _ = obj.dwarf_data().len();
     for &a in &addrs {
-        let _ = symbols::function_at(&obj, a);
+        if let Ok(index) = obj.symbols() {
+            let _ = index.function_containing(a);
+            let _ = index.function_starting_at(a);
+        }
         let _ = obj.vaddr_to_offset(a);
         for n in [0, 1, 15, 4096, u64::MAX] {
             let _ = obj.code(a, n);
         }
     }
 
-    let lines = LineTable::load(&obj);
-    if let Some(l) = &lines {
+    if let Some(l) = obj.line_table() {
         for &a in &addrs {
             let _ = l.locate(a);
         }
@@ -64,7 +66,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = dwarf::inlined_only(&obj, &pat);
     }
 
-    let names = Names::load(&obj).ok();
     let mut planned: Vec<(symbols::Function, symbols::SymSource)> = Vec::new();
     for p in PATTERNS {
         let pat = Pattern::parse(p).expect("the fixed patterns parse");
@@ -78,11 +79,8 @@ fuzz_target!(|data: &[u8]| {
             let Ok(decoded) = plan::decode_function(&obj, f) else {
                 continue;
             };
-            if let Some(names) = &names {
-                let _ = callsites::sites(&decoded, names, None);
-                for site in callsites::sites(&decoded, names, lines.as_ref()) {
-                    let _ = plan::unwind::never_returns(&site.name);
-                }
+            for site in callsites::sites(&decoded, &obj) {
+                let _ = plan::unwind::never_returns(&site.name);
             }
             if planned.len() < MAX_PLANNED && !planned.iter().any(|(g, _)| g.addr == f.addr) {
                 planned.push((f.clone(), found.source));
@@ -92,15 +90,7 @@ fuzz_target!(|data: &[u8]| {
 
     // Probe plans, as `tachy list`/`nested --dry-run` make them: entries,
     // exits, tail callees, and two levels of call sites.
-    // Names and lines of the one object, loaded once (as session caches
-    // them per object).
-    let cached = names.map(|names| Rc::new(Naming { names, lines }));
-    let naming = |o: &ElfObject| match &cached {
-        Some(n) => Ok(n.clone()),
-        None => Names::load(o).map(|names| Rc::new(Naming { names, lines: None })),
-    };
     let drill = Drill {
-        naming: &naming,
         import: &|_| None,
         depth: 2,
         expand: &|_| false,

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use super::{unwind, Item, ItemKind, Plan, ProbeKind, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT};
 use crate::disasm::{Decoded, EntryCandidate, ProbeCost, Target};
-use crate::symbols::{self, ElfObject, Function, SymSource};
+use crate::symbols::{ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
 const MAX_TAIL_CALLEES: usize = 16;
@@ -75,12 +75,8 @@ impl Plan {
         }
         let id = self.items.len() as u32;
         let decoded = super::decode_function(obj, f)?;
-        let known_callee = |a: u64| {
-            symbols::function_at(obj, a)
-                .ok()
-                .flatten()
-                .is_some_and(|g| g.addr == a)
-        };
+        let index = obj.symbols()?;
+        let known_callee = |a: u64| index.name_starting_at(a).is_some();
         let Some(entry) = choose_entry(&decoded, &known_callee) else {
             bail!(
                 "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
@@ -106,7 +102,7 @@ impl Plan {
         } else if entry.sp_offset == 0 && decoded.calls.is_empty() && decoded.tails.is_empty() {
             Some(ExitMode::UretprobeLeaf)
         } else if entry.sp_offset == 0
-            && !self.unwinds(object, obj)
+            && !obj.unwinds(|o| unwind::object_unwinds(o).unwrap_or(true))
             && unwind::runs_only_quiet_code(obj, &decoded)
         {
             Some(ExitMode::UretprobeNoUnwind)
@@ -190,9 +186,9 @@ impl Plan {
                 let cond = t.cond.map_or(0, |c| TAIL_CONDITIONAL | c as u64);
                 let callee = match t.target {
                     Target::Direct(a) if seen.len() <= MAX_TAIL_CALLEES => {
-                        match symbols::function_at(obj, a)?.filter(|g| g.addr == a) {
+                        match obj.symbols()?.function_starting_at(a) {
                             Some(g) => Some(g),
-                            None => symbols::code::unnamed_function_at(obj, a)?,
+                            None => crate::symbols::code::unnamed_function_at(obj, a)?,
                         }
                     }
                     _ => None,
@@ -206,12 +202,7 @@ impl Plan {
                             if own {
                                 exits.tail_callees.push(g.display_name());
                             }
-                            let gf = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
-                                .functions
-                                .into_iter()
-                                .find(|x| x.addr == g.addr)
-                                .unwrap_or(g);
-                            work.push(super::decode_function(obj, &gf)?);
+                            work.push(super::decode_function(obj, &g)?);
                         }
                     }
                     None => {
@@ -232,15 +223,6 @@ impl Plan {
             own = false;
         }
         Ok(exits)
-    }
-
-    /// Whether anything can unwind through code of this object, asked once
-    /// per object.
-    fn unwinds(&mut self, object: usize, obj: &ElfObject) -> bool {
-        *self
-            .unwinding
-            .entry(object)
-            .or_insert_with(|| unwind::object_unwinds(obj).unwrap_or(true))
     }
 }
 
@@ -347,6 +329,27 @@ mod tests {
         for b in &d.boundaries {
             let _ = super::super::sites::site_end(&d, *b, None);
         }
+    }
+
+    /// Planning many functions reads the object's symbol tables once: a
+    /// lookup per function (its callees, its tail calls) is a search in the
+    /// object's index, never a rescan of the tables.
+    #[test]
+    fn planning_reads_the_symbol_tables_once() {
+        let exe = std::env::current_exe().unwrap();
+        let obj = ElfObject::open(&exe, &exe).unwrap();
+        let found =
+            crate::symbols::find(&obj, &crate::symbols::Pattern::parse("*").unwrap()).unwrap();
+        assert!(found.functions.len() > 1000, "{}", found.functions.len());
+        let mut plan = Plan::default();
+        let mut planned = 0;
+        for f in found.functions.iter().take(2000) {
+            if plan.add_function(&obj, f, found.source).is_ok() {
+                planned += 1;
+            }
+        }
+        assert!(planned > 1000, "{planned}");
+        assert_eq!(obj.symbol_table_reads(), 1);
     }
 
     #[test]

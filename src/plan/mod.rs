@@ -11,7 +11,7 @@ mod function;
 mod sites;
 pub mod unwind;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -142,8 +142,6 @@ pub struct Plan {
     /// process.
     pub pid: Option<u32>,
     pub settings: Settings,
-    /// Per object: whether anything can unwind through its code.
-    unwinding: HashMap<usize, bool>,
 }
 
 /// Decodes a function with its fragments.

@@ -7,17 +7,15 @@ use std::rc::Rc;
 use anyhow::{bail, Result};
 
 use super::{unwind, Plan, ProbeKind, MAX_NODES};
-use crate::callsites::{self, Naming, Site, SiteKind};
+use crate::callsites::{self, Site, SiteKind};
 use crate::disasm::{Decoded, ProbeCost, ProbePoint};
-use crate::symbols::{self, ElfObject, Function};
+use crate::symbols::{ElfObject, Function};
 
 /// A function reached through the PLT, and the object defining it.
 pub type Imported = (Rc<ElfObject>, Function);
 
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
-    /// Names and source lines of an object's sites.
-    pub naming: &'a dyn Fn(&ElfObject) -> Result<Rc<Naming>>,
     /// The function an imported name (a PLT call) resolves to in the
     /// traced process, when one is known.
     pub import: &'a dyn Fn(&str) -> Option<Imported>,
@@ -66,11 +64,10 @@ impl Plan {
         path: &mut Vec<(usize, u64)>,
     ) -> Result<()> {
         let object = self.object_index(obj);
-        let naming = (drill.naming)(obj)?;
         // Siblings get consecutive ids and slots, in address order, before
         // any is expanded: a site whose call is its previous sibling's
         // return address closes slot - 1 first.
-        let sites: Vec<Site> = callsites::sites(decoded, &naming.names, naming.lines.as_ref())
+        let sites: Vec<Site> = callsites::sites(decoded, obj)
             .into_iter()
             // A tail jump to unknown code ends the traced call where it
             // jumps (see add_function): nothing to time after it.
@@ -150,15 +147,10 @@ impl Plan {
             let (gobj, g): (Rc<ElfObject>, Function) =
                 match (site.kind, site.callee, &site.callee_raw) {
                     (SiteKind::Call | SiteKind::Tail, Some(a), _) => {
-                        let Some(g) = symbols::function_at(obj, a)?.filter(|g| g.addr == a) else {
-                            continue;
-                        };
-                        let g = symbols::find(obj, &symbols::Pattern::parse(&g.raw)?)?
-                            .functions
-                            .into_iter()
-                            .find(|x| x.addr == a)
-                            .unwrap_or(g);
-                        (obj.clone(), g)
+                        match obj.symbols()?.function_starting_at(a) {
+                            Some(g) => (obj.clone(), g),
+                            None => continue,
+                        }
                     }
                     (SiteKind::Plt, _, Some(raw)) => match (drill.import)(raw) {
                         Some(hit) => hit,

@@ -8,10 +8,9 @@ use std::collections::BTreeSet;
 use anyhow::Result;
 use object::Object;
 
-use crate::callsites::Names;
 use crate::disasm::{Decoded, Target};
 use crate::symbols::elf::symbol_names;
-use crate::symbols::{self, ElfObject};
+use crate::symbols::ElfObject;
 
 /// Never runs user code (no callbacks), never unwinds and is no
 /// thread-cancellation point: while it runs, nothing can unwind through
@@ -152,9 +151,10 @@ pub fn object_unwinds(obj: &ElfObject) -> Result<bool> {
 /// would otherwise unwind through it.
 pub(super) fn runs_only_quiet_code(obj: &ElfObject, d: &Decoded) -> bool {
     const MAX_FUNCS: usize = 64;
-    let Ok(names) = Names::load(obj) else {
+    let Ok(index) = obj.symbols() else {
         return false;
     };
+    let imports = obj.imports();
     let mut seen: BTreeSet<u64> = BTreeSet::new();
     let mut work: Vec<Decoded> = vec![d.clone()];
     while let Some(d) = work.pop() {
@@ -166,13 +166,13 @@ pub(super) fn runs_only_quiet_code(obj: &ElfObject, d: &Decoded) -> bool {
         for t in targets {
             let addr = match t {
                 Target::Indirect => return false,
-                Target::Slot(slot) => match names.slot_name(slot) {
+                Target::Slot(slot) => match imports.slot_name(slot) {
                     Some(n) if is_quiet(n) => continue,
                     _ => return false,
                 },
                 Target::Direct(a) => a,
             };
-            if let Some(n) = names.plt_name(addr) {
+            if let Some(n) = imports.plt_name(addr) {
                 if is_quiet(n) {
                     continue;
                 }
@@ -184,12 +184,9 @@ pub(super) fn runs_only_quiet_code(obj: &ElfObject, d: &Decoded) -> bool {
             if seen.len() > MAX_FUNCS {
                 return false;
             }
-            let Ok(Some(g)) = symbols::function_at(obj, addr) else {
+            let Some(g) = index.function_starting_at(addr) else {
                 return false;
             };
-            if g.addr != addr {
-                return false;
-            }
             match super::decode_function(obj, &g) {
                 Ok(gd) => work.push(gd),
                 Err(_) => return false,

@@ -115,7 +115,7 @@ pub fn unnamed_function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function
     let Some((start, end)) = obj.code_part_at(addr).filter(|p| p.0 == addr) else {
         return Ok(None);
     };
-    if super::function_at(obj, addr)?.is_some() {
+    if obj.symbols()?.function_containing(addr).is_some() {
         return Ok(None);
     }
     let raw = format!("{start:#x}");

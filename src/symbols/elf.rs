@@ -5,12 +5,16 @@
 //! mapped: a file truncated or rewritten while tachy reads it then gives a
 //! read error, never a SIGBUS, and only the parts used are held in memory.
 
+use std::cell::{Cell, OnceCell};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
 use super::debuginfo::{self, DebugData};
+use super::imports::Imports;
+use super::index::SymbolIndex;
+use super::lines::LineTable;
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::read::ReadCache;
@@ -69,10 +73,23 @@ pub struct ElfObject {
     data: ReadCache<File>,
     loads: Vec<Load>,
     /// Separate debug information, looked up once, when first needed.
-    debug: std::cell::OnceCell<Option<DebugData>>,
+    debug: OnceCell<Option<DebugData>>,
+    /// The function symbols, indexed once, when first needed (the error
+    /// of an object that has none).
+    index: OnceCell<std::result::Result<SymbolIndex, String>>,
+    /// Imported functions by PLT stub and GOT slot, read once.
+    imports: OnceCell<Imports>,
+    /// DWARF line tables, read once.
+    lines: OnceCell<Option<LineTable>>,
+    /// Whether anything can unwind through this object's code, decided once
+    /// (by `plan::unwind`, which knows the functions that unwind).
+    unwinds: OnceCell<bool>,
+    /// Times the symbol tables were read: once per object, whatever the
+    /// number of lookups.
+    table_reads: Cell<usize>,
     /// Code ranges of the unwind tables' entries, read once, when first
     /// needed.
-    parts: std::cell::OnceCell<Vec<(u64, u64)>>,
+    parts: OnceCell<Vec<(u64, u64)>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -137,8 +154,13 @@ impl ElfObject {
             open_path: open_path.to_path_buf(),
             data,
             loads,
-            debug: std::cell::OnceCell::new(),
-            parts: std::cell::OnceCell::new(),
+            debug: OnceCell::new(),
+            index: OnceCell::new(),
+            imports: OnceCell::new(),
+            lines: OnceCell::new(),
+            unwinds: OnceCell::new(),
+            table_reads: Cell::new(0),
+            parts: OnceCell::new(),
         })
     }
 
@@ -263,9 +285,43 @@ impl ElfObject {
         }
     }
 
+    /// The function symbols, indexed by address (read on first use).
+    pub fn symbols(&self) -> Result<&SymbolIndex> {
+        self.index
+            .get_or_init(|| {
+                let (syms, source) = self.function_symbols().map_err(|e| format!("{e:#}"))?;
+                Ok(SymbolIndex::new(&syms, source))
+            })
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Imported functions by PLT stub and GOT slot (read on first use).
+    pub fn imports(&self) -> &Imports {
+        self.imports.get_or_init(|| Imports::load(self))
+    }
+
+    /// The DWARF line tables, if the object or its debug file has DWARF
+    /// (read on first use).
+    pub fn line_table(&self) -> Option<&LineTable> {
+        self.lines.get_or_init(|| LineTable::load(self)).as_ref()
+    }
+
+    /// Whether anything can unwind through this object's code: `decide`
+    /// answers on first use, and the answer is kept.
+    pub fn unwinds(&self, decide: impl FnOnce(&ElfObject) -> bool) -> bool {
+        *self.unwinds.get_or_init(|| decide(self))
+    }
+
+    /// Times the symbol tables were read (see `symbols`).
+    pub fn symbol_table_reads(&self) -> usize {
+        self.table_reads.get()
+    }
+
     /// Function symbols: the full table when the object has one, else the
-    /// dynamic one.
+    /// dynamic one. Reads the tables each time: use `symbols` for lookups.
     pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
+        self.table_reads.set(self.table_reads.get() + 1);
         let file = self.parse()?;
         let full = collect_functions(&file, false);
         if !full.is_empty() {

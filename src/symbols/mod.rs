@@ -7,11 +7,11 @@ pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
+pub mod imports;
+pub mod index;
 pub mod lines;
 mod near;
 pub mod pattern;
-
-use std::collections::BTreeMap;
 
 use anyhow::Result;
 
@@ -84,74 +84,14 @@ pub struct Found {
     pub functions: Vec<Function>,
 }
 
-/// Finds the functions `pat` names in `obj`. Raw names are filtered on a
-/// literal part of the pattern before any is demangled: demangling every
-/// symbol of a large C++ library costs about a second.
+/// Finds the functions `pat` names in `obj`, in its symbol index (built on
+/// first use). Raw names that cannot match are skipped before they are
+/// demangled: demangling every symbol of a large C++ library costs about a
+/// second.
 pub fn find(obj: &ElfObject, pat: &Pattern) -> Result<Found> {
-    let (syms, source) = obj.function_symbols()?;
-    let mut whole: BTreeMap<u64, Function> = BTreeMap::new();
-    let mut fragments: Vec<(String, Fragment)> = Vec::new();
-    for s in &syms {
-        if !pat.may_match(s.name) {
-            continue;
-        }
-        let names = demangle(s.name);
-        match names.part {
-            Part::Fragment => fragments.push((
-                names.stem.clone(),
-                Fragment {
-                    raw: s.name.to_string(),
-                    addr: s.addr,
-                    size: s.size,
-                },
-            )),
-            Part::Whole => {
-                if pat.matches(s.name, &names) {
-                    // Aliases share an address: keep the first name.
-                    whole.entry(s.addr).or_insert_with(|| Function {
-                        raw: s.name.to_string(),
-                        names,
-                        addr: s.addr,
-                        size: s.size,
-                        fragments: Vec::new(),
-                    });
-                }
-            }
-        }
-    }
-    // A fragment belongs to the function whose name is its stem, clone
-    // suffixes included (`f.part.0.cold` belongs to `f.part.0`).
-    for (_, frag) in fragments {
-        let (owner, _) = frag
-            .raw
-            .rsplit_once(".cold")
-            .or_else(|| frag.raw.rsplit_once(".warm"))
-            .unwrap_or((&frag.raw, ""));
-        for f in whole.values_mut() {
-            if f.raw == owner {
-                f.fragments.push(frag.clone());
-            }
-        }
-    }
+    let index = obj.symbols()?;
     Ok(Found {
-        source,
-        functions: whole.into_values().collect(),
+        source: index.source,
+        functions: index.find(pat),
     })
-}
-
-/// The function symbol that contains `addr`, if any (fragments excluded).
-pub fn function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function>> {
-    let (syms, _) = obj.function_symbols()?;
-    let hit = syms
-        .iter()
-        .filter(|s| s.addr <= addr && addr - s.addr < s.size)
-        .find(|s| demangle::part_of(s.name) == Part::Whole)
-        .map(|s| (s, demangle(s.name)));
-    Ok(hit.map(|(s, names)| Function {
-        raw: s.name.to_string(),
-        names,
-        addr: s.addr,
-        size: s.size,
-        fragments: Vec::new(),
-    }))
 }
