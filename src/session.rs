@@ -324,7 +324,9 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
 pub fn latency(s: TraceSettings) -> Result<i32> {
     let mut objects = Objects::default();
     let target = Target::new(&s)?;
-    let mut plan = target.plan(&s, &mut objects)?;
+    let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
+        target.plan(&s, &mut objects)
+    })?;
     if s.dry_run || s.verbose {
         eprint!("{}", plan.describe());
         if s.dry_run {
@@ -439,6 +441,33 @@ fn attach<'o>(
         let tracer = Tracer::attach(storage, plan, verbose, &done);
         finished.store(true, Ordering::SeqCst);
         tracer
+    })
+}
+
+/// Runs `work`; says `notice` on stderr if it has not ended after a
+/// second and stderr is a terminal, so a slow start is not silence for
+/// someone waiting (and scripts reading stderr get only errors).
+fn with_notice<T>(notice: &str, work: impl FnOnce() -> T) -> T {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return work();
+    }
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let until = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < until {
+                if finished.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !finished.load(Ordering::SeqCst) {
+                eprintln!("{notice}");
+            }
+        });
+        let out = work();
+        finished.store(true, Ordering::SeqCst);
+        out
     })
 }
 
