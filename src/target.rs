@@ -511,7 +511,6 @@ impl Spawned {
     /// `stdout_to_stderr`, the command writes its standard output to
     /// tachy's standard error.
     pub fn start(exe: &Path, argv: &[String], stdout_to_stderr: bool) -> Result<Spawned> {
-        use std::io::Read;
         use std::os::fd::FromRawFd;
         let path =
             CString::new(exe.as_os_str().as_bytes()).context("command path contains a NUL byte")?;
@@ -561,14 +560,12 @@ impl Spawned {
             libc::close(go[0]);
             libc::close(err[1]);
         }
-        let mut s = Spawned {
+        Ok(Spawned {
             pid: pid as u32,
             go: Some(unsafe { fs::File::from_raw_fd(go[1]) }),
             err: unsafe { fs::File::from_raw_fd(err[0]) },
             reaped: None,
-        };
-        let _ = &mut s.err.read(&mut []);
-        Ok(s)
+        })
     }
 
     /// Lets the command exec. Fails if exec failed.
