@@ -75,6 +75,57 @@ fn crc32_of(f: &File) -> Option<u32> {
     }
 }
 
+/// Where a debug file named by build ID stands under `root`; None for a
+/// build ID too short to name one.
+fn build_id_path(root: &Path, id: &[u8]) -> Option<PathBuf> {
+    if id.len() < 2 {
+        return None;
+    }
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    Some(
+        root.join(DEBUG_ROOT)
+            .join(".build-id")
+            .join(&hex[..2])
+            .join(format!("{}.debug", &hex[2..])),
+    )
+}
+
+/// An object's `.gnu_debuglink`: the debug file's name, its CRC, and the
+/// object's directory relative to `/`, under which the file is looked for.
+struct Debuglink {
+    name: String,
+    crc: u32,
+    rel: PathBuf,
+}
+
+impl Debuglink {
+    fn of<'d, R: ReadRef<'d>>(file: &ElfFile64<'d, Endianness, R>, display: &Path) -> Option<Self> {
+        let (name, crc) = file.gnu_debuglink().ok()??;
+        let name = String::from_utf8_lossy(name).into_owned();
+        if name.contains('/') || name.is_empty() {
+            return None;
+        }
+        let abs = if display.is_absolute() {
+            display.to_path_buf()
+        } else {
+            std::fs::canonicalize(display).unwrap_or_else(|_| display.to_path_buf())
+        };
+        let dir = abs.parent().unwrap_or(Path::new("/"));
+        let rel = dir.strip_prefix("/").unwrap_or(dir).to_path_buf();
+        Some(Debuglink { name, crc, rel })
+    }
+
+    /// The directories the file is looked for in under `root`, in order:
+    /// beside the object, in its `.debug/`, under the debug root.
+    fn dirs(&self, root: &Path) -> [PathBuf; 3] {
+        [
+            root.join(&self.rel),
+            root.join(&self.rel).join(".debug"),
+            root.join(DEBUG_ROOT).join(&self.rel),
+        ]
+    }
+}
+
 /// Finds separate debug information for an object.
 pub fn find<'d, R: ReadRef<'d>>(
     file: &ElfFile64<'d, Endianness, R>,
@@ -83,39 +134,21 @@ pub fn find<'d, R: ReadRef<'d>>(
 ) -> Option<DebugData> {
     let roots = roots(open_path);
     if let Ok(Some(id)) = file.build_id() {
-        if id.len() >= 2 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            for root in &roots {
-                let p = root
-                    .join(DEBUG_ROOT)
-                    .join(".build-id")
-                    .join(&hex[..2])
-                    .join(format!("{}.debug", &hex[2..]));
-                if let Some(d) = debug_file(&p, |_| true).filter(|d| same_build_id(d, id)) {
-                    return Some(d);
-                }
+        for root in &roots {
+            let Some(p) = build_id_path(root, id) else {
+                break;
+            };
+            if let Some(d) = debug_file(&p, |_| true).filter(|d| same_build_id(d, id)) {
+                return Some(d);
             }
         }
     }
-    if let Ok(Some((name, crc))) = file.gnu_debuglink() {
-        let name = String::from_utf8_lossy(name).into_owned();
-        if !name.contains('/') && !name.is_empty() {
-            let abs = if display.is_absolute() {
-                display.to_path_buf()
-            } else {
-                std::fs::canonicalize(display).unwrap_or_else(|_| display.to_path_buf())
-            };
-            let dir = abs.parent().unwrap_or(Path::new("/"));
-            let rel = dir.strip_prefix("/").unwrap_or(dir);
-            for root in &roots {
-                for cand in [
-                    root.join(rel).join(&name),
-                    root.join(rel).join(".debug").join(&name),
-                    root.join(DEBUG_ROOT).join(rel).join(&name),
-                ] {
-                    if let Some(d) = debug_file(&cand, |f| crc32_of(f) == Some(crc)) {
-                        return Some(d);
-                    }
+    if let Some(link) = Debuglink::of(file, display) {
+        for root in &roots {
+            for dir in link.dirs(root) {
+                let cand = dir.join(&link.name);
+                if let Some(d) = debug_file(&cand, |f| crc32_of(f) == Some(link.crc)) {
+                    return Some(d);
                 }
             }
         }
@@ -140,52 +173,35 @@ pub fn missing_hint<'d, R: ReadRef<'d>>(
     let roots = roots(open_path);
     let root = roots.first()?;
     let mut looked: Vec<String> = Vec::new();
-    if let Ok(Some(id)) = file.build_id() {
-        if id.len() >= 2 {
-            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-            let p = root
-                .join(DEBUG_ROOT)
-                .join(".build-id")
-                .join(&hex[..2])
-                .join(format!("{}.debug", &hex[2..]));
-            looked.push(format!("{} (by build ID)", p.display()));
-        }
+    if let Some(p) = file
+        .build_id()
+        .ok()
+        .flatten()
+        .and_then(|id| build_id_path(root, id))
+    {
+        looked.push(format!("{} (by build ID)", p.display()));
     }
-    if let Ok(Some((name, crc))) = file.gnu_debuglink() {
-        let name = String::from_utf8_lossy(name).into_owned();
-        if !name.contains('/') && !name.is_empty() {
-            let abs = if display.is_absolute() {
-                display.to_path_buf()
-            } else {
-                std::fs::canonicalize(display).unwrap_or_else(|_| display.to_path_buf())
-            };
-            let dir = abs.parent().unwrap_or(Path::new("/"));
-            let rel = dir.strip_prefix("/").unwrap_or(dir);
-            let dirs = [
-                root.join(rel),
-                root.join(rel).join(".debug"),
-                root.join(DEBUG_ROOT).join(rel),
-            ];
-            // A file of that name from another build is not this object's.
-            let other = dirs.iter().map(|d| d.join(&name)).find(|p| {
-                crate::target::open_file(p)
-                    .ok()
-                    .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
-                    .is_some_and(|f| crc32_of(&f) != Some(crc))
-            });
-            looked.push(match other {
-                Some(p) => format!(
-                    "{name} (named by .gnu_debuglink): {} is another build's (its CRC differs)",
-                    p.display()
-                ),
-                None => format!(
-                    "{name} (named by .gnu_debuglink) in {}, {} or {}",
-                    dirs[0].display(),
-                    dirs[1].display(),
-                    dirs[2].display()
-                ),
-            });
-        }
+    if let Some(link) = Debuglink::of(file, display) {
+        let (name, crc, dirs) = (&link.name, link.crc, link.dirs(root));
+        // A file of that name from another build is not this object's.
+        let other = dirs.iter().map(|d| d.join(name)).find(|p| {
+            crate::target::open_file(p)
+                .ok()
+                .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+                .is_some_and(|f| crc32_of(&f) != Some(crc))
+        });
+        looked.push(match other {
+            Some(p) => format!(
+                "{name} (named by .gnu_debuglink): {} is another build's (its CRC differs)",
+                p.display()
+            ),
+            None => format!(
+                "{name} (named by .gnu_debuglink) in {}, {} or {}",
+                dirs[0].display(),
+                dirs[1].display(),
+                dirs[2].display()
+            ),
+        });
     }
     if looked.is_empty() {
         return None;
