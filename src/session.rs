@@ -916,7 +916,7 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
         entry_offset: t.entry_addr - t.addr,
         entry_insn: t.entry_insn.clone(),
         entry_emulated: t.entry_cost == ProbeCost::Emulated,
-        returns: t.exits.mode.describe().to_string(),
+        returns: t.exits.describe(),
         rets: t.exits.rets,
         tail_callees: t.exits.tail_callees.clone(),
         unknown_tails: t.exits.unknown_tails,

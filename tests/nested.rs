@@ -1468,8 +1468,9 @@ fn planned_exit(fixture: &str, func: &str) -> String {
 }
 
 /// work4 calls leaf 4 times without moving SP: its call sites open at the
-/// SP its own frame is keyed by. Timed by a uretprobe (no unwinding code in
-/// `calls`) and by probes on its `ret` (`calls_unwind`), every call
+/// SP its own frame is keyed by. Timed by a uretprobe (it calls only code
+/// of its own, in `calls`) and by probes on its `ret` (`calls_unwind`,
+/// where it has an unreached call to `pthread_exit`), every call
 /// completes and none is taken for abandoned.
 #[test]
 fn nested_plain_c_frameless_caller_every_exit_kind() {

@@ -33,11 +33,12 @@ impl Plan {
                 ),
                 ItemKind::Function(f) => writeln!(
                     s,
-                    "  [{i}] {} in {} at {:#x} (symbols from {})",
+                    "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}",
                     item.name,
                     self.objects[f.object].display.display(),
                     f.addr,
-                    f.source_text
+                    f.source_text,
+                    f.exits.describe()
                 ),
             };
         }
@@ -134,6 +135,9 @@ mod tests {
                 entry_cost: ProbeCost::Emulated,
                 exits: ExitSummary {
                     mode: ExitMode::Rets,
+                    why_rets: Some(
+                        "calls std::__throw_out_of_range(char const*)@plt at +0x42".into(),
+                    ),
                     rets: 2,
                     tail_callees: Vec::new(),
                     unknown_tails: 1,

@@ -20,8 +20,13 @@ pub enum ExitMode {
     Rets,
     /// A uretprobe: the function calls nothing, so no exception crosses it.
     UretprobeLeaf,
-    /// A uretprobe: its object has no exception or unwinding machinery.
+    /// A uretprobe: its object has no exception or unwinding machinery,
+    /// and it calls only code of its own object or quiet library functions.
     UretprobeNoUnwind,
+    /// A uretprobe: the function and everything it can call never throw,
+    /// never call through a pointer and leave the object only for quiet
+    /// library functions (`unwind::prove_quiet`).
+    UretprobeQuiet,
     /// A uretprobe because the user asked (`--uretprobe`).
     UretprobeForced,
 }
@@ -34,6 +39,7 @@ impl ExitMode {
             ExitMode::UretprobeNoUnwind => {
                 "uretprobe (its object has no exception or unwinding code)"
             }
+            ExitMode::UretprobeQuiet => "uretprobe (calls only code that cannot throw)",
             ExitMode::UretprobeForced => {
                 "uretprobe (--uretprobe: an exception through it aborts the process)"
             }
@@ -45,6 +51,10 @@ impl ExitMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExitSummary {
     pub mode: ExitMode,
+    /// Why its returns are probed rather than timed by a uretprobe: what
+    /// stops the proof that nothing can unwind through it (`None` with a
+    /// uretprobe).
+    pub why_rets: Option<String>,
     pub rets: usize,
     /// Direct tail callees whose returns end this function's frame.
     pub tail_callees: Vec<String>,
@@ -55,6 +65,16 @@ pub struct ExitSummary {
     /// Fragments of the function without a symbol (`.cold` parts of a
     /// stripped object), found by following its jumps.
     pub unnamed_fragments: usize,
+}
+
+impl ExitSummary {
+    /// How the return is timed and why, as `list` and `--verbose` say it.
+    pub fn describe(&self) -> String {
+        match (&self.why_rets, self.mode) {
+            (Some(why), ExitMode::Rets) => format!("probes on each ret: {why}"),
+            _ => self.mode.describe().to_string(),
+        }
+    }
 }
 
 impl Plan {
@@ -97,20 +117,29 @@ impl Plan {
                 tailing,
             },
         )?;
+        // Unasked, a uretprobe shares the entry probe's trap, so the entry
+        // must stand where SP holds the return address: a trap of its own
+        // would cost as much as the single-stepped `ret` it replaces.
         let uret = if self.settings.uretprobe {
-            Some(ExitMode::UretprobeForced)
-        } else if entry.sp_offset == 0 && decoded.calls.is_empty() && decoded.tails.is_empty() {
-            Some(ExitMode::UretprobeLeaf)
-        } else if entry.sp_offset == 0
-            && !obj.unwinds(|o| unwind::object_unwinds(o).unwrap_or(true))
-            && unwind::runs_only_quiet_code(obj, &decoded)
-        {
-            Some(ExitMode::UretprobeNoUnwind)
+            Ok(ExitMode::UretprobeForced)
+        } else if entry.sp_offset != 0 {
+            Err(format!(
+                "the entry probe stands after the stack pointer moved ({} bytes)",
+                entry.sp_offset
+            ))
+        } else if decoded.calls.is_empty() && decoded.tails.is_empty() {
+            Ok(ExitMode::UretprobeLeaf)
         } else {
-            None
+            match unwind::prove_quiet(obj, f, &decoded) {
+                Ok(()) if obj.unwinds(|o| unwind::object_unwinds(o).unwrap_or(true)) => {
+                    Ok(ExitMode::UretprobeQuiet)
+                }
+                Ok(()) => Ok(ExitMode::UretprobeNoUnwind),
+                Err(obstacle) => Err(obstacle.to_string()),
+            }
         };
         let exits = match uret {
-            Some(mode) => {
+            Ok(mode) => {
                 // A uretprobe is far cheaper than a probe on `ret` (the
                 // kernel single-steps `ret`), and safe where no unwinder can
                 // meet its trampoline. It must stand where SP is at the
@@ -124,6 +153,7 @@ impl Plan {
                 self.push(obj, object, at, ProbeKind::Uret)?;
                 ExitSummary {
                     mode,
+                    why_rets: None,
                     rets: decoded.rets.len(),
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
@@ -131,9 +161,12 @@ impl Plan {
                     unnamed_fragments: decoded.unnamed_fragments.len(),
                 }
             }
-            None => {
+            Err(why) => {
                 let own_entry_tail = tailing.then_some(entry.addr);
-                self.add_exits(obj, object, f, decoded, own_entry_tail)?
+                ExitSummary {
+                    why_rets: Some(why),
+                    ..self.add_exits(obj, object, f, decoded, own_entry_tail)?
+                }
             }
         };
         self.items.push(Item {
@@ -169,6 +202,7 @@ impl Plan {
     ) -> Result<ExitSummary> {
         let mut exits = ExitSummary {
             mode: ExitMode::Rets,
+            why_rets: None,
             rets: decoded.rets.len(),
             tail_callees: Vec::new(),
             unknown_tails: 0,

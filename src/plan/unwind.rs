@@ -2,48 +2,86 @@
 //! allows a uretprobe (whose trampoline the unwinder cannot pass), and the
 //! one list of functions tachy knows by name (those that never run user
 //! code, those that never return, those that throw or unwind).
+//!
+//! The proof is made per function, from the object's own code: the
+//! function and everything it can call within the object (direct calls and
+//! tail jumps, followed transitively, bounded) must never reach a throw,
+//! and must call out of the object (through the PLT or a GOT slot) only to
+//! the quiet functions of [`KNOWN`], and never through a pointer. Landing
+//! pads need no check of their own: they run only when an exception
+//! reaches the function from below, and a landing pad that resumes or
+//! rethrows calls `_Unwind_Resume` or `__cxa_rethrow`, which the walk sees
+//! (it decodes every byte of the function and its named parts).
+//!
+//! Out of scope, by design: an exception thrown from a signal handler
+//! (`-fnon-call-exceptions`, or a handler that throws while the function
+//! runs) and asynchronous thread cancellation
+//! (`PTHREAD_CANCEL_ASYNCHRONOUS`) can unwind from any instruction, and no
+//! reading of the code can rule them out; `--uretprobe` users and this
+//! proof share that assumption with every uretprobe-based tracer.
+//! Deferred cancellation unwinds only from cancellation points, which are
+//! never on the quiet list.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
 
 use anyhow::Result;
 use object::Object;
 
 use crate::disasm::{Decoded, Target};
 use crate::symbols::elf::symbol_names;
-use crate::symbols::ElfObject;
+use crate::symbols::{demangle, ElfObject, Function};
 
-/// Never runs user code (no callbacks), never unwinds and is no
-/// thread-cancellation point: while it runs, nothing can unwind through
-/// its caller.
+/// Never runs user code (no callbacks, not replaceable by the program in
+/// the ordinary way), never unwinds and is no thread-cancellation point:
+/// while it runs, nothing can unwind through its caller.
 const QUIET: u8 = 1;
 /// Never returns to its caller: it throws, unwinds or ends the process.
 /// Code after a call to it is often a landing pad, reached by the
 /// unwinder, not by a return.
 const NO_RETURN: u8 = 2;
-/// Throws, unwinds or cancels, or is unwinding machinery: an object that
-/// defines or imports it may be unwound through.
+/// Unwinding machinery (personality routines, cancellation): an object
+/// that defines or imports it may be unwound through.
 const UNWINDS: u8 = 4;
+/// Raises an exception or a panic, or unwinds its caller's frame: a
+/// function that can reach it may be unwound through.
+const THROWS: u8 = 8;
 
-/// Functions known by name, with what is known of them.
+/// Functions known by name, with what is known of them. Only functions
+/// that take no callback, run no user code and are no cancellation point
+/// may be `QUIET` (so not `qsort`, `printf`, `operator delete`, which a
+/// program may replace, nor anything that can block in a cancellable way).
 const KNOWN: &[(&str, u8)] = &[
     ("memcpy", QUIET),
     ("memmove", QUIET),
     ("memset", QUIET),
     ("memcmp", QUIET),
+    ("bcmp", QUIET),
     ("memchr", QUIET),
+    ("memrchr", QUIET),
     ("strlen", QUIET),
     ("strnlen", QUIET),
     ("strcmp", QUIET),
     ("strncmp", QUIET),
+    ("strcasecmp", QUIET),
+    ("strncasecmp", QUIET),
     ("strcpy", QUIET),
     ("strncpy", QUIET),
+    ("stpcpy", QUIET),
     ("strcat", QUIET),
     ("strncat", QUIET),
     ("strchr", QUIET),
     ("strrchr", QUIET),
     ("strstr", QUIET),
+    ("strspn", QUIET),
+    ("strcspn", QUIET),
+    ("strpbrk", QUIET),
     ("strdup", QUIET),
     ("strndup", QUIET),
+    ("wcslen", QUIET),
+    ("wmemcpy", QUIET),
+    ("wmemset", QUIET),
+    ("wmemcmp", QUIET),
     ("malloc", QUIET),
     ("calloc", QUIET),
     ("realloc", QUIET),
@@ -56,6 +94,17 @@ const KNOWN: &[(&str, u8)] = &[
     ("getpid", QUIET),
     ("gettid", QUIET),
     ("__errno_location", QUIET),
+    ("__tls_get_addr", QUIET),
+    ("__ctype_b_loc", QUIET),
+    ("__ctype_tolower_loc", QUIET),
+    ("__ctype_toupper_loc", QUIET),
+    ("pthread_self", QUIET),
+    ("pthread_mutex_lock", QUIET),
+    ("pthread_mutex_trylock", QUIET),
+    ("pthread_mutex_unlock", QUIET),
+    ("pthread_spin_lock", QUIET),
+    ("pthread_spin_unlock", QUIET),
+    ("pthread_getspecific", QUIET),
     ("__stack_chk_fail", QUIET | NO_RETURN),
     ("abs", QUIET),
     ("labs", QUIET),
@@ -66,26 +115,37 @@ const KNOWN: &[(&str, u8)] = &[
     ("strtoll", QUIET),
     ("strtoull", QUIET),
     ("strtod", QUIET),
+    ("strtof", QUIET),
+    ("sqrt", QUIET),
+    ("exp", QUIET),
+    ("log", QUIET),
+    ("pow", QUIET),
+    ("sin", QUIET),
+    ("cos", QUIET),
+    ("fmod", QUIET),
     ("__memcpy_chk", QUIET),
     ("__memset_chk", QUIET),
     ("__memmove_chk", QUIET),
     ("__strcpy_chk", QUIET),
     ("__strcat_chk", QUIET),
-    ("_Unwind_Resume", NO_RETURN | UNWINDS),
-    ("_Unwind_RaiseException", UNWINDS),
-    ("_Unwind_ForcedUnwind", UNWINDS),
-    ("__cxa_throw", NO_RETURN | UNWINDS),
-    ("__cxa_rethrow", NO_RETURN | UNWINDS),
+    ("_Unwind_Resume", NO_RETURN | UNWINDS | THROWS),
+    ("_Unwind_RaiseException", UNWINDS | THROWS),
+    ("_Unwind_Resume_or_Rethrow", UNWINDS | THROWS),
+    ("_Unwind_ForcedUnwind", UNWINDS | THROWS),
+    ("__cxa_throw", NO_RETURN | UNWINDS | THROWS),
+    ("__cxa_rethrow", NO_RETURN | UNWINDS | THROWS),
     ("__gxx_personality_v0", UNWINDS),
     ("rust_eh_personality", UNWINDS),
-    ("__rust_start_panic", UNWINDS),
-    ("pthread_exit", NO_RETURN | UNWINDS),
+    ("__rust_start_panic", UNWINDS | THROWS),
+    ("rust_panic", NO_RETURN | THROWS),
+    ("rust_begin_unwind", NO_RETURN | THROWS),
+    ("pthread_exit", NO_RETURN | UNWINDS | THROWS),
     ("pthread_cancel", UNWINDS),
-    ("__cxa_bad_cast", NO_RETURN),
-    ("__cxa_bad_typeid", NO_RETURN),
-    ("__cxa_throw_bad_array_new_length", NO_RETURN),
+    ("__cxa_bad_cast", NO_RETURN | THROWS),
+    ("__cxa_bad_typeid", NO_RETURN | THROWS),
+    ("__cxa_throw_bad_array_new_length", NO_RETURN | THROWS),
     ("__cxa_call_terminate", NO_RETURN),
-    ("__cxa_call_unexpected", NO_RETURN),
+    ("__cxa_call_unexpected", NO_RETURN | THROWS),
     ("std::terminate()", NO_RETURN),
     ("abort", NO_RETURN),
     ("exit", NO_RETURN),
@@ -105,12 +165,12 @@ const KNOWN: &[(&str, u8)] = &[
     ("verrx", NO_RETURN),
 ];
 
-/// Demangled name prefixes of functions that never return (C++ throw
-/// helpers, Rust panics).
-const NO_RETURN_PREFIXES: &[&str] = &[
+/// Demangled name prefixes of functions that throw or panic (C++ throw
+/// helpers, Rust panics): they never return.
+const THROW_PREFIXES: &[&str] = &[
     "std::__throw_",
     "core::panicking::",
-    "std::panicking::begin_panic",
+    "std::panicking::",
     "core::result::unwrap_failed",
     "core::option::expect_failed",
     "core::option::unwrap_failed",
@@ -120,16 +180,30 @@ fn known(name: &str, what: u8) -> bool {
     KNOWN.iter().any(|&(n, k)| n == name && k & what != 0)
 }
 
+/// A raw or shown name without its symbol version (`memcpy@GLIBC_2.14`)
+/// or call kind (`memcpy@plt`).
+fn bare(name: &str) -> &str {
+    name.split('@').next().unwrap_or(name)
+}
+
 /// Whether a call site's callee, as shown (`name`, `name@plt`,
 /// `name@got`), is known never to return.
 pub fn never_returns(shown: &str) -> bool {
-    let name = shown.trim_end_matches("@plt").trim_end_matches("@got");
-    known(name, NO_RETURN) || NO_RETURN_PREFIXES.iter().any(|p| name.starts_with(p))
+    let name = bare(shown);
+    known(name, NO_RETURN) || THROW_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Whether a function, by its raw name and its demangled one, throws,
+/// panics or unwinds its caller.
+fn throws(raw: &str, shown: &str) -> bool {
+    known(bare(raw), THROWS)
+        || known(bare(shown), THROWS)
+        || THROW_PREFIXES.iter().any(|p| shown.starts_with(p))
 }
 
 /// Whether an imported function never runs user code nor unwinds.
 fn is_quiet(name: &str) -> bool {
-    known(name, QUIET)
+    known(bare(name), QUIET)
 }
 
 /// Whether exceptions, panics or thread cancellation may unwind through
@@ -140,65 +214,199 @@ pub fn object_unwinds(obj: &ElfObject) -> Result<bool> {
     if file.section_by_name(".gcc_except_table").is_some() {
         return Ok(true);
     }
-    let named = |n: &&str| known(n.split('@').next().unwrap_or(n), UNWINDS);
+    let named = |n: &&str| known(bare(n), UNWINDS | THROWS);
     Ok(symbol_names(&file, false).iter().any(named) || symbol_names(&file, true).iter().any(named))
 }
 
-/// Whether everything a function can run while on the stack is code of its
-/// own object (which has no unwinding machinery) or a quiet library
-/// function: no call through a pointer, no other import. An exception
-/// thrown by a callback (a C library function calling back into C++)
-/// would otherwise unwind through it.
-pub(super) fn runs_only_quiet_code(obj: &ElfObject, d: &Decoded) -> bool {
-    const MAX_FUNCS: usize = 64;
-    let Ok(index) = obj.symbols() else {
-        return false;
+/// Functions of the object a proof follows before it gives up.
+pub const MAX_FOLLOWED: usize = 128;
+
+/// What stops the proof that nothing can unwind through a function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hazard {
+    /// A call or tail jump to a function that throws, panics or unwinds
+    /// (its name as shown).
+    Throws(String),
+    /// A call or tail jump out of the object to a function not known to
+    /// be quiet (`name@plt`, `name@got`).
+    Import(String),
+    /// A call through a register or computed memory.
+    IndirectCall,
+    /// A tail jump through a register or computed memory.
+    IndirectJump,
+    /// A call or jump to code that no symbol or unwind table entry starts.
+    UnknownCode(u64),
+    /// A callee whose code cannot be read or decoded (its name).
+    Undecodable(String),
+    /// More than [`MAX_FOLLOWED`] functions can be reached.
+    TooMany,
+}
+
+/// A hazard and where it is: the instruction, and the function holding it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Obstacle {
+    pub hazard: Hazard,
+    pub addr: u64,
+    /// The function holding the instruction: its name when it is a callee
+    /// (none for the traced function), and the bounds of its body.
+    pub within: Option<String>,
+    pub body: (u64, u64),
+}
+
+impl fmt::Display for Obstacle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.hazard {
+            Hazard::Throws(n) | Hazard::Import(n) => write!(f, "calls {n}")?,
+            Hazard::IndirectCall => write!(f, "indirect call")?,
+            Hazard::IndirectJump => write!(f, "indirect tail jump")?,
+            Hazard::UnknownCode(a) => write!(f, "calls code without a symbol at {a:#x},")?,
+            Hazard::Undecodable(n) => write!(f, "calls {n}, which cannot be decoded,")?,
+            Hazard::TooMany => {
+                return write!(
+                    f,
+                    "calls more than {MAX_FOLLOWED} functions (not all followed)"
+                )
+            }
+        }
+        let (start, end) = self.body;
+        if (start..end).contains(&self.addr) {
+            write!(f, " at +{:#x}", self.addr - start)?;
+        } else {
+            write!(f, " at {:#x} (a split part)", self.addr)?;
+        }
+        if let Some(name) = &self.within {
+            write!(f, " in {name}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Proves that no exception, panic or unwind can cross `f`'s frame while
+/// it runs, from its decoded code `d` and the code of its object it can
+/// reach; else names an obstacle: the nearest call that can throw, if
+/// any, else the first other obstacle (the traced function's own code
+/// first, then its callees, nearest first).
+pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<(), Obstacle> {
+    let fail = |hazard| Obstacle {
+        hazard,
+        addr: f.addr,
+        within: None,
+        body: (f.addr, f.addr + f.size),
     };
+    let index = obj
+        .symbols()
+        .map_err(|_| fail(Hazard::Undecodable(f.display_name())))?;
     let imports = obj.imports();
-    let mut seen: BTreeSet<u64> = BTreeSet::new();
-    let mut work: Vec<Decoded> = vec![d.clone()];
-    while let Some(d) = work.pop() {
-        let targets = d
+    let mut other: Option<Obstacle> = None;
+    let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
+    let mut work = VecDeque::from([(d.clone(), None, (f.addr, f.addr + f.size))]);
+    while let Some((d, within, body)) = work.pop_front() {
+        let mut targets: Vec<(u64, Target)> = d
             .calls
             .iter()
-            .map(|c| c.target)
-            .chain(d.tails.iter().map(|t| t.target));
-        for t in targets {
-            let addr = match t {
-                Target::Indirect => return false,
-                Target::Slot(slot) => match imports.slot_name(slot) {
-                    Some(n) if is_quiet(n) => continue,
-                    _ => return false,
-                },
-                Target::Direct(a) => a,
+            .map(|c| (c.addr, c.target))
+            .chain(d.tails.iter().map(|t| (t.addr, t.target)))
+            .collect();
+        targets.sort_by_key(|t| t.0);
+        for (at, target) in targets {
+            let obstacle = |hazard| Obstacle {
+                hazard,
+                addr: at,
+                within: within.clone(),
+                body,
             };
-            if let Some(n) = imports.plt_name(addr) {
-                if is_quiet(n) {
+            let mut note = |hazard| {
+                other.get_or_insert_with(|| obstacle(hazard));
+            };
+            // A pointer in a GOT slot that no import names is a pointer
+            // like any other.
+            let (addr, import) = match target {
+                Target::Direct(a) => (a, imports.plt_name(a).map(|n| (n, "plt"))),
+                Target::Slot(slot) if imports.slot_name(slot).is_some() => {
+                    (0, imports.slot_name(slot).map(|n| (n, "got")))
+                }
+                _ if d.calls.iter().any(|c| c.addr == at) => {
+                    note(Hazard::IndirectCall);
                     continue;
                 }
-                return false;
+                _ => {
+                    note(Hazard::IndirectJump);
+                    continue;
+                }
+            };
+            if let Some((raw, how)) = import {
+                let shown = format!("{}@{how}", demangle(bare(raw)).full);
+                if throws(raw, &shown) {
+                    return Err(obstacle(Hazard::Throws(shown)));
+                }
+                if !is_quiet(raw) {
+                    note(Hazard::Import(shown));
+                }
+                continue;
             }
             if !seen.insert(addr) {
                 continue;
             }
-            if seen.len() > MAX_FUNCS {
-                return false;
+            if seen.len() > MAX_FOLLOWED {
+                note(Hazard::TooMany);
+                continue;
             }
-            let Some(g) = index.function_starting_at(addr) else {
-                return false;
+            let callee = match index.function_starting_at(addr) {
+                Some(g) => g,
+                None => match crate::symbols::code::unnamed_function_at(obj, addr) {
+                    Ok(Some(g)) => g,
+                    _ => {
+                        note(Hazard::UnknownCode(addr));
+                        continue;
+                    }
+                },
             };
-            match super::decode_function(obj, &g) {
-                Ok(gd) => work.push(gd),
-                Err(_) => return false,
+            let name = callee.display_name();
+            if throws(&callee.raw, &callee.names.full) {
+                return Err(obstacle(Hazard::Throws(name)));
+            }
+            match super::decode_function(obj, &callee) {
+                Ok(cd) => {
+                    work.push_back((cd, Some(name), (callee.addr, callee.addr + callee.size)))
+                }
+                Err(_) => note(Hazard::Undecodable(name)),
             }
         }
     }
-    true
+    match other {
+        Some(o) => Err(o),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn obstacles_say_what_and_where() {
+        let at = |hazard, addr, within: Option<&str>| {
+            Obstacle {
+                hazard,
+                addr,
+                within: within.map(str::to_string),
+                body: (0x1000, 0x1080),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            at(Hazard::Import("qsort@plt".into()), 0x1030, None),
+            "calls qsort@plt at +0x30"
+        );
+        assert_eq!(
+            at(Hazard::IndirectCall, 0x101c, Some("db::f(int)")),
+            "indirect call at +0x1c in db::f(int)"
+        );
+        assert_eq!(
+            at(Hazard::Throws("__cxa_throw@plt".into()), 0x900, None),
+            "calls __cxa_throw@plt at 0x900 (a split part)"
+        );
+    }
 
     #[test]
     fn one_list_answers_each_question() {
@@ -209,6 +417,17 @@ mod tests {
         assert!(is_quiet("memcpy") && is_quiet("__stack_chk_fail"));
         assert!(!is_quiet("qsort") && !is_quiet("__cxa_throw"));
         assert!(known("_Unwind_RaiseException", UNWINDS));
+        assert!(throws(
+            "_ZSt20__throw_out_of_rangePKc",
+            "std::__throw_out_of_range(char const*)"
+        ));
+        assert!(throws("__cxa_throw@plt", "__cxa_throw@plt"));
+        assert!(throws(
+            "_ZN4core9panicking5panic17h0123456789abcdefE",
+            "core::panicking::panic"
+        ));
+        assert!(!throws("abort", "abort") && !throws("memcpy@GLIBC_2.14", "memcpy"));
+        assert!(is_quiet("memcpy@GLIBC_2.14"));
         assert!(!known("abort", UNWINDS));
     }
 }

@@ -196,7 +196,7 @@ mod tests {
             entry_offset: 4,
             entry_insn: "push rbp".into(),
             entry_emulated: true,
-            returns: "probes on each ret (safe if an exception passes)".into(),
+            returns: "probes on each ret: indirect call at +0x1c in db::Index::seek(long)".into(),
             rets: 2,
             tail_callees: vec!["db::Page::release()".into()],
             unknown_tails: 1,

@@ -26,6 +26,7 @@
 //! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
 //! | `calls`         | calls.c                     | gcc -O2 -g                              |
 //! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
+//! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -85,6 +86,16 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// True (after printing why) when a test that attaches probes cannot run.
+pub fn skip_unless_root() -> bool {
+    if is_root() {
+        false
+    } else {
+        eprintln!("skipped: needs root");
+        true
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Building
 // ---------------------------------------------------------------------------
@@ -131,6 +142,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["calls.c"],
             deps: &[],
         },
+        "exits" => Recipe {
+            sources: &["exits.cpp"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -141,8 +156,8 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, calls, calls_unwind, rust_app, rust_app_v0, rust_names, \
-             rust_names_v0)"
+             faults, libcold.so, shapes, calls, calls_unwind, exits, rust_app, rust_app_v0, \
+             rust_names, rust_names_v0)"
         ),
     }
 }
@@ -229,6 +244,23 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 c.arg("-DWITH_UNWIND");
             }
             c.arg(src.join("calls.c")).arg("-o").arg(tmp_out);
+            c
+        }
+        "exits" => {
+            // Without CET's `endbr64` (as Debian's g++ builds by default),
+            // every traced function starts with `push`.
+            let mut c = cxx();
+            c.args([
+                "-std=c++17",
+                "-O2",
+                "-g",
+                "-fcf-protection=none",
+                "-Wall",
+                "-Wextra",
+            ])
+            .arg(src.join("exits.cpp"))
+            .arg("-o")
+            .arg(tmp_out);
             c
         }
         "rust_app" | "rust_app_v0" => {
@@ -645,6 +677,13 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("fixture_io", n),
         ],
         "plain" => vec![("slow_sum", n), ("fast_path", 2 * n), ("mix_local", n)],
+        "exits" => vec![
+            ("ex::quiet(long)", iterations),
+            ("ex::throwing(long)", iterations),
+            ("ex::indirect(long (*)(long), long)", iterations),
+            ("ex::via_plt(long)", iterations),
+            ("ex::cleanup(long)", iterations),
+        ],
         "shapes" => vec![
             ("interp_switch", n),
             ("interp_goto", n),
