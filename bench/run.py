@@ -24,7 +24,9 @@ checks the counts the tracer reports. Then it times tachy's and bpftrace's
 start-up and peak RSS on a function of libLLVM.
 
 Environment: BENCH_ROUNDS (default 5), BENCH_SCALE (multiplies N, default 1),
-BENCH_RESULTS (where to write the results, default bench/RESULTS.md).
+BENCH_RESULTS (where to write the results, default bench/RESULTS.md),
+BENCH_ONLY (comma-separated workload names, e.g. "push,cppquiet": run only
+those, and skip the start-up measurement).
 
 The run uses a private copy of target/release/tachy (target/bench/tachy), so
 a rebuild during the run cannot mix two versions into one table.
@@ -86,7 +88,24 @@ WORKLOADS = [
     dict(name="cblib", label="(g) C++ exc. via C library", src="cbmain.cpp", cc="g++",
          flags=["-fcf-protection=none"], lib="cblib.c",
          sym="cb_apply", spec=None, n=50_000, mode="latency", throws=True),
+    # C++ in an object with exception tables, push first, returning normally:
+    # the helper provably cannot throw (h), so tachy may use a uretprobe; or
+    # it may throw (i, never does here), so tachy keeps its ret probes.
+    dict(name="cppquiet", label="(h) C++ helper can't throw", src="cppexits.cpp", cc="g++",
+         flags=["-fno-omit-frame-pointer", "-fcf-protection=none"],
+         sym="_ZN5bench6tracedEi", spec="bench::traced", n=200_000, mode="latency",
+         budget=1.1),
+    dict(name="cppthrow", label="(i) C++ helper may throw", src="cppexits.cpp", cc="g++",
+         flags=["-fno-omit-frame-pointer", "-fcf-protection=none", "-DHELPER_MAY_THROW"],
+         sym="_ZN5bench6tracedEi", spec="bench::traced", n=200_000, mode="latency"),
 ]
+
+ONLY = [x for x in os.environ.get("BENCH_ONLY", "").split(",") if x]
+if ONLY:
+    unknown = set(ONLY) - {w["name"] for w in WORKLOADS}
+    if unknown:
+        sys.exit(f"bench: unknown workload(s) in BENCH_ONLY: {', '.join(sorted(unknown))}")
+    WORKLOADS = [w for w in WORKLOADS if w["name"] in ONLY]
 
 FLOOR = os.path.join(OUT, "floor")
 BT_VERSION_NOTE = "(it refuses a site inside a function and a uretprobe off a function's start)"
@@ -179,6 +198,9 @@ def check_shape(w, insns):
         return sum(1 for x in t if x.startswith("call")) == 8
     if name == "cblib":
         return any(x.startswith("call *") for x in t)
+    if name in ("cppquiet", "cppthrow"):
+        return t[0].startswith("push ") and any(
+            x.startswith("call") and "helper" in x for x in t)
     return False
 
 
@@ -229,6 +251,15 @@ def dry_run(args):
             probes.append(dict(kind=m.group("kind"), path=m.group("path"),
                                off=int(m.group("off"), 16), vaddr=int(m.group("vaddr"), 16)))
     return probes, r.stderr
+
+
+def exit_plan(dry_run_text):
+    """How tachy times the traced function's return, and why, as --dry-run
+    says it."""
+    for line in dry_run_text.splitlines():
+        if line.startswith("  [0] ") and "; return: " in line:
+            return line.split("; return: ", 1)[1]
+    return "?"
 
 
 def floor_program(probes):
@@ -688,6 +719,8 @@ def main():
         if probes is None:
             sys.exit(f"bench: tachy {' '.join(args)} failed: {text}")
         w["probes"] = probes
+        w["plan"] = exit_plan(text)
+        say("  tachy exit plan: " + w["plan"])
         w["floor_prog"] = floor_program(probes)
         say("  tachy " + w["mode"] + ": " + "; ".join(
             f"{p['kind']} +{p['off']:#x}" for p in probes))
@@ -751,6 +784,8 @@ def main():
         base = med["untraced"]
         added = {v: (med[v] - base if med[v] is not None and base is not None else None)
                  for v in med}
+        if w.get("budget") or w["name"] == "cppthrow":
+            w["added"] = added
         for v in variants[w["name"]]:
             rs = results[(w["name"], v)]
             notes = []
@@ -798,8 +833,25 @@ def main():
                 f"{ratio(fl):>9} {ratio('bpftrace'):>12}  {'; '.join(notes)}")
         say("")
 
+    say("Exit plans in C++ objects with exception tables (added ns/call, medians):")
+    for w in WORKLOADS:
+        added = w.get("added")
+        if not added:
+            continue
+        t, b = added.get("tachy"), added.get("bpftrace")
+        ratio = f"{t / b:.2f}x bpftrace" if t is not None and b and b > 0 else "no ratio"
+        line = (f"  {w['label']}: tachy {t if t is None else f'{t:+.1f}'}, bpftrace "
+                f"{b if b is None else f'{b:+.1f}'}: {ratio}")
+        if w.get("budget"):
+            ok = t is not None and b and t / b <= w["budget"]
+            line += f" (budget <= {w['budget']}x: {'met' if ok else 'NOT met'})"
+            if not ok:
+                problems.append(f"{w['label']}: tachy {ratio}, over the {w['budget']}x budget")
+        say(line)
+        say(f"    tachy's exit plan: {w['plan']}")
     say("")
-    problems += startup(host, 3)
+    if not ONLY:
+        problems += startup(host, 3)
     say("")
     # The exception workloads, explicitly.
     for w in WORKLOADS:
