@@ -54,14 +54,18 @@ fn tachy(args: &[&str]) -> Outcome {
 
 /// What `tachy list` says of each `ex::` function's return, by name.
 fn listed_returns() -> BTreeMap<String, String> {
-    let exe = exe();
-    let out = tachy(&["list", &exe, "ex::*"]);
+    returns_listed(&exe(), "ex::*")
+}
+
+/// What `tachy list EXE PATTERN` says of each function's return, by name.
+fn returns_listed(exe: &str, pattern: &str) -> BTreeMap<String, String> {
+    let out = tachy(&["list", exe, pattern]);
     out.assert_success();
     let mut returns = BTreeMap::new();
     let mut name = None;
     for line in out.stdout.lines() {
         if let Some(n) = line.strip_prefix("  ").filter(|l| !l.starts_with(' ')) {
-            name = n.strip_suffix("  (c++)").map(str::to_string);
+            name = n.rsplit_once("  (").map(|(n, _)| n.to_string());
         } else if let (Some(n), Some((_, rest))) = (&name, line.split_once("  return: ")) {
             let ret = rest.split("  exits: ").next().unwrap_or(rest);
             returns.insert(n.clone(), ret.to_string());
@@ -217,4 +221,18 @@ fn num(f: &Value, key: &str) -> u64 {
     f[key]
         .as_u64()
         .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
+}
+
+/// Rust calls the code of other crates linked in through `.got` slots: the
+/// proof follows them, and names the panic a function can reach, not the
+/// slot.
+#[test]
+fn rust_panics_are_found_through_got_slots() {
+    let exe = common::build("rust_app");
+    let returns = returns_listed(exe.to_str().unwrap(), "rust_app::engine::explode");
+    let ret = &returns["rust_app::engine::explode"];
+    assert!(
+        ret.starts_with("probes on each ret: calls core::panicking::"),
+        "{ret}"
+    );
 }

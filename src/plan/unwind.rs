@@ -170,7 +170,9 @@ const KNOWN: &[(&str, u8)] = &[
 const THROW_PREFIXES: &[&str] = &[
     "std::__throw_",
     "core::panicking::",
-    "std::panicking::",
+    "std::panicking::begin_panic",
+    "std::panicking::rust_panic",
+    "std::panic::resume_unwind",
     "core::result::unwrap_failed",
     "core::option::expect_failed",
     "core::option::unwrap_failed",
@@ -281,6 +283,39 @@ impl fmt::Display for Obstacle {
     }
 }
 
+/// The functions of its own object that an object calls through `.got`
+/// slots no import names (Rust does so for the code of other crates
+/// linked in, as does `-fno-plt`). Such a slot is written once, by the
+/// loader's relative relocation, and is read-only after it (RELRO); a
+/// pointer anywhere else may change at run time and is not followed.
+struct LocalGot<'a> {
+    image: crate::symbols::code::ObjectImage<'a>,
+    bounds: Option<(u64, u64)>,
+}
+
+impl<'a> LocalGot<'a> {
+    fn new(obj: &'a ElfObject) -> LocalGot<'a> {
+        use object::ObjectSection;
+        let bounds = obj.parse().ok().and_then(|f| {
+            f.section_by_name(".got")
+                .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        });
+        LocalGot {
+            image: crate::symbols::code::ObjectImage::new(obj),
+            bounds,
+        }
+    }
+
+    fn target(&self, slot: u64) -> Option<u64> {
+        use crate::disasm::Image;
+        let (lo, hi) = self.bounds?;
+        if !(lo..hi).contains(&slot) {
+            return None;
+        }
+        self.image.pointer(slot).filter(|&a| a != 0)
+    }
+}
+
 /// Proves that no exception, panic or unwind can cross `f`'s frame while
 /// it runs, from its decoded code `d` and the code of its object it can
 /// reach; else names an obstacle: the nearest call that can throw, if
@@ -297,6 +332,7 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
         .symbols()
         .map_err(|_| fail(Hazard::Undecodable(f.display_name())))?;
     let imports = obj.imports();
+    let got = LocalGot::new(obj);
     let mut other: Option<Obstacle> = None;
     let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
     let mut work = VecDeque::from([(d.clone(), None, (f.addr, f.addr + f.size))]);
@@ -318,12 +354,13 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
             let mut note = |hazard| {
                 other.get_or_insert_with(|| obstacle(hazard));
             };
-            // A pointer in a GOT slot that no import names is a pointer
-            // like any other.
             let (addr, import) = match target {
                 Target::Direct(a) => (a, imports.plt_name(a).map(|n| (n, "plt"))),
                 Target::Slot(slot) if imports.slot_name(slot).is_some() => {
                     (0, imports.slot_name(slot).map(|n| (n, "got")))
+                }
+                Target::Slot(slot) if got.target(slot).is_some() => {
+                    (got.target(slot).unwrap_or(0), None)
                 }
                 _ if d.calls.iter().any(|c| c.addr == at) => {
                     note(Hazard::IndirectCall);
