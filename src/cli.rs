@@ -46,7 +46,9 @@ Examples:
 Each call site (`call`, through the PLT, indirect, or a tail jump) is timed
 from the call to its return while the function is the innermost traced frame
 on that thread; self is the function's time outside them. With --slower-than
-the breakdown covers only the calls of the function that were that slow.";
+the breakdown covers only the calls of the function that were that slow.
+Sites that never ran are left out of the text report (--all-sites shows
+them). A tree may have up to 4096 nodes.";
 
 const LIST_EXAMPLES: &str = "\
 Examples:
@@ -205,6 +207,11 @@ pub struct NestedArgs {
     #[arg(long)]
     pub hist: bool,
 
+    /// Also show the call sites that never ran (the text report hides them and
+    /// says how many; JSON always has them)
+    #[arg(long)]
+    pub all_sites: bool,
+
     /// Print each report as one JSON object per line
     #[arg(long, conflicts_with_all = ["folded", "svg"])]
     pub json: bool,
@@ -256,6 +263,8 @@ pub struct NestedOpts {
     pub depth: u32,
     pub expand: Vec<Pattern>,
     pub hist: bool,
+    /// Show the call sites that never ran in the text report too.
+    pub all_sites: bool,
 }
 
 /// Validated settings of `tachy latency` and `tachy nested`.
@@ -326,6 +335,7 @@ impl NestedArgs {
             depth: self.depth,
             expand: self.expand,
             hist: self.hist,
+            all_sites: self.all_sites,
         });
         Ok(s)
     }

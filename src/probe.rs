@@ -31,7 +31,7 @@ unsafe impl plain::Plain for types::tachy_stats {}
 // Array sizes of tachy.h, as the skeleton has them, are those of the Rust
 // side: these do not compile otherwise.
 const _: fn(&types::tachy_stats) -> &[u64; NBUCKETS] = |s| &s.buckets;
-const _: fn(&types::tachy_thread) -> &[u64; MAX_NODES] = |t| &t.pend_ns;
+const _: fn(&types::tachy_thread) -> &[u16; MAX_NODES] = |t| &t.pend_of;
 
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
@@ -429,6 +429,38 @@ impl<'obj> Tracer<'obj> {
     }
 }
 
+/// The machine's memory in bytes (MemTotal of /proc/meminfo), if known.
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuses counters (two per timed function or call site and per CPU, each
+/// `size` bytes) that would take more than an eighth of the machine's
+/// memory `mem`, or 4 GiB when that is not known: the kernel allocates
+/// them all at load.
+fn counters_fit(ids: u32, cpus: usize, size: usize, mem: Option<u64>) -> Result<()> {
+    let need = 2 * u64::from(ids) * cpus as u64 * size as u64;
+    let limit = mem.map_or(4 << 30, |m| m / 8);
+    if need > limit {
+        let mib = |b: u64| b.div_ceil(1 << 20);
+        bail!(
+            "the counters of {ids} timed functions and call sites would take {} MiB of kernel memory ({cpus} CPUs), more than the {} MiB allowed here: time fewer functions or call sites (a lower --depth)",
+            mib(need),
+            mib(limit)
+        );
+    }
+    Ok(())
+}
+
 /// Opens the BPF program, writes the plan's settings, and loads the
 /// programs the plan uses, no other.
 fn load<'obj>(
@@ -441,6 +473,13 @@ fn load<'obj>(
         .open(storage)
         .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
     configure(&mut open, plan, 0)?;
+    let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
+    counters_fit(
+        plan.ids(),
+        cpus,
+        std::mem::size_of::<types::tachy_stats>(),
+        mem_total(),
+    )?;
     open.maps
         .stats
         .set_max_entries(2 * plan.ids())
@@ -667,4 +706,28 @@ pub fn missing_capabilities() -> Vec<&'static str> {
         m.push("CAP_PERFMON");
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_fit_an_eighth_of_memory() {
+        let size = std::mem::size_of::<types::tachy_stats>();
+        assert_eq!(size, 7880);
+        // sqlite3_step at --depth 2 (513 nodes) on 2 CPUs of 24 GiB: 16 MiB.
+        assert!(counters_fit(513, 2, size, Some(24 << 30)).is_ok());
+        // The same on 64 CPUs and 2 GiB: 494 MiB, more than 256 MiB.
+        let e = counters_fit(513, 64, size, Some(2 << 30)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the counters of 513 timed functions and call sites would take 494 MiB of kernel \
+             memory (64 CPUs), more than the 256 MiB allowed here: time fewer functions or call \
+             sites (a lower --depth)"
+        );
+        // Memory unknown: 4 GiB.
+        assert!(counters_fit(4096, 64, size, None).is_ok());
+        assert!(counters_fit(4096, 128, size, None).is_err());
+    }
 }

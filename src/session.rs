@@ -126,6 +126,7 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         for (r, f, id) in roots {
             plan.add_sites(&r.obj, f, id, &drill)?;
         }
+        plan.check_tree_size(n.depth)?;
     }
     plan.finish();
     if s.verbose {
@@ -784,15 +785,22 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
     }
 }
 
-fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
+/// The tree under node `id`; `children[id]` lists the sites whose parent it
+/// is.
+fn tree_node(
+    plan: &Plan,
+    counts: &[Counts],
+    children: &[Vec<u32>],
+    id: u32,
+    hist: bool,
+) -> TreeNode {
     let nf = plan.items.len();
     let c = &counts[id as usize];
-    let children = plan
-        .sites
-        .iter()
-        .enumerate()
-        .filter(|(_, x)| x.parent == id)
-        .map(|(i, _)| tree_node(plan, counts, (nf + i) as u32, hist))
+    let kids = children
+        .get(id as usize)
+        .into_iter()
+        .flatten()
+        .map(|&k| tree_node(plan, counts, children, k, hist))
         .collect();
     let (name, site, kind) = if (id as usize) < nf {
         (plan.items[id as usize].name.clone(), None, "function")
@@ -810,7 +818,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         filtered: c.filtered,
         hist: (hist && kind != "function").then(|| c.hist.clone()),
         hist_early: c.hist_early,
-        children,
+        children: kids,
     }
 }
 
@@ -825,13 +833,22 @@ fn tree_report(plan: &Plan, s: &TraceSettings, n: &NestedOpts, counts: &[Counts]
             human(hi as f64)
         )),
     };
+    // Each node's sites, in plan order, found in one pass over the sites.
+    let nf = plan.items.len();
+    let mut children: Vec<Vec<u32>> = vec![Vec::new(); nf + plan.sites.len()];
+    for (i, x) in plan.sites.iter().enumerate() {
+        if let Some(list) = children.get_mut(x.parent as usize) {
+            list.push((nf + i) as u32);
+        }
+    }
     TreeReport {
         time: SystemTime::now(),
         timestamp: s.timestamp,
         unit: s.unit,
         filter,
+        all_sites: n.all_sites,
         roots: (0..plan.items.len() as u32)
-            .map(|id| tree_node(plan, counts, id, n.hist))
+            .map(|id| tree_node(plan, counts, &children, id, n.hist))
             .collect(),
     }
 }

@@ -190,27 +190,55 @@ struct flush_ctx {
 	bool keep;
 };
 
+/*
+ * The pending entry of site node `id` on this thread, taken on its first
+ * call in the current outermost traced call; NULL when the thread holds
+ * TACHY_MAX_PENDING sites already (the caller counts it at once).
+ */
+static __always_inline struct tachy_pending *pending_of(struct tachy_thread *t,
+							__u32 id)
+{
+	__u32 k, n;
+
+	if (id >= TACHY_MAX_NODES)
+		return NULL;
+	k = t->pend_of[id];
+	if (!k) {
+		n = t->npend;
+		if (n >= TACHY_MAX_PENDING)
+			return NULL;
+		t->pend_node[n] = id;
+		t->npend = n + 1;
+		k = n + 1;
+		t->pend_of[id] = k;
+	}
+	return &t->pend[(k - 1) & (TACHY_MAX_PENDING - 1)];
+}
+
 static long flush_one(__u64 i, void *data)
 {
 	struct flush_ctx *c = data;
 	struct tachy_thread *t = c->t;
+	struct tachy_pending *p;
 	struct tachy_stats *s;
+	__u32 id;
 
-	if (i >= TACHY_MAX_NODES)
+	if (i >= TACHY_MAX_PENDING)
 		return 1;
-	if (!t->pend_cnt[i] && !t->pend_unw[i])
-		return 0;
+	id = t->pend_node[i];
+	p = &t->pend[i];
 	if (c->keep) {
-		s = stats_of(i);
+		s = stats_of(id);
 		if (s) {
-			s->count += t->pend_cnt[i];
-			s->total_ns += t->pend_ns[i];
-			s->unwound += t->pend_unw[i];
+			s->count += p->cnt;
+			s->total_ns += p->ns;
+			s->unwound += p->unw;
 		}
 	}
-	t->pend_cnt[i] = 0;
-	t->pend_ns[i] = 0;
-	t->pend_unw[i] = 0;
+	p->cnt = 0;
+	p->ns = 0;
+	p->unw = 0;
+	t->pend_of[id & (TACHY_MAX_NODES - 1)] = 0;
 	return 0;
 }
 
@@ -237,14 +265,18 @@ static long flush_hist_one(__u64 i, void *data)
 static __always_inline void flush_pending(struct tachy_thread *t, bool keep)
 {
 	struct flush_ctx c = {.t = t, .keep = keep};
-	__u32 n = nfuncs < TACHY_MAX_NODES ? nfuncs : TACHY_MAX_NODES;
+	__u32 n = t->npend;
 	__u32 h = t->pend_nhist;
 
+	if (n > TACHY_MAX_PENDING)
+		n = TACHY_MAX_PENDING;
 	if (h > TACHY_MAX_PENDING_HIST)
 		h = TACHY_MAX_PENDING_HIST;
-	bpf_loop(n, flush_one, &c, 0);
+	if (n)
+		bpf_loop(n, flush_one, &c, 0);
 	if (keep && h)
 		bpf_loop(h, flush_hist_one, &c, 0);
+	t->npend = 0;
 	t->pend_nhist = 0;
 }
 
@@ -260,15 +292,16 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	__u32 id = f->id;
 
 	if (f->flags & TACHY_FRAME_SITE) {
-		struct tachy_stats *s = stats_of(id);
+		struct tachy_pending *p = pending_of(t, id);
+		struct tachy_stats *s;
 
 		/* Count, total and histogram wait for the outermost traced
 		 * call to end, and its filter. */
-		if (id < TACHY_MAX_NODES) {
+		if (p) {
 			__u32 n = t->pend_nhist;
 
-			t->pend_ns[id] += d;
-			t->pend_cnt[id]++;
+			p->ns += d;
+			p->cnt++;
 			if (n < TACHY_MAX_PENDING_HIST) {
 				t->pend_hist[n & (TACHY_MAX_PENDING_HIST - 1)] =
 					id << 16 | bucket_of_ns(d);
@@ -276,8 +309,13 @@ static __always_inline void close_frame(struct tachy_thread *t,
 				return;
 			}
 		}
-		/* Beyond what a thread holds, the histogram takes it now. */
+		/* Beyond what a thread holds, the counters take it now. */
+		s = stats_of(id);
 		if (s) {
+			if (!p) {
+				s->count++;
+				s->total_ns += d;
+			}
 			add_bucket(s, d);
 			s->hist_early++;
 		}
@@ -308,9 +346,15 @@ static __always_inline void drop_frame(struct tachy_thread *t,
 	__u32 id = f->id;
 
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
-		if (id < TACHY_MAX_NODES) {
-			t->pend_ns[id] += now - f->start_ns;
-			t->pend_unw[id]++;
+		struct tachy_pending *p = pending_of(t, id);
+		struct tachy_stats *s;
+
+		if (p) {
+			p->ns += now - f->start_ns;
+			p->unw++;
+		} else if ((s = stats_of(id))) {
+			s->total_ns += now - f->start_ns;
+			s->unwound++;
 		}
 		return;
 	}

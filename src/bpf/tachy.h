@@ -57,9 +57,22 @@
 #define TACHY_FRAME_TAILSITE 0x4
 #define TACHY_FRAME_ROOT     0x8 /* a traced function (not a site) */
 
-/* Nodes of a `tachy nested` tree whose time is held per thread until the
- * outermost traced call ends (so --slower-than sees whole calls). */
-#define TACHY_MAX_NODES 128
+/*
+ * Nodes (traced functions and call sites) of a `tachy nested` tree. What
+ * grows with it is 2 bytes per node in each thread's state (pend_of) and
+ * the counters: 2 x sizeof(struct tachy_stats) (~7.7 KiB) per node and CPU,
+ * allocated for the nodes a plan has, which user space checks against the
+ * machine's memory before it loads. 4096 holds sqlite3_step at --depth 3
+ * (2307 nodes).
+ */
+#define TACHY_MAX_NODES 4096
+
+/*
+ * Sites whose counts and time a thread holds until the outermost traced
+ * call ends (so --slower-than sees whole calls). A call that runs more
+ * distinct sites than this counts the others at once, as hist_early.
+ */
+#define TACHY_MAX_PENDING 512
 
 /*
  * Durations of site calls whose histogram buckets are held per thread until
@@ -89,13 +102,27 @@ struct tachy_frame {
 	__u32 pad;
 };
 
+/* What one site (node) accumulated in the current outermost traced call. */
+struct tachy_pending {
+	__u64 ns;
+	__u32 cnt;
+	__u32 unw;
+};
+
+/*
+ * A thread's state: ~18 KiB, allocated on its first traced call and freed
+ * with the thread.
+ */
 struct tachy_thread {
 	__u32 depth;
 	__u32 roots; /* open ROOT frames */
 	struct tachy_frame frames[TACHY_MAX_DEPTH];
-	__u64 pend_ns[TACHY_MAX_NODES];
-	__u32 pend_cnt[TACHY_MAX_NODES];
-	__u32 pend_unw[TACHY_MAX_NODES];
+	/* Sites pending: pend[0..npend), the node of each in pend_node, and
+	 * per node 1 + its index in pend (0: none). */
+	__u32 npend;
+	__u16 pend_of[TACHY_MAX_NODES];
+	__u16 pend_node[TACHY_MAX_PENDING];
+	struct tachy_pending pend[TACHY_MAX_PENDING];
 	__u32 pend_nhist;
 	/* node id << 16 | histogram bucket */
 	__u32 pend_hist[TACHY_MAX_PENDING_HIST];

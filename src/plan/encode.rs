@@ -21,8 +21,8 @@ pub const SITE_EXIT_FIRST: u64 = 0x8000_0000;
 pub const TAIL_COND_MASK: u64 = 0x0f;
 pub const TAIL_CONDITIONAL: u64 = 0x10;
 pub const TAIL_INDIRECT: u64 = 0x20;
-/// Nodes of a nested tree (TACHY_MAX_NODES).
-pub const MAX_NODES: usize = 128;
+/// Nodes of a nested tree, traced functions included (TACHY_MAX_NODES).
+pub const MAX_NODES: usize = 4096;
 
 /// The BPF program a probe runs (each exists as a single-uprobe and as a
 /// uprobe_multi program).

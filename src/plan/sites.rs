@@ -73,8 +73,10 @@ impl Plan {
             // jumps (see add_function): nothing to time after it.
             .filter(|site| !(site.kind == SiteKind::Tail && site.callee.is_none()))
             .collect();
-        if self.items.len() + self.sites.len() + sites.len() > MAX_NODES {
-            bail!("the call tree has more than {MAX_NODES} nodes: lower --depth or name fewer functions with --expand");
+        if self.items.len() + self.sites.len() > PLANNED_AT_MOST {
+            // Too big to time already (check_tree_size says so): planning
+            // the rest would only take time.
+            return Ok(());
         }
         let first = (self.items.len() + self.sites.len()) as u32;
         // Each address is probed once: a function expanded under two
@@ -174,6 +176,48 @@ impl Plan {
     }
 }
 
+/// Nodes planned at most. Past this a tree is refused without being planned
+/// to the end (its size is then given as "more than" this).
+const PLANNED_AT_MOST: usize = 2 * MAX_NODES;
+
+impl Plan {
+    /// Refuses a tree with more nodes (traced functions and call sites) than
+    /// the BPF side can time, saying how many it has and, when one fits,
+    /// the depth that does.
+    pub fn check_tree_size(&self, depth: u32) -> Result<()> {
+        let nodes = self.items.len() + self.sites.len();
+        if nodes <= MAX_NODES {
+            return Ok(());
+        }
+        let whole = nodes <= PLANNED_AT_MOST;
+        let has = if !whole {
+            format!("more than {PLANNED_AT_MOST}")
+        } else {
+            nodes.to_string()
+        };
+        // The nodes each shallower depth would have (only known when the
+        // whole tree was planned: planning goes depth first).
+        let fits = whole
+            .then(|| {
+                (1..depth).rev().find_map(|d| {
+                    let n = self.items.len() + self.sites.iter().filter(|s| s.level <= d).count();
+                    (n <= MAX_NODES).then_some((d, n))
+                })
+            })
+            .flatten();
+        let hint = match fits {
+            Some((d, n)) => {
+                format!("--depth {d} has {n}, or name the callees to break down with --expand")
+            }
+            None if depth > 1 && !whole => {
+                "lower --depth, or name the callees to break down with --expand".to_string()
+            }
+            None => "name fewer functions, or fewer callees with --expand".to_string(),
+        };
+        bail!("the call tree has {has} nodes, more than the {MAX_NODES} tachy can time: {hint}")
+    }
+}
+
 /// Where a call site's return is observed: at the cheapest probe point of
 /// the straight-line code after the call (the kernel emulates `push`,
 /// `nop`, branches and calls, and single-steps the rest). That may be the
@@ -220,6 +264,65 @@ pub(super) enum SiteEnd {
 mod tests {
     use super::*;
     use crate::disasm::{decode, Range};
+
+    /// A plan of one traced function with `per_level[l]` sites at level
+    /// l + 1.
+    fn plan_with(per_level: &[usize]) -> Plan {
+        let mut plan = Plan::default();
+        plan.add_syscall("read", 0);
+        for (l, &n) in per_level.iter().enumerate() {
+            for _ in 0..n {
+                plan.sites.push(SiteNode {
+                    parent: 0,
+                    slot: 0,
+                    site: Site {
+                        addr: 0,
+                        ret: None,
+                        kind: SiteKind::Call,
+                        callee: None,
+                        callee_raw: None,
+                        name: "f".into(),
+                        location: None,
+                    },
+                    level: l as u32 + 1,
+                    expanded: false,
+                });
+            }
+        }
+        plan
+    }
+
+    /// A tree too big says how big, the limit, and the depth that fits.
+    #[test]
+    fn tree_size_is_checked_with_a_depth_that_fits() {
+        assert!(plan_with(&[40, 4055]).check_tree_size(2).is_ok());
+        let err = |p: Plan, depth| p.check_tree_size(depth).unwrap_err().to_string();
+        assert_eq!(
+            err(plan_with(&[24, 488, 1794, 3589]), 4),
+            "the call tree has 5896 nodes, more than the 4096 tachy can time: --depth 3 has 2307, \
+             or name the callees to break down with --expand"
+        );
+        assert_eq!(
+            err(plan_with(&[4000, 4000]), 2),
+            "the call tree has 8001 nodes, more than the 4096 tachy can time: --depth 1 has \
+             4001, or name the callees to break down with --expand"
+        );
+        assert_eq!(
+            err(plan_with(&[5000, 10]), 2),
+            "the call tree has 5011 nodes, more than the 4096 tachy can time: name fewer \
+             functions, or fewer callees with --expand"
+        );
+        assert_eq!(
+            err(plan_with(&[24, 488, 8000]), 3),
+            "the call tree has more than 8192 nodes, more than the 4096 tachy can time: lower \
+             --depth, or name the callees to break down with --expand"
+        );
+        assert_eq!(
+            err(plan_with(&[5000]), 1),
+            "the call tree has 5001 nodes, more than the 4096 tachy can time: name fewer \
+             functions, or fewer callees with --expand"
+        );
+    }
 
     #[test]
     fn probe_point_skips_lock_prefixed_return_addresses() {

@@ -68,7 +68,8 @@ pub struct Counts {
     /// Calls timed up to an indirect tail jump.
     pub indirect_tail: u64,
     /// Call-site calls put in the histogram before the duration filter
-    /// had decided on their traced call (beyond 512 in one call).
+    /// had decided on their traced call (beyond 512 site calls, or 512
+    /// distinct sites, in one call; for the latter, count and total too).
     pub hist_early: u64,
     /// Durations in display units, in the kernel's log2 x 16 buckets.
     pub hist: Hist,

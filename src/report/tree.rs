@@ -41,6 +41,17 @@ impl TreeNode {
         }
     }
 
+    /// Whether it, or anything under it, was called: sites that never ran
+    /// are left out of the text report unless `all_sites`.
+    pub fn ran(&self) -> bool {
+        self.calls() > 0 || self.children.iter().any(TreeNode::ran)
+    }
+
+    /// It and every node under it.
+    fn size(&self) -> u64 {
+        1 + self.children.iter().map(TreeNode::size).sum::<u64>()
+    }
+
     /// Own time: total less the children's, never negative.
     pub fn self_ns(&self) -> u64 {
         let kids: u64 = self.children.iter().map(|c| c.total_ns).sum();
@@ -74,6 +85,8 @@ pub struct TreeReport {
     pub unit: Unit,
     /// Says which root calls were kept, e.g. "slower than 1ms".
     pub filter: Option<String>,
+    /// Show sites that never ran in the text report (`--all-sites`).
+    pub all_sites: bool,
     pub roots: Vec<TreeNode>,
 }
 
@@ -140,7 +153,7 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
         if i > 0 {
             writeln!(w)?;
         }
-        let width = label_width(root, 0).clamp(30, 90);
+        let width = label_width(root, 0, r.all_sites).clamp(30, 90);
         let mut head = format!("{}  calls {}", root.name, root.count);
         if root.filtered > 0 {
             let what = r.filter.as_deref().unwrap_or("in the duration filter");
@@ -166,8 +179,17 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             width,
             unit: r.unit,
             filtered: r.filter.is_some(),
+            all_sites: r.all_sites,
         };
-        render_children(root, 1, &l, w)?;
+        let hidden = render_children(root, 1, &l, w)?;
+        if hidden > 0 {
+            let what = if hidden == 1 {
+                "1 call site that never ran is hidden".to_string()
+            } else {
+                format!("{hidden} call sites that never ran are hidden")
+            };
+            writeln!(w, "  ({what}: --all-sites shows them)")?;
+        }
     }
     Ok(())
 }
@@ -182,7 +204,8 @@ fn per_call(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-fn label_width(n: &TreeNode, depth: usize) -> usize {
+/// The widest label of the nodes shown.
+fn label_width(n: &TreeNode, depth: usize, all_sites: bool) -> usize {
     let own = if depth == 0 {
         0
     } else {
@@ -190,7 +213,8 @@ fn label_width(n: &TreeNode, depth: usize) -> usize {
     };
     n.children
         .iter()
-        .map(|c| label_width(c, depth + 1))
+        .filter(|c| all_sites || c.ran())
+        .map(|c| label_width(c, depth + 1, all_sites))
         .max()
         .unwrap_or(0)
         .max(own)
@@ -203,37 +227,57 @@ struct Layout {
     unit: Unit,
     /// A duration filter chose the root calls.
     filtered: bool,
+    /// Show the sites that never ran too.
+    all_sites: bool,
 }
 
+/// Draws the children of `parent`, and returns how many nodes were left
+/// out because they never ran.
 fn render_children(
     parent: &TreeNode,
     depth: usize,
     l: &Layout,
     w: &mut impl Write,
-) -> io::Result<()> {
+) -> io::Result<u64> {
     let Layout {
         root_total,
         width,
         unit,
         filtered,
+        all_sites,
     } = *l;
-    if parent.children.is_empty() || parent.calls() == 0 {
-        return Ok(());
+    if parent.children.is_empty() {
+        return Ok(0);
+    }
+    let (shown, idle): (Vec<&TreeNode>, Vec<&TreeNode>) =
+        parent.children.iter().partition(|c| all_sites || c.ran());
+    let mut hidden: u64 = idle.iter().map(|c| c.size()).sum();
+    // With none of its sites shown, its self time is its total: no line.
+    if shown.is_empty() {
+        return Ok(hidden);
     }
     let indent = "  ".repeat(depth);
     let pcount = parent.calls() as f64;
     let pad = width.saturating_sub(indent.len());
     let s = parent.self_ns();
-    writeln!(
-        w,
-        "{indent}{:<pad$}  {:>15}  avg {:>9}  {:>5.1}%",
-        "self",
-        "",
-        human(s as f64 / pcount),
-        pct(s, root_total)
-    )?;
-    for c in &parent.children {
-        let per_call = format!("{} per call", per_call(c.calls() as f64 / pcount));
+    // A parent that never ran (its sites shown by --all-sites) has no self.
+    if pcount > 0.0 {
+        writeln!(
+            w,
+            "{indent}{:<pad$}  {:>15}  avg {:>9}  {:>5.1}%",
+            "self",
+            "",
+            human(s as f64 / pcount),
+            pct(s, root_total)
+        )?;
+    }
+    for c in shown {
+        let rate = if pcount > 0.0 {
+            c.calls() as f64 / pcount
+        } else {
+            0.0
+        };
+        let per_call = format!("{} per call", per_call(rate));
         let avg = if c.calls() > 0 {
             human(c.total_ns as f64 / c.calls() as f64)
         } else {
@@ -257,14 +301,14 @@ fn render_children(
             if c.hist_early > 0 && filtered {
                 writeln!(
                     w,
-                    "{indent}    ({} of these were bucketed before the filter decided: over 512 site calls in one call)",
+                    "{indent}    ({} of these were counted before the filter decided: over 512 site calls or sites in one call)",
                     c.hist_early
                 )?;
             }
         }
-        render_children(c, depth + 1, l, w)?;
+        hidden += render_children(c, depth + 1, l, w)?;
     }
-    Ok(())
+    Ok(hidden)
 }
 
 fn node_json(n: &TreeNode) -> Value {
@@ -423,6 +467,7 @@ mod tests {
             timestamp: false,
             unit: Unit::Usec,
             filter: Some("slower than 1.00 ms".into()),
+            all_sites: false,
             roots: vec![root],
         }
     }
@@ -460,7 +505,7 @@ mod tests {
         h.buckets[100] = 312;
         seek.hist = Some(h);
         seek.hist_early = 40;
-        let note = "      (40 of these were bucketed before the filter decided: over 512 site calls in one call)";
+        let note = "      (40 of these were counted before the filter decided: over 512 site calls or sites in one call)";
         let mut out = Vec::new();
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -469,11 +514,113 @@ mod tests {
         let mut out = Vec::new();
         render_text(&r, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
-        assert!(!text.contains("bucketed before"), "{text}");
+        assert!(!text.contains("counted before"), "{text}");
         let mut out = Vec::new();
         render_json(&r, &mut out).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["roots"][0]["children"][0]["hist_early"], 40, "{v}");
+    }
+
+    /// A function whose sites partly never ran: one under a site that ran,
+    /// one with sites of its own (3 nodes), and a leaf.
+    fn idle_sample() -> TreeReport {
+        let idle = |name: &str, line: u32, kids| {
+            node(name, Some(&format!("wide.c:{line}")), "call", 0, 0, kids)
+        };
+        let mid = node(
+            "mid0",
+            Some("wide.c:20"),
+            "call",
+            100,
+            40_000_000,
+            vec![
+                node("tick", Some("wide.c:11"), "call", 100, 1_000_000, vec![]),
+                idle("tick", 13, vec![]),
+            ],
+        );
+        let root = node(
+            "wide",
+            None,
+            "function",
+            100,
+            50_000_000,
+            vec![
+                mid,
+                idle(
+                    "rare0",
+                    31,
+                    vec![idle("tick", 25, vec![]), idle("tick", 26, vec![])],
+                ),
+                node("tick", Some("wide.c:33"), "call", 50, 500_000, vec![]),
+                idle(
+                    "rare1_with_a_much_longer_name_than_any_site_that_ran",
+                    34,
+                    vec![],
+                ),
+            ],
+        );
+        TreeReport {
+            time: UNIX_EPOCH,
+            timestamp: false,
+            unit: Unit::Usec,
+            filter: None,
+            all_sites: false,
+            roots: vec![root],
+        }
+    }
+
+    /// Sites that never ran are hidden and counted, with what is under
+    /// them; --all-sites shows them; JSON always has them.
+    #[test]
+    fn golden_text_hides_sites_that_never_ran() {
+        let mut r = idle_sample();
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        check("tree_idle.txt", &out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("  (5 call sites that never ran are hidden: --all-sites shows them)"),
+            "{text}"
+        );
+        assert!(!text.contains("rare"), "{text}");
+        r.all_sites = true;
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        check("tree_idle_all.txt", &out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("hidden"), "{text}");
+        assert_eq!(text.matches("rare").count(), 2, "{text}");
+        assert_eq!(text.lines().count(), 11, "{text}");
+        r.all_sites = false;
+        let mut out = Vec::new();
+        render_json(&r, &mut out).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let kids = v["roots"][0]["children"].as_array().unwrap();
+        assert_eq!(kids.len(), 4, "{v}");
+        assert_eq!(kids[1]["children"].as_array().unwrap().len(), 2, "{v}");
+    }
+
+    /// A function never called: its sites are hidden too, and said so.
+    #[test]
+    fn a_function_never_called_hides_its_sites() {
+        let mut r = idle_sample();
+        r.roots[0] = node("wide", None, "function", 0, 0, vec![]);
+        r.roots[0].children = idle_sample().roots[0]
+            .children
+            .iter()
+            .map(|c| TreeNode {
+                count: 0,
+                total_ns: 0,
+                children: vec![],
+                ..c.clone()
+            })
+            .collect();
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "wide  calls 0\n  (4 call sites that never ran are hidden: --all-sites shows them)\n"
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@
 //! | `calls`         | calls.c                     | gcc -O2 -g                              |
 //! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
 //! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
+//! | `wide`          | wide.c                      | gcc -O2 -g                              |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -39,6 +40,29 @@
 #![allow(dead_code)]
 
 pub mod run;
+
+/// Accessors of the nodes of `tachy nested --json` reports.
+pub mod node {
+    use serde_json::Value;
+
+    pub fn num(v: &Value, key: &str) -> u64 {
+        v[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+    }
+
+    pub fn children(v: &Value) -> &Vec<Value> {
+        v["children"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no children array in {v}"))
+    }
+
+    pub fn name(v: &Value) -> &str {
+        v["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no name in {v}"))
+    }
+}
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -146,6 +170,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["exits.cpp"],
             deps: &[],
         },
+        "wide" => Recipe {
+            sources: &["wide.c"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -156,7 +184,7 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, calls, calls_unwind, exits, rust_app, rust_app_v0, \
+             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, rust_app, rust_app_v0, \
              rust_names, rust_names_v0)"
         ),
     }
@@ -205,7 +233,7 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(tmp_out);
             c
         }
-        "plain" | "faults" => {
+        "plain" | "faults" | "wide" => {
             let mut c = cc();
             c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
                 .arg(src.join(format!("{name}.c")))
