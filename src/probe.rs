@@ -520,12 +520,14 @@ fn open_uprobe_program<'a, 'obj>(
         (Program::Uret, true) => &mut progs.tachy_uret_m,
         (Program::Site, true) => &mut progs.tachy_site_m,
         (Program::SiteEnd, true) => &mut progs.tachy_send_m,
+        (Program::Jump, true) => &mut progs.tachy_ijmp_m,
         (Program::Entry, false) => &mut progs.tachy_entry_s,
         (Program::Exit, false) => &mut progs.tachy_exit_s,
         (Program::Tail, false) => &mut progs.tachy_tail_s,
         (Program::Uret, false) => &mut progs.tachy_uret_s,
         (Program::Site, false) => &mut progs.tachy_site_s,
         (Program::SiteEnd, false) => &mut progs.tachy_send_s,
+        (Program::Jump, false) => &mut progs.tachy_ijmp_s,
     }
 }
 
@@ -542,12 +544,14 @@ fn uprobe_program<'a, 'obj>(
         (Program::Uret, true) => &progs.tachy_uret_m,
         (Program::Site, true) => &progs.tachy_site_m,
         (Program::SiteEnd, true) => &progs.tachy_send_m,
+        (Program::Jump, true) => &progs.tachy_ijmp_m,
         (Program::Entry, false) => &progs.tachy_entry_s,
         (Program::Exit, false) => &progs.tachy_exit_s,
         (Program::Tail, false) => &progs.tachy_tail_s,
         (Program::Uret, false) => &progs.tachy_uret_s,
         (Program::Site, false) => &progs.tachy_site_s,
         (Program::SiteEnd, false) => &progs.tachy_send_s,
+        (Program::Jump, false) => &progs.tachy_ijmp_s,
     }
 }
 

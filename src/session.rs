@@ -938,6 +938,8 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
         tail_callees: t.exits.tail_callees.clone(),
         unknown_tails: t.exits.unknown_tails,
         internal_jumps: t.exits.internal_jumps,
+        checked_jumps: t.exits.checked_jumps,
+        unchecked_jumps: t.exits.unchecked_jumps,
         unnamed_fragments: t.exits.unnamed_fragments,
     })
 }

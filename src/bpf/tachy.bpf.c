@@ -10,6 +10,8 @@
  *   exit:     a `ret` of a traced function or of a function it tail-calls.
  *             No cookie: the frame is found by the stack pointer.
  *   tail:     a tail jump out of a traced function. Cookie: TACHY_TAIL_*.
+ *   ijmp:     an indirect jump that may stay inside its function or leave
+ *             it: decided from its target. Cookie: TACHY_JUMP_*.
  *   uret:     a uretprobe, where the plan proves no unwinder can cross the
  *             frame (or on --uretprobe). No cookie.
  *   site:     a call site of `tachy nested`; site end: where it returns.
@@ -663,31 +665,105 @@ static __always_inline bool cond_taken(__u64 fl, __u32 cc)
 	return (cc & 1) ? !r : r;
 }
 
-static __always_inline int do_tail(struct pt_regs *ctx)
+/*
+ * A tail jump leaves the frame at the top, keyed by SP here: to a known
+ * callee (`indirect` false), whose returns end the frame, or to unknown
+ * code, whose returns are not probed: the frame is timed up to the jump.
+ */
+static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 sp = PT_REGS_SP(ctx);
 	struct tachy_thread *t;
 	struct tachy_frame *f;
 
-	if ((cookie & TACHY_TAIL_CONDITIONAL) &&
-	    !cond_taken(ctx->flags, cookie & TACHY_TAIL_COND_MASK))
-		return 0;
 	t = current_thread(false);
 	if (!t)
 		return 0;
 	f = top(t);
-	if (!f || f->sp != sp)
+	if (!f || f->sp != PT_REGS_SP(ctx))
 		return 0;
-	if (cookie & TACHY_TAIL_INDIRECT) {
-		/* The callee is unknown, so are its returns: time up to here.
-		 */
+	if (indirect) {
 		close_frame(t, f, bpf_ktime_get_ns(), true);
 		t->depth--;
 		return 0;
 	}
 	f->flags |= TACHY_FRAME_TAILING;
 	return 0;
+}
+
+static __always_inline int do_tail(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	if ((cookie & TACHY_TAIL_CONDITIONAL) &&
+	    !cond_taken(ctx->flags, cookie & TACHY_TAIL_COND_MASK))
+		return 0;
+	return leave_frame(ctx, cookie & TACHY_TAIL_INDIRECT);
+}
+
+/*
+ * The general registers saved at the probe, numbered as x86 encodes them.
+ * Copied out with constant offsets: the verifier refuses a context read at
+ * a computed one, which a switch on the number compiles to.
+ */
+static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
+{
+	r[0] = ctx->ax;
+	r[1] = ctx->cx;
+	r[2] = ctx->dx;
+	r[3] = ctx->bx;
+	r[4] = ctx->sp;
+	r[5] = ctx->bp;
+	r[6] = ctx->si;
+	r[7] = ctx->di;
+	r[8] = ctx->r8;
+	r[9] = ctx->r9;
+	r[10] = ctx->r10;
+	r[11] = ctx->r11;
+	r[12] = ctx->r12;
+	r[13] = ctx->r13;
+	r[14] = ctx->r14;
+	r[15] = ctx->r15;
+}
+
+/*
+ * An indirect jump whose target the plan could not prove: computed here
+ * from the registers (and the memory it reads, which the jump is about to
+ * read too) and compared with the function's range around the jump. The
+ * uprobe sets ip to the probed instruction before programs run. Inside,
+ * the call goes on; outside, it is a tail jump to unknown code.
+ */
+static __always_inline int do_jump(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 op = cookie;
+	__u64 ip = ctx->ip, target = 0, addr, start, r[16];
+	__u64 before = (cookie >> TACHY_JUMP_BEFORE_SHIFT) & 0xffff;
+	__u64 after = (cookie >> TACHY_JUMP_AFTER_SHIFT) & 0xffff;
+
+	save_regs(ctx, r);
+	if (!(op & TACHY_JUMP_MEM)) {
+		target = r[(op >> TACHY_JUMP_REG_SHIFT) & 15];
+	} else {
+		if (op & TACHY_JUMP_RIP) {
+			addr = ip + ((__s32)op >> TACHY_JUMP_RIP_SHIFT);
+		} else {
+			addr = r[(op >> TACHY_JUMP_REG_SHIFT) & 15] +
+			       ((__s32)op >> TACHY_JUMP_DISP_SHIFT);
+			if (op & TACHY_JUMP_INDEX)
+				addr += r[(op >> TACHY_JUMP_INDEX_SHIFT) & 15]
+					<< ((op >> TACHY_JUMP_SCALE_SHIFT) & 3);
+		}
+		if (bpf_probe_read_user(&target, sizeof(target),
+					(const void *)addr)) {
+			if (op & TACHY_JUMP_INSIDE)
+				return 0;
+			return leave_frame(ctx, true);
+		}
+	}
+	start = ip - before;
+	if (target > start && target - start < before + after)
+		return 0;
+	return leave_frame(ctx, true);
 }
 
 /* uprobe_multi links (kernel 6.6+), one per object and probe kind. */
@@ -720,6 +796,12 @@ SEC("uprobe.multi")
 int tachy_tail_m(struct pt_regs *ctx)
 {
 	return do_tail(ctx);
+}
+
+SEC("uprobe.multi")
+int tachy_ijmp_m(struct pt_regs *ctx)
+{
+	return do_jump(ctx);
 }
 
 SEC("uprobe.multi")
@@ -964,4 +1046,10 @@ SEC("uprobe")
 int tachy_tail_s(struct pt_regs *ctx)
 {
 	return do_tail(ctx);
+}
+
+SEC("uprobe")
+int tachy_ijmp_s(struct pt_regs *ctx)
+{
+	return do_jump(ctx);
 }

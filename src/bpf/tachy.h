@@ -42,6 +42,36 @@
 #define TACHY_TAIL_INDIRECT    0x20
 
 /*
+ * Cookie of an indirect jump whose target is checked at run time (the jump
+ * program): where the jump reads its target in bits 0-31, and the range of
+ * the function holding the jump, relative to the jump (whatever the load
+ * address), in bits 32-63. Registers are numbered as x86 encodes them
+ * (0 rax, 1 rcx, 2 rdx, 3 rbx, 4 rsp, 5 rbp, 6 rsi, 7 rdi, 8-15 r8-r15).
+ *   bits 0-3:   TACHY_JUMP_* flags
+ *   `jmp *%reg`: the register in bits 4-7;
+ *   `jmp *disp(%base,%index,scale)`: the base register in bits 4-7, the
+ *     index register in bits 8-11 (with TACHY_JUMP_INDEX), log2 of the
+ *     scale in bits 12-13, the signed displacement in bits 14-31;
+ *   `jmp *disp(%rip)` (TACHY_JUMP_RIP): the signed distance from the jump
+ *     to the pointer in bits 4-31;
+ *   bits 32-47: bytes from the range's start to the jump;
+ *   bits 48-63: bytes from the jump to the range's end.
+ * The target is inside when start < target < end (the start is the entry
+ * when the range is the body: a jump there is a new call).
+ */
+#define TACHY_JUMP_MEM		0x1 /* the target is read from memory */
+#define TACHY_JUMP_INDEX	0x2 /* the address has an index register */
+#define TACHY_JUMP_RIP		0x4 /* the address is relative to the jump */
+#define TACHY_JUMP_INSIDE	0x8 /* if the target cannot be read: inside */
+#define TACHY_JUMP_REG_SHIFT	4
+#define TACHY_JUMP_INDEX_SHIFT	8
+#define TACHY_JUMP_SCALE_SHIFT	12
+#define TACHY_JUMP_DISP_SHIFT	14
+#define TACHY_JUMP_RIP_SHIFT	4
+#define TACHY_JUMP_BEFORE_SHIFT 32
+#define TACHY_JUMP_AFTER_SHIFT	48
+
+/*
  * Entry cookie: function id in bits 0-30; bit 31 set when the entry
  * instruction is itself a direct tail jump (the frame opens already left);
  * signed SP adjustment in bits 32-63.

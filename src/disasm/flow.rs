@@ -96,7 +96,7 @@ impl State {
 }
 
 /// Index of a 64-bit general register, RSP and RBP included.
-fn gpr(r: Register) -> Option<usize> {
+pub(super) fn gpr(r: Register) -> Option<usize> {
     const GPRS: [Register; 16] = [
         Register::RAX,
         Register::RCX,

@@ -74,6 +74,52 @@ impl Internal {
     }
 }
 
+/// Where an indirect jump reads its target, in terms the BPF side can
+/// evaluate from the registers saved at the probe. Registers are numbered
+/// as x86 encodes them (0 `rax`, 1 `rcx`, 2 `rdx`, 3 `rbx`, 4 `rsp`, 5 `rbp`,
+/// 6 `rsi`, 7 `rdi`, 8-15 `r8`-`r15`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JumpOperand {
+    /// `jmp *%reg`.
+    Register(u8),
+    /// `jmp *disp(%base,%index,scale)`: the target is the pointer at
+    /// base + index * scale + disp.
+    Memory {
+        base: Base,
+        /// The index register and the scale (1, 2, 4 or 8).
+        index: Option<(u8, u8)>,
+        disp: i64,
+    },
+}
+
+/// The base of a memory operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// No base register: the displacement is an absolute address.
+    None,
+    Register(u8),
+    /// RIP-relative: the displacement counts from the jump's own address
+    /// (the decoder adds the instruction's length to the encoded one).
+    Jump,
+}
+
+/// An indirect jump that the analysis could not prove internal: whether its
+/// target lies inside the function is decided at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedJump {
+    pub addr: u64,
+    pub operand: JumpOperand,
+    /// The decoded range holding the jump (the body, a named fragment, or a
+    /// run of an unnamed one): `[start, end)`. A target in `(start, end)`
+    /// stays inside; one at `start` (the entry, for the body) is a new call.
+    pub range: (u64, u64),
+    /// What was assumed of it before: `true` for an indexed table the
+    /// analysis did not reach (taken to stay inside, [`Internal::IndexedMemory`]),
+    /// `false` for a jump with the frame gone and no table found (taken
+    /// for a tail jump: it is also in [`Decoded::tails`]).
+    pub assumed_inside: bool,
+}
+
 /// An indirect jump proven to stay inside the function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InternalJump {
@@ -165,6 +211,10 @@ pub struct Decoded {
     pub computed_jump: bool,
     /// Indirect jumps that stay inside the function (no exit probe).
     pub internal_jumps: Vec<InternalJump>,
+    /// Indirect jumps whose targets are not proven: the unknown tail jumps
+    /// through a register or memory, and the indexed tables the analysis
+    /// did not reach.
+    pub checked_jumps: Vec<CheckedJump>,
     /// Fragments of the function that no symbol names, found by following
     /// its jumps: (start, end) of each run of code decoded there.
     pub unnamed_fragments: Vec<(u64, u64)>,

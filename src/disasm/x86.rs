@@ -9,8 +9,8 @@ use iced_x86::{
 };
 
 use super::{
-    flow, Call, Decoded, EntryCandidate, Image, Insn, InsnInfo, Internal, InternalJump, NoImage,
-    ProbeCost, Range, TailJump, Target,
+    flow, Base, Call, CheckedJump, Decoded, EntryCandidate, Image, Insn, InsnInfo, Internal,
+    InternalJump, JumpOperand, NoImage, ProbeCost, Range, TailJump, Target,
 };
 
 /// Instructions in the straight-line start of a function considered for the
@@ -63,6 +63,9 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     // Fragments without a name, after the named ranges, by address.
     let extra = flow.extra.values().map(|i| (usize::MAX, *i));
     let mut prev_end: Option<u64> = None;
+    // Indirect jumps not proven internal, and whether they were taken to
+    // stay inside.
+    let mut unproven: Vec<(Instruction, bool)> = Vec::new();
     for (ri, insn) in swept.iter().copied().chain(extra) {
         let ip = insn.ip();
         if ri == usize::MAX {
@@ -146,6 +149,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                         target,
                         cond: None,
                     });
+                    unproven.push((insn, false));
                 } else {
                     // An indexed table the analysis did not reach: taken
                     // for a `switch` that stays inside.
@@ -154,6 +158,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                         addr: ip,
                         why: Internal::IndexedMemory,
                     });
+                    unproven.push((insn, true));
                 }
             }
             FlowControl::Call | FlowControl::IndirectCall => {
@@ -173,11 +178,35 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             _ => {}
         }
     }
+    // Each unproven jump is checked at run time against the range holding
+    // it (the unnamed runs are complete only now).
+    let named = ranges
+        .iter()
+        .map(|r| (r.addr, r.addr + r.bytes.len() as u64));
+    let all: Vec<(u64, u64)> = named.chain(out.unnamed_fragments.iter().copied()).collect();
+    for (insn, assumed_inside) in unproven {
+        let ip = insn.ip();
+        let Some(&range) = all.iter().find(|r| r.0 <= ip && ip < r.1) else {
+            continue;
+        };
+        if let Some(operand) = jump_operand(&insn) {
+            out.checked_jumps.push(CheckedJump {
+                addr: ip,
+                operand,
+                range,
+                assumed_inside,
+            });
+        }
+    }
     for c in out.prologue.iter_mut() {
         c.branch_target = computed_jump || targets.contains(&c.addr);
     }
     out.branch_targets = targets;
-    out.computed_jump = computed_jump;
+    // An unproven jump that stays inside may land anywhere after the entry
+    // probe (its check takes a target up to the entry probe for a new call:
+    // see `Plan::add_function`), so the entry candidates above keep their
+    // places, and the rest of the code may be reached from it.
+    out.computed_jump = computed_jump || out.checked_jumps.iter().any(|j| !j.assumed_inside);
     Ok(out)
 }
 
@@ -254,6 +283,40 @@ fn indirect_target(insn: &Instruction) -> Option<Target> {
             } else {
                 Some(Target::Indirect)
             }
+        }
+        _ => None,
+    }
+}
+
+/// Where an indirect `jmp` reads its target, if the operand is a 64-bit
+/// general register or a memory operand built from them.
+fn jump_operand(insn: &Instruction) -> Option<JumpOperand> {
+    let reg = |r: Register| flow::gpr(r).map(|i| i as u8);
+    match insn.op0_kind() {
+        OpKind::Register => reg(insn.op0_register()).map(JumpOperand::Register),
+        OpKind::Memory => {
+            // A segment override (`%fs:`) reads from an address BPF cannot
+            // form from the saved registers.
+            if !matches!(insn.segment_prefix(), Register::None | Register::DS)
+                || insn.memory_size() != iced_x86::MemorySize::QwordOffset
+            {
+                return None;
+            }
+            let index = match insn.memory_index() {
+                Register::None => None,
+                r => Some((reg(r)?, insn.memory_index_scale() as u8)),
+            };
+            let (base, disp) = if insn.is_ip_rel_memory_operand() {
+                let target = insn.ip_rel_memory_address();
+                (Base::Jump, target.wrapping_sub(insn.ip()) as i64)
+            } else {
+                let base = match insn.memory_base() {
+                    Register::None => Base::None,
+                    r => Base::Register(reg(r)?),
+                };
+                (base, insn.memory_displacement64() as i64)
+            };
+            Some(JumpOperand::Memory { base, index, disp })
         }
         _ => None,
     }
@@ -385,6 +448,47 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn unproven_indirect_jumps_are_checked_at_run_time() {
+        // jmp *(%rax,%rcx,8); jmp *%rax; jmp *0x10(%rip); notrack jmp *0x8(%rdi);
+        // jmp *%fs:0x10; jmp *0x601000(,%r9,8)
+        let code = [
+            0xff, 0x24, 0xc8, 0xff, 0xe0, 0xff, 0x25, 0x10, 0x00, 0x00, 0x00, 0x3e, 0xff, 0x67,
+            0x08, 0x64, 0xff, 0x24, 0x25, 0x10, 0x00, 0x00, 0x00, 0x42, 0xff, 0x24, 0xcd, 0x00,
+            0x10, 0x60, 0x00,
+        ];
+        let frag = [0x41, 0xff, 0xe3]; // 0x2000: jmp *%r11
+        let d = decode(&[range(0x1000, &code), range(0x2000, &frag)]).unwrap();
+        let body = (0x1000, 0x101f);
+        let check = |addr, operand, range, assumed_inside| CheckedJump {
+            addr,
+            operand,
+            range,
+            assumed_inside,
+        };
+        let mem = |base, index, disp| JumpOperand::Memory { base, index, disp };
+        assert_eq!(
+            d.checked_jumps,
+            vec![
+                check(0x1000, mem(Base::Register(0), Some((1, 8)), 0), body, true),
+                check(0x1003, JumpOperand::Register(0), body, false),
+                // The slot is at 0x100b + 0x10: 0x16 from the jump.
+                check(0x1005, mem(Base::Jump, None, 0x16), body, false),
+                check(0x100b, mem(Base::Register(7), None, 8), body, false),
+                // %fs: is not a register BPF can read: not checked.
+                check(0x1017, mem(Base::None, Some((9, 8)), 0x601000), body, true),
+                check(0x2000, JumpOperand::Register(11), (0x2000, 0x2003), false),
+            ]
+        );
+        // The frameless ones without a table stay tail jumps as well.
+        let tails: Vec<u64> = d.tails.iter().map(|t| t.addr).collect();
+        assert_eq!(tails, vec![0x1003, 0x1005, 0x100b, 0x100f, 0x2000]);
+        // A jump with the frame allocated is proven internal: no check.
+        // push %rbx; jmp *%rax
+        let d = decode(&[range(0x1000, &[0x53, 0xff, 0xe0])]).unwrap();
+        assert!(d.checked_jumps.is_empty() && d.tails.is_empty());
     }
 
     /// An object image of a few byte runs, with the unwind tables' part

@@ -2,7 +2,15 @@
 
 use std::fmt::Write as _;
 
-use super::{ItemKind, Plan, ProbeKind, TAIL_INDIRECT};
+use super::{ItemKind, Plan, ProbeKind, CHECKED_JUMP_US, TAIL_INDIRECT};
+
+/// What the indirect jumps checked at run time cost, in words: the kernel
+/// single-steps an indirect `jmp` under a probe, on every pass.
+pub fn checked_jumps_text(n: usize) -> String {
+    format!(
+        "{n} indirect jump(s) checked at run time (single-stepped, ~{CHECKED_JUMP_US} us per pass)"
+    )
+}
 
 impl Plan {
     /// A human-readable listing of the plan: what is timed, then each probe.
@@ -33,12 +41,16 @@ impl Plan {
                 ),
                 ItemKind::Function(f) => writeln!(
                     s,
-                    "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}",
+                    "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}{}",
                     item.name,
                     self.objects[f.object].display.display(),
                     f.addr,
                     f.source_text,
-                    f.exits.describe()
+                    f.exits.describe(),
+                    match f.exits.checked_jumps {
+                        0 => String::new(),
+                        n => format!("; {}", checked_jumps_text(n)),
+                    }
                 ),
             };
         }
@@ -99,6 +111,7 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             "tail (unknown callee)".to_string()
         }
         ProbeKind::Tail { .. } => "tail".to_string(),
+        ProbeKind::Jump { .. } => "indirect jump checked".to_string(),
     }
 }
 
@@ -142,6 +155,8 @@ mod tests {
                     tail_callees: Vec::new(),
                     unknown_tails: 1,
                     internal_jumps: 0,
+                    checked_jumps: 2,
+                    unchecked_jumps: 0,
                     unnamed_fragments: 0,
                 },
             }),
@@ -186,6 +201,7 @@ mod tests {
                     cookie: TAIL_CONDITIONAL | TAIL_INDIRECT | 5,
                 },
             ),
+            probe(0x401270, ProbeKind::Jump { cookie: 0x10 << 32 }),
             probe(0x401204, ProbeKind::Uret),
             probe(
                 0x401210,
@@ -218,15 +234,15 @@ mod tests {
         let first = |p: Plan| p.describe().lines().next().unwrap_or("").to_string();
         assert_eq!(
             first(sample(None, false)),
-            "3 function(s), 7 probe(s), counted in every process"
+            "3 function(s), 8 probe(s), counted in every process"
         );
         assert_eq!(
             first(sample(Some(77), false)),
-            "3 function(s), 7 probe(s), counted in pid 77"
+            "3 function(s), 8 probe(s), counted in pid 77"
         );
         assert_eq!(
             first(sample(Some(77), true)),
-            "3 function(s), 7 probe(s), counted in pid 77 and its forks"
+            "3 function(s), 8 probe(s), counted in pid 77 and its forks"
         );
     }
 }

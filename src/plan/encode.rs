@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::{Plan, ProbeKind};
+use crate::disasm::{Base, CheckedJump, JumpOperand};
 
 /// Entry cookie: function id in bits 0-30 (TACHY_ENTRY_ID_MASK).
 pub const ENTRY_ID_MASK: u64 = 0x7fff_ffff;
@@ -21,6 +22,21 @@ pub const SITE_EXIT_FIRST: u64 = 0x8000_0000;
 pub const TAIL_COND_MASK: u64 = 0x0f;
 pub const TAIL_CONDITIONAL: u64 = 0x10;
 pub const TAIL_INDIRECT: u64 = 0x20;
+/// Jump cookie flags (TACHY_JUMP_*): the target is read from memory, at
+/// an address with an index register, relative to the jump; what to
+/// assume when it cannot be read.
+pub const JUMP_MEM: u64 = 0x1;
+pub const JUMP_INDEX: u64 = 0x2;
+pub const JUMP_RIP: u64 = 0x4;
+pub const JUMP_INSIDE: u64 = 0x8;
+/// Jump cookie fields: where each starts (TACHY_JUMP_*_SHIFT).
+pub const JUMP_REG_SHIFT: u32 = 4;
+pub const JUMP_INDEX_SHIFT: u32 = 8;
+pub const JUMP_SCALE_SHIFT: u32 = 12;
+pub const JUMP_DISP_SHIFT: u32 = 14;
+pub const JUMP_RIP_SHIFT: u32 = 4;
+pub const JUMP_BEFORE_SHIFT: u32 = 32;
+pub const JUMP_AFTER_SHIFT: u32 = 48;
 /// Nodes of a nested tree, traced functions included (TACHY_MAX_NODES).
 pub const MAX_NODES: usize = 4096;
 
@@ -35,6 +51,8 @@ pub enum Program {
     Uret,
     Site,
     SiteEnd,
+    /// An indirect jump whose target is checked at run time.
+    Jump,
 }
 
 impl Program {
@@ -61,6 +79,7 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
         ),
         ProbeKind::Exit => (Program::Exit, 0),
         ProbeKind::Tail { cookie } => (Program::Tail, cookie),
+        ProbeKind::Jump { cookie } => (Program::Jump, cookie),
         ProbeKind::Uret => (Program::Uret, 0),
         ProbeKind::Site {
             slot,
@@ -82,6 +101,60 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
             (Program::SiteEnd, u64::from(slot) | high(sp_adjust))
         }
     }
+}
+
+/// The cookie of the jump program for an indirect jump checked at run
+/// time, if it fits: a displacement of at most 18 bits (28 relative to
+/// the jump), a base register unless relative to the jump, and the jump at
+/// most 64 KiB from either end of its range.
+pub fn jump_cookie(j: &CheckedJump) -> Option<u64> {
+    // A signed value in `bits` bits, as the low bits of a u64.
+    let signed = |v: i64, bits: u32| {
+        let half = 1i64 << (bits - 1);
+        (-half..half)
+            .contains(&v)
+            .then(|| (v as u64) & ((1u64 << bits) - 1))
+    };
+    let operand = match j.operand {
+        JumpOperand::Register(r) => u64::from(r) << JUMP_REG_SHIFT,
+        JumpOperand::Memory {
+            base: Base::Jump,
+            index: None,
+            disp,
+        } => JUMP_MEM | JUMP_RIP | signed(disp, 32 - JUMP_RIP_SHIFT)? << JUMP_RIP_SHIFT,
+        JumpOperand::Memory {
+            base: Base::Register(b),
+            index,
+            disp,
+        } => {
+            let index = match index {
+                None => 0,
+                Some((r, scale)) => {
+                    JUMP_INDEX
+                        | u64::from(r) << JUMP_INDEX_SHIFT
+                        | u64::from(scale.trailing_zeros()) << JUMP_SCALE_SHIFT
+                }
+            };
+            JUMP_MEM
+                | u64::from(b) << JUMP_REG_SHIFT
+                | index
+                | signed(disp, 32 - JUMP_DISP_SHIFT)? << JUMP_DISP_SHIFT
+        }
+        // An absolute table address, or a RIP-relative one with an index
+        // (x86 has none), does not fit.
+        JumpOperand::Memory { .. } => return None,
+    };
+    let before = j.addr.checked_sub(j.range.0)?;
+    let after = j.range.1.checked_sub(j.addr)?;
+    if before > 0xffff || after > 0xffff {
+        return None;
+    }
+    Some(
+        operand
+            | if j.assumed_inside { JUMP_INSIDE } else { 0 }
+            | before << JUMP_BEFORE_SHIFT
+            | after << JUMP_AFTER_SHIFT,
+    )
 }
 
 /// The key of the `site_nodes` map: a site's slot and the id of the frame
@@ -244,6 +317,17 @@ mod tests {
             ("TACHY_TAIL_CONDITIONAL", TAIL_CONDITIONAL),
             ("TACHY_TAIL_INDIRECT", TAIL_INDIRECT),
             ("TACHY_MAX_NODES", MAX_NODES as u64),
+            ("TACHY_JUMP_MEM", JUMP_MEM),
+            ("TACHY_JUMP_INDEX", JUMP_INDEX),
+            ("TACHY_JUMP_RIP", JUMP_RIP),
+            ("TACHY_JUMP_INSIDE", JUMP_INSIDE),
+            ("TACHY_JUMP_REG_SHIFT", JUMP_REG_SHIFT.into()),
+            ("TACHY_JUMP_INDEX_SHIFT", JUMP_INDEX_SHIFT.into()),
+            ("TACHY_JUMP_SCALE_SHIFT", JUMP_SCALE_SHIFT.into()),
+            ("TACHY_JUMP_DISP_SHIFT", JUMP_DISP_SHIFT.into()),
+            ("TACHY_JUMP_RIP_SHIFT", JUMP_RIP_SHIFT.into()),
+            ("TACHY_JUMP_BEFORE_SHIFT", JUMP_BEFORE_SHIFT.into()),
+            ("TACHY_JUMP_AFTER_SHIFT", JUMP_AFTER_SHIFT.into()),
         ] {
             assert_eq!(defines.get(name), Some(&value), "{name} in tachy.h");
         }
@@ -253,6 +337,97 @@ mod tests {
             assert_eq!(flag & SITE_SLOT_MASK, 0);
         }
         assert_eq!(TAIL_COND_MASK & (TAIL_CONDITIONAL | TAIL_INDIRECT), 0);
+        // The jump fields follow each other without overlap: flags, then
+        // base, index, scale and displacement; the range above them.
+        let flags = JUMP_MEM | JUMP_INDEX | JUMP_RIP | JUMP_INSIDE;
+        assert_eq!(flags, (1 << JUMP_REG_SHIFT) - 1);
+        assert_eq!(JUMP_INDEX_SHIFT, JUMP_REG_SHIFT + 4);
+        assert_eq!(JUMP_SCALE_SHIFT, JUMP_INDEX_SHIFT + 4);
+        assert_eq!(JUMP_DISP_SHIFT, JUMP_SCALE_SHIFT + 2);
+        assert_eq!(JUMP_RIP_SHIFT, JUMP_REG_SHIFT);
+        assert_eq!((JUMP_BEFORE_SHIFT, JUMP_AFTER_SHIFT), (32, 48));
+    }
+
+    fn jump(addr: u64, operand: JumpOperand, range: (u64, u64), inside: bool) -> CheckedJump {
+        CheckedJump {
+            addr,
+            operand,
+            range,
+            assumed_inside: inside,
+        }
+    }
+
+    #[test]
+    fn jump_cookies() {
+        let mem = |base, index, disp| JumpOperand::Memory { base, index, disp };
+        // jmp *%r11 at 0x1010 of [0x1000, 0x1100).
+        let c = jump_cookie(&jump(
+            0x1010,
+            JumpOperand::Register(11),
+            (0x1000, 0x1100),
+            false,
+        ));
+        assert_eq!(c, Some(11 << 4 | 0x10 << 32 | 0xf0 << 48));
+        // jmp *-0x10(%rsi,%rax,8), taken to stay inside before.
+        let c = jump_cookie(&jump(
+            0x2000,
+            mem(Base::Register(6), Some((0, 8)), -0x10),
+            (0x2000, 0x2001),
+            true,
+        ))
+        .unwrap();
+        assert_eq!(c & 0xf, JUMP_MEM | JUMP_INDEX | JUMP_INSIDE);
+        assert_eq!((c >> JUMP_REG_SHIFT) & 0xf, 6);
+        assert_eq!((c >> JUMP_INDEX_SHIFT) & 0xf, 0);
+        assert_eq!((c >> JUMP_SCALE_SHIFT) & 3, 3);
+        assert_eq!((c as u32 as i32) >> JUMP_DISP_SHIFT, -0x10);
+        assert_eq!(c >> 32, 1 << 16);
+        // jmp *0x8(%rdi): no index.
+        let c = jump_cookie(&jump(
+            0x10,
+            mem(Base::Register(7), None, 8),
+            (0, 0x20),
+            false,
+        ));
+        assert_eq!(
+            c,
+            Some(JUMP_MEM | 7 << 4 | 8 << 14 | 0x10 << 32 | 0x10 << 48)
+        );
+        // jmp *disp(%rip), the slot 100 MiB behind the jump: 28 bits.
+        let c = jump_cookie(&jump(
+            0x10,
+            mem(Base::Jump, None, -100 << 20),
+            (0, 0x20),
+            false,
+        ))
+        .unwrap();
+        assert_eq!(c & 0xf, JUMP_MEM | JUMP_RIP);
+        assert_eq!((c as u32 as i32) >> JUMP_RIP_SHIFT, -100 << 20);
+        // What does not fit: a displacement past 18 bits off a register, a
+        // slot past 128 MiB, an absolute table, a jump 64 KiB into its range.
+        for op in [
+            mem(Base::Register(0), None, 1 << 17),
+            mem(Base::Jump, None, 1 << 27),
+            mem(Base::None, Some((1, 8)), 0x601000),
+        ] {
+            assert_eq!(
+                jump_cookie(&jump(0x10, op, (0, 0x20), false)),
+                None,
+                "{op:?}"
+            );
+        }
+        assert!(jump_cookie(&jump(
+            0x10,
+            mem(Base::Register(0), None, (1 << 17) - 1),
+            (0, 0x20),
+            false
+        ))
+        .is_some());
+        let r = JumpOperand::Register(0);
+        assert_eq!(jump_cookie(&jump(0x10000, r, (0, 0x10001), false)), None);
+        assert_eq!(jump_cookie(&jump(0x10, r, (0, 0x10010), false)), None);
+        assert!(jump_cookie(&jump(0xffff, r, (0, 0x1fffe), false)).is_some());
+        assert_eq!(encode(ProbeKind::Jump { cookie: 5 }), (Program::Jump, 5));
     }
 
     #[test]

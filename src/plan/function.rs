@@ -6,8 +6,9 @@ use std::collections::BTreeSet;
 
 use anyhow::{bail, Result};
 
+use super::encode::jump_cookie;
 use super::{unwind, Item, ItemKind, Plan, ProbeKind, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT};
-use crate::disasm::{Decoded, EntryCandidate, ProbeCost, Target};
+use crate::disasm::{Decoded, EntryCandidate, Internal, ProbeCost, Target};
 use crate::symbols::{ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
@@ -62,6 +63,12 @@ pub struct ExitSummary {
     pub unknown_tails: usize,
     /// Indirect jumps proven to stay inside the function: not probed.
     pub internal_jumps: usize,
+    /// Indirect jumps whose target is checked at run time (the function's
+    /// and its tail callees'): each pass single-steps the jump.
+    pub checked_jumps: usize,
+    /// Indexed jumps taken to stay inside without proof or check: their
+    /// operand does not fit a jump cookie.
+    pub unchecked_jumps: usize,
     /// Fragments of the function without a symbol (`.cold` parts of a
     /// stripped object), found by following its jumps.
     pub unnamed_fragments: usize,
@@ -158,11 +165,21 @@ impl Plan {
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
                     internal_jumps: decoded.internal_jumps.len(),
+                    checked_jumps: 0,
+                    unchecked_jumps: 0,
                     unnamed_fragments: decoded.unnamed_fragments.len(),
                 }
             }
             Err(why) => {
                 let own_entry_tail = tailing.then_some(entry.addr);
+                let mut decoded = decoded;
+                // A jump checked at run time stays inside only past the
+                // entry probe: a target at or before it starts a new call.
+                for j in decoded.checked_jumps.iter_mut() {
+                    if j.range.0 == f.addr {
+                        j.range.0 = entry.addr;
+                    }
+                }
                 ExitSummary {
                     why_rets: Some(why),
                     ..self.add_exits(obj, object, f, decoded, own_entry_tail)?
@@ -206,7 +223,18 @@ impl Plan {
             rets: decoded.rets.len(),
             tail_callees: Vec::new(),
             unknown_tails: 0,
-            internal_jumps: decoded.internal_jumps.len(),
+            internal_jumps: decoded
+                .internal_jumps
+                .iter()
+                .filter(|j| j.why != Internal::IndexedMemory)
+                .count(),
+            checked_jumps: 0,
+            // Less those checked, below.
+            unchecked_jumps: decoded
+                .internal_jumps
+                .iter()
+                .filter(|j| j.why == Internal::IndexedMemory)
+                .count(),
             unnamed_fragments: decoded.unnamed_fragments.len(),
         };
         let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
@@ -240,6 +268,9 @@ impl Plan {
                         }
                     }
                     None => {
+                        if self.check_jump(obj, object, &d, t.addr, &mut exits)? {
+                            continue;
+                        }
                         self.push(
                             obj,
                             object,
@@ -254,9 +285,40 @@ impl Plan {
                     }
                 }
             }
+            for j in d.checked_jumps.iter().filter(|j| j.assumed_inside) {
+                if self.check_jump(obj, object, &d, j.addr, &mut exits)? && own {
+                    exits.unchecked_jumps -= 1;
+                }
+            }
             own = false;
         }
         Ok(exits)
+    }
+}
+
+impl Plan {
+    /// Puts a run-time check on the indirect jump at `addr` when the
+    /// decoder left its target unproven and its operand fits a cookie;
+    /// whether it did.
+    fn check_jump(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        d: &Decoded,
+        addr: u64,
+        exits: &mut ExitSummary,
+    ) -> Result<bool> {
+        let cookie = d
+            .checked_jumps
+            .iter()
+            .find(|j| j.addr == addr)
+            .and_then(jump_cookie);
+        let Some(cookie) = cookie else {
+            return Ok(false);
+        };
+        self.push(obj, object, addr, ProbeKind::Jump { cookie })?;
+        exits.checked_jumps += 1;
+        Ok(true)
     }
 }
 

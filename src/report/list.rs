@@ -60,6 +60,10 @@ pub struct Probing {
     pub unknown_tails: usize,
     /// Indirect jumps proven to stay inside the function (not probed).
     pub internal_jumps: usize,
+    /// Indirect jumps whose target is checked at run time.
+    pub checked_jumps: usize,
+    /// Indexed jumps taken to stay inside, unchecked.
+    pub unchecked_jumps: usize,
 }
 
 /// One call site of a listed function.
@@ -162,6 +166,16 @@ pub fn render_func(f: &ListedFunc, w: &mut impl Write) -> io::Result<()> {
                     p.internal_jumps
                 )?;
             }
+            if p.checked_jumps > 0 {
+                write!(w, "; {}", crate::plan::checked_jumps_text(p.checked_jumps))?;
+            }
+            if p.unchecked_jumps > 0 {
+                write!(
+                    w,
+                    "; {} indexed jump(s) taken to stay inside without a check (operand too wide to check)",
+                    p.unchecked_jumps
+                )?;
+            }
             writeln!(w)?;
         }
     }
@@ -201,6 +215,8 @@ mod tests {
             tail_callees: vec!["db::Page::release()".into()],
             unknown_tails: 1,
             internal_jumps: 2,
+            checked_jumps: 3,
+            unchecked_jumps: 1,
             unnamed_fragments: 1,
         };
         Listing {
@@ -246,6 +262,8 @@ mod tests {
                             tail_callees: vec![],
                             unknown_tails: 0,
                             internal_jumps: 0,
+                            checked_jumps: 0,
+                            unchecked_jumps: 0,
                             unnamed_fragments: 0,
                         }),
                         sites: None,

@@ -28,6 +28,7 @@
 //! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
 //! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
 //! | `wide`          | wide.c                      | gcc -O2 -g                              |
+//! | `ijump`         | ijump.c                     | gcc -O2 -g -pthread                     |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -174,6 +175,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["wide.c"],
             deps: &[],
         },
+        "ijump" => Recipe {
+            sources: &["ijump.c"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -184,8 +189,8 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, rust_app, rust_app_v0, \
-             rust_names, rust_names_v0)"
+             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, rust_app, \
+             rust_app_v0, rust_names, rust_names_v0)"
         ),
     }
 }
@@ -233,7 +238,7 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(tmp_out);
             c
         }
-        "plain" | "faults" | "wide" => {
+        "plain" | "faults" | "wide" | "ijump" => {
             let mut c = cc();
             c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
                 .arg(src.join(format!("{name}.c")))
@@ -718,6 +723,12 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("cold_check", n),
             ("cold_scan", n),
             ("cold_tail", n),
+        ],
+        "ijump" => vec![
+            ("ijump_loop", n),
+            ("ijump_table", n),
+            ("ijump_tail", n),
+            ("ijump_tail_mem", n),
         ],
         "rust_app" | "rust_app_v0" => vec![
             ("rust_app::engine::process", n),
