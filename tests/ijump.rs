@@ -15,7 +15,13 @@ use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 const ITERATIONS: u64 = 20;
-const FUNCS: [&str; 4] = ["ijump_loop", "ijump_table", "ijump_tail", "ijump_tail_mem"];
+const FUNCS: [&str; 5] = [
+    "ijump_loop",
+    "ijump_table",
+    "ijump_rip",
+    "ijump_tail",
+    "ijump_tail_mem",
+];
 
 fn skip_unless_root() -> bool {
     if common::is_root() {
@@ -58,7 +64,7 @@ fn list_says_which_jumps_are_checked_and_their_cost() {
 }
 
 /// The plan: an entry and a jump check per function, and a `ret` probe
-/// for the two that return themselves; the dry run says it per function.
+/// for the three that return themselves; the dry run says it per function.
 #[test]
 fn dry_run_plans_a_check_on_each_unproven_jump() {
     let exe = common::build("ijump");
@@ -68,7 +74,7 @@ fn dry_run_plans_a_check_on_each_unproven_jump() {
     let out = tachy(&args, &[]);
     out.assert_success();
     let text = format!("{}{}", out.stdout, out.stderr);
-    assert!(text.contains("4 function(s), 10 probe(s)"), "{out}");
+    assert!(text.contains("5 function(s), 13 probe(s)"), "{out}");
     for (i, name) in FUNCS.iter().enumerate() {
         let head = format!("  [{i}] {name} in ");
         let line = text
@@ -93,7 +99,7 @@ fn dry_run_plans_a_check_on_each_unproven_jump() {
             n("exit"),
             kinds.len()
         ),
-        (4, 4, 2, 10),
+        (5, 5, 3, 13),
         "{out}"
     );
     assert_eq!(n("tail"), 0, "{out}");
@@ -127,7 +133,8 @@ fn field(funcs: &[Value], name: &str, k: &str) -> u64 {
 /// Every call counted once, each read at most as what the fixture measured
 /// around it. The jumps back into the function time the call whole: at
 /// least its 50 passes of a spin whose shortest untraced run is known (cut
-/// at the first jump, it would read one pass). The tail jumps to
+/// at the first jump, it would read one pass), through a register, an
+/// indexed table and a RIP-relative slot. The tail jumps to
 /// ijump_callee end their calls as before: each is counted as timed up to
 /// an indirect tail jump, and reads at least the spin before the jump and
 /// less than four times it (with the callee's five, the whole call spins

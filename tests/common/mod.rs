@@ -727,6 +727,7 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
         "ijump" => vec![
             ("ijump_loop", n),
             ("ijump_table", n),
+            ("ijump_rip", n),
             ("ijump_tail", n),
             ("ijump_tail_mem", n),
         ],
