@@ -173,13 +173,7 @@ impl Plan {
             Err(why) => {
                 let own_entry_tail = tailing.then_some(entry.addr);
                 let mut decoded = decoded;
-                // A jump checked at run time stays inside only past the
-                // entry probe: a target at or before it starts a new call.
-                for j in decoded.checked_jumps.iter_mut() {
-                    if j.range.0 == f.addr {
-                        j.range.0 = entry.addr;
-                    }
-                }
+                checks_start_at_entry(&mut decoded, f.addr, entry.addr);
                 ExitSummary {
                     why_rets: Some(why),
                     ..self.add_exits(obj, object, f, decoded, own_entry_tail)?
@@ -322,6 +316,18 @@ impl Plan {
     }
 }
 
+/// A jump checked at run time stays inside only past the entry probe: a
+/// target at or before it starts a new call (the entry probe fires, or the
+/// code runs on into it). The checks made in the body of the function at
+/// `start` count from `entry` instead.
+fn checks_start_at_entry(d: &mut Decoded, start: u64, entry: u64) {
+    for j in d.checked_jumps.iter_mut() {
+        if j.range.0 == start {
+            j.range.0 = entry;
+        }
+    }
+}
+
 /// The entry probe's place: the first instruction, unless a later one of
 /// the straight-line start is cheaper (emulated rather than single-stepped)
 /// or the first cannot be probed. A later one must run exactly once per
@@ -446,6 +452,29 @@ mod tests {
         }
         assert!(planned > 1000, "{planned}");
         assert_eq!(obj.symbol_table_reads(), 1);
+    }
+
+    #[test]
+    fn checked_jumps_keep_the_entry_cheap_and_count_from_it() {
+        // endbr64; push %rbx; pop %rbx; jmp *%rax: the jump may come back
+        // anywhere, but a target at or before the entry probe is a new call.
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x53, 0x5b, 0xff, 0xe0];
+        let mut d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
+        assert!(d.computed_jump);
+        let e = choose_entry(&d, &|_| true).unwrap();
+        assert_eq!((e.addr, e.cost), (0x1004, ProbeCost::Emulated));
+        assert_eq!(d.checked_jumps[0].range, (0x1000, 0x1008));
+        checks_start_at_entry(&mut d, 0x1000, e.addr);
+        let cookie = jump_cookie(&d.checked_jumps[0]).unwrap();
+        // The jump is 2 bytes past the entry probe, 2 before the end.
+        assert_eq!(cookie >> 32, 2 | 2 << 16);
+        // A walk for a later place to probe stops at once: the jump may
+        // land on any instruction past the entry.
+        assert_eq!(d.probe_points_from(0x1005).len(), 1);
     }
 
     #[test]
