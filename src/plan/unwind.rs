@@ -250,9 +250,11 @@ pub struct Obstacle {
     pub hazard: Hazard,
     pub addr: u64,
     /// The function holding the instruction: its name when it is a callee
-    /// (none for the traced function), and the bounds of its body.
+    /// (none for the traced function), and where its parts are: its body
+    /// (label "") and its named split parts (".cold"), as (label, start,
+    /// end).
     pub within: Option<String>,
-    pub body: (u64, u64),
+    pub parts: Vec<(String, u64, u64)>,
 }
 
 impl fmt::Display for Obstacle {
@@ -270,17 +272,34 @@ impl fmt::Display for Obstacle {
                 )
             }
         }
-        let (start, end) = self.body;
-        if (start..end).contains(&self.addr) {
-            write!(f, " at +{:#x}", self.addr - start)?;
-        } else {
-            write!(f, " at {:#x} (a split part)", self.addr)?;
+        match self
+            .parts
+            .iter()
+            .find(|(_, start, end)| (*start..*end).contains(&self.addr))
+        {
+            Some((label, start, _)) => write!(f, " at {label}+{:#x}", self.addr - start)?,
+            None => write!(f, " at {:#x}", self.addr)?,
         }
         if let Some(name) = &self.within {
             write!(f, " in {name}")?;
         }
         Ok(())
     }
+}
+
+/// A function's body and named split parts, as (label, start, end): the
+/// body's label is empty, a part's is its compiler suffix (".cold").
+fn parts_of(f: &Function) -> Vec<(String, u64, u64)> {
+    let mut parts = vec![(String::new(), f.addr, f.addr.saturating_add(f.size))];
+    for frag in &f.fragments {
+        let (_, suffix) = crate::symbols::demangle::split_suffix(&frag.raw);
+        parts.push((
+            suffix.to_string(),
+            frag.addr,
+            frag.addr.saturating_add(frag.size),
+        ));
+    }
+    parts
 }
 
 /// The functions of its own object that an object calls through `.got`
@@ -326,7 +345,7 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
         hazard,
         addr: f.addr,
         within: None,
-        body: (f.addr, f.addr + f.size),
+        parts: parts_of(f),
     };
     let index = obj
         .symbols()
@@ -335,8 +354,8 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
     let got = LocalGot::new(obj);
     let mut other: Option<Obstacle> = None;
     let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
-    let mut work = VecDeque::from([(d.clone(), None, (f.addr, f.addr + f.size))]);
-    while let Some((d, within, body)) = work.pop_front() {
+    let mut work = VecDeque::from([(d.clone(), None, parts_of(f))]);
+    while let Some((d, within, parts)) = work.pop_front() {
         let mut targets: Vec<(u64, Target)> = d
             .calls
             .iter()
@@ -349,7 +368,7 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
                 hazard,
                 addr: at,
                 within: within.clone(),
-                body,
+                parts: parts.clone(),
             };
             let mut note = |hazard| {
                 other.get_or_insert_with(|| obstacle(hazard));
@@ -403,9 +422,7 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
                 return Err(obstacle(Hazard::Throws(name)));
             }
             match super::decode_function(obj, &callee) {
-                Ok(cd) => {
-                    work.push_back((cd, Some(name), (callee.addr, callee.addr + callee.size)))
-                }
+                Ok(cd) => work.push_back((cd, Some(name), parts_of(&callee))),
                 Err(_) => note(Hazard::Undecodable(name)),
             }
         }
@@ -427,7 +444,10 @@ mod tests {
                 hazard,
                 addr,
                 within: within.map(str::to_string),
-                body: (0x1000, 0x1080),
+                parts: vec![
+                    (String::new(), 0x1000, 0x1080),
+                    (".cold".into(), 0x900, 0x920),
+                ],
             }
             .to_string()
         };
@@ -440,8 +460,12 @@ mod tests {
             "indirect call at +0x1c in db::f(int)"
         );
         assert_eq!(
-            at(Hazard::Throws("__cxa_throw@plt".into()), 0x900, None),
-            "calls __cxa_throw@plt at 0x900 (a split part)"
+            at(Hazard::Throws("__cxa_throw@plt".into()), 0x904, None),
+            "calls __cxa_throw@plt at .cold+0x4"
+        );
+        assert_eq!(
+            at(Hazard::IndirectJump, 0x2000, None),
+            "indirect tail jump at 0x2000"
         );
     }
 
