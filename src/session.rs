@@ -1,6 +1,7 @@
 //! The run loop of `tachy latency` and `tachy list`: resolve, plan, attach,
 //! wait, snapshot each interval, render, detach.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -12,7 +13,7 @@ use crate::callsites;
 use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings};
 use crate::disasm::ProbeCost;
 use crate::kernel;
-use crate::plan::{self, Drill, ItemKind, Plan, Settings};
+use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
 use crate::report::list as listing;
 use crate::report::tree::{self, human, TreeNode, TreeReport};
@@ -117,7 +118,17 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             expand.iter().any(|p| p.matches(raw, &names))
         };
         let objects = RefCell::new(objects);
-        let import = |raw: &str| import_target(scope, &mut objects.borrow_mut(), raw);
+        // A name imported at many sites (a library calling its own exported
+        // functions through its PLT) is looked up in the libraries once.
+        let imported: RefCell<HashMap<String, Option<Imported>>> = RefCell::default();
+        let import = |raw: &str| {
+            if let Some(hit) = imported.borrow().get(raw) {
+                return hit.clone();
+            }
+            let hit = import_target(scope, &mut objects.borrow_mut(), raw);
+            imported.borrow_mut().insert(raw.to_string(), hit.clone());
+            hit
+        };
         let drill = Drill {
             import: &import,
             depth: n.depth,
