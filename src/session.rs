@@ -936,6 +936,7 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
     let id = p
         .add_function(&r.obj, f, r.source)
         .map_err(|e| format!("{e:#}"))?;
+    p.finish();
     let ItemKind::Function(t) = &p.items[id as usize].kind else {
         return Err("not a function of the object".into());
     };
@@ -946,6 +947,8 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
         entry_emulated: t.entry_cost == ProbeCost::Emulated,
         returns: t.exits.describe(),
         rets: t.exits.rets,
+        early_rets: t.exits.early_rets,
+        early_points: t.exits.early_points,
         tail_callees: t.exits.tail_callees.clone(),
         unknown_tails: t.exits.unknown_tails,
         internal_jumps: t.exits.internal_jumps,

@@ -107,9 +107,10 @@ fn list_stripped_library_finds_cold_parts() {
     assert!(!line.contains("tail jump"), "{line}");
 }
 
-/// The plan: an entry and a uretprobe per interpreter, an entry and a
-/// `ret` probe per library function with cold parts, and nothing else (no
-/// probe on any jump).
+/// The plan: an entry and a uretprobe per interpreter, an entry per
+/// library function with cold parts and its `ret` seen coming at the
+/// direct jumps into its epilogue (one from the cold part), and nothing
+/// else (no probe on an indirect jump).
 #[test]
 fn dry_run_plans_no_probe_on_internal_jumps() {
     let exe = common::build("shapes");
@@ -129,7 +130,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     ]);
     out.assert_success();
     let text = format!("{}{}", out.stdout, out.stderr);
-    assert!(text.contains("4 function(s), 8 probe(s)"), "{out}");
+    assert!(text.contains("4 function(s), 9 probe(s)"), "{out}");
     let kinds: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("  ") && !l.starts_with("  ["))
@@ -138,7 +139,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     let n = |k: &str| kinds.iter().filter(|x| **x == k).count();
     assert_eq!(
         (n("entry"), n("uretprobe"), n("exit"), kinds.len()),
-        (4, 2, 2, 8),
+        (4, 2, 3, 9),
         "{out}"
     );
     assert!(!text.contains("tail"), "{out}");
@@ -233,4 +234,90 @@ fn cold_paths_of_a_stripped_library_are_timed_whole() {
     check(&funcs, &stdout, "cold_check", 200_000);
     check(&funcs, &stdout, "cold_scan", 200_000);
     check(&funcs, &stdout, "cold_tail", 200_000);
+}
+
+/// `epilogue_jumps` (an indirect call keeps it on `ret` probes) reaches its
+/// epilogue only by jumps: its `ret` is timed at those jumps, which the
+/// kernel emulates, instead of the `ret`, which it single-steps.
+#[test]
+fn a_ret_reached_by_jumps_is_timed_at_them() {
+    let exe = common::build("shapes");
+    let exe = exe.to_str().unwrap();
+    let out = tachy(&["list", exe, "epilogue_jumps"]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains(
+            "return: probes on each ret (safe if an exception passes)  exits: 1 ret \
+             (1 timed at 3 emulated jump(s) into the epilogue)"
+        ),
+        "{out}"
+    );
+    // SP at the jumps is 24 bytes below SP at the `ret`: the `je` counts
+    // when taken, the `jae` when not, the `jmp` always.
+    let out = tachy(&["latency", "--dry-run", "epilogue_jumps", "--", exe, "1"]);
+    out.assert_success();
+    let text = format!("{}{}", out.stdout, out.stderr);
+    let exits: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("exit"))
+        .map(|l| l.split(" /").next().unwrap_or(l).trim())
+        .collect();
+    assert_eq!(
+        exits,
+        [
+            "ahead of ret, sp+0x18 if b",
+            "ahead of ret, sp+0x18 if e",
+            "ahead of ret, sp+0x18"
+        ],
+        "{out}"
+    );
+}
+
+/// Each way into the epilogue ends the call, exactly once, with the whole
+/// call timed.
+#[test]
+fn calls_ended_at_jumps_into_the_epilogue_are_timed_whole() {
+    if skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    let (funcs, stdout) = run_traced(&["epilogue_jumps"]);
+    check(&funcs, &stdout, "epilogue_jumps", 0);
+    // 13 of the 20 calls make two ~20 us calls each.
+    let f = funcs
+        .iter()
+        .find(|f| f["name"] == "epilogue_jumps")
+        .unwrap();
+    let max = f["max_ns"].as_u64().unwrap();
+    assert!(max >= 40_000, "{f}");
+}
+
+/// `tachy nested` on it: the indirect call site counts every call, and the
+/// parent's calls all complete.
+#[test]
+fn nested_with_early_exits() {
+    if skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    let exe = common::build("shapes");
+    let it = ITERATIONS.to_string();
+    let out = tachy(&[
+        "nested",
+        "--json",
+        "epilogue_jumps",
+        "--",
+        exe.to_str().unwrap(),
+        &it,
+    ]);
+    out.assert_success();
+    let reports = out.reports();
+    let root = &reports[0]["roots"][0];
+    assert_eq!(root["count"], ITERATIONS, "{root:#}");
+    assert_eq!(root["unwound"], 0, "{root:#}");
+    let sites = root["children"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "{root:#}");
+    // i % 3 != 0 for 13 of i in 0..20, two calls each.
+    assert_eq!(sites[0]["count"], 26, "{root:#}");
+    assert_eq!(sites[0]["unwound"], 0, "{root:#}");
 }

@@ -538,6 +538,41 @@ static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
 	bpf_loop(TACHY_MAX_DEPTH, exit_one, &c, 0);
 }
 
+/* Whether a jcc with condition code cc is taken, from the saved flags. */
+static __always_inline bool cond_taken(__u64 fl, __u32 cc)
+{
+	bool cf = fl & 0x1, pf = fl & 0x4, zf = fl & 0x40, sf = fl & 0x80,
+	     of = fl & 0x800, r;
+
+	switch (cc >> 1) {
+	case 0:
+		r = of;
+		break;
+	case 1:
+		r = cf;
+		break;
+	case 2:
+		r = zf;
+		break;
+	case 3:
+		r = cf || zf;
+		break;
+	case 4:
+		r = sf;
+		break;
+	case 5:
+		r = pf;
+		break;
+	case 6:
+		r = sf != of;
+		break;
+	default:
+		r = zf || sf != of;
+		break;
+	}
+	return (cc & 1) ? !r : r;
+}
+
 static __always_inline int do_exit(__u64 sp)
 {
 	struct tachy_thread *t;
@@ -547,6 +582,17 @@ static __always_inline int do_exit(__u64 sp)
 		return 0;
 	exit_at(t, sp, bpf_ktime_get_ns(), ANY_ID);
 	return 0;
+}
+
+/* A `ret`, or an early exit that sees one coming (cookie in tachy.h). */
+static __always_inline int do_exit_probe(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
+	    !cond_taken(ctx->flags, cookie & TACHY_EXIT_COND_MASK))
+		return 0;
+	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32));
 }
 
 /* The return of a call site (cookie: its slot, and an SP adjustment when
@@ -628,41 +674,6 @@ static __always_inline int do_site(struct pt_regs *ctx)
 					 : 0),
 	     slot);
 	return 0;
-}
-
-/* Whether a jcc with condition code cc is taken, from the saved flags. */
-static __always_inline bool cond_taken(__u64 fl, __u32 cc)
-{
-	bool cf = fl & 0x1, pf = fl & 0x4, zf = fl & 0x40, sf = fl & 0x80,
-	     of = fl & 0x800, r;
-
-	switch (cc >> 1) {
-	case 0:
-		r = of;
-		break;
-	case 1:
-		r = cf;
-		break;
-	case 2:
-		r = zf;
-		break;
-	case 3:
-		r = cf || zf;
-		break;
-	case 4:
-		r = sf;
-		break;
-	case 5:
-		r = pf;
-		break;
-	case 6:
-		r = sf != of;
-		break;
-	default:
-		r = zf || sf != of;
-		break;
-	}
-	return (cc & 1) ? !r : r;
 }
 
 /*
@@ -776,7 +787,7 @@ int tachy_entry_m(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int tachy_exit_m(struct pt_regs *ctx)
 {
-	return do_exit(PT_REGS_SP(ctx));
+	return do_exit_probe(ctx);
 }
 
 /*
@@ -826,7 +837,7 @@ int tachy_entry_s(struct pt_regs *ctx)
 SEC("uprobe")
 int tachy_exit_s(struct pt_regs *ctx)
 {
-	return do_exit(PT_REGS_SP(ctx));
+	return do_exit_probe(ctx);
 }
 
 SEC("uprobe")

@@ -72,6 +72,14 @@
 #define TACHY_JUMP_AFTER_SHIFT	48
 
 /*
+ * Exit cookie: 0 on a `ret`. An early exit (a jump into the epilogue, that
+ * sees the `ret` coming) holds the signed SP adjustment to SP at the `ret`
+ * in bits 32-63, and, on a jcc, the condition under which it is taken.
+ */
+#define TACHY_EXIT_COND_MASK   0x0f
+#define TACHY_EXIT_CONDITIONAL 0x10
+
+/*
  * Entry cookie: function id in bits 0-30; bit 31 set when the entry
  * instruction is itself a direct tail jump (the frame opens already left);
  * signed SP adjustment in bits 32-63.

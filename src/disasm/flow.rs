@@ -39,6 +39,8 @@ enum Val {
     Rel32(u64),
     /// A relative table's entry plus its base: a target of that table.
     RelTarget(u64),
+    /// An 8-byte entry of a table whose address is not known.
+    LoadedPointer,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,9 +380,33 @@ impl Analysis<'_> {
             return Some((Internal::Table { entries: n }, table));
         }
         match state.sp {
-            Some(d) if d != 0 => Some((Internal::FrameAllocated { depth: d }, Vec::new())),
+            Some(d) if d != 0 => {
+                let labels = if val == Val::LoadedPointer {
+                    self.labels()
+                } else {
+                    Vec::new()
+                };
+                if labels.len() >= 2 {
+                    let n = labels.len();
+                    return Some((Internal::Labels { entries: n }, labels));
+                }
+                Some((Internal::FrameAllocated { depth: d }, Vec::new()))
+            }
             _ => None,
         }
+    }
+
+    /// The labels of this function that an indexed load of 8-byte pointers
+    /// (`jmp *(%rdi,%rdx,8)`, or `mov (%rdi,%rdx,8),%rdx; jmp *%rdx`) can
+    /// read: every one the object stores as a pointer. (Only where the frame is allocated: a tail call through a
+    /// table of handlers reads pointers to other functions.)
+    fn labels(&self) -> Vec<u64> {
+        self.image
+            .relocated_pointers()
+            .iter()
+            .copied()
+            .filter(|&a| self.known(a) && a != self.entry)
+            .collect()
     }
 
     /// The entries of a jump table at `base`, while they are instructions
@@ -548,7 +574,7 @@ fn table_load(insn: &Instruction, s: &State) -> Val {
         Register::None => Val::Load8(disp),
         b => match s.reg(b) {
             Val::Addr(t) => Val::Load8(t.wrapping_add(disp)),
-            _ => Val::Unknown,
+            _ => Val::LoadedPointer,
         },
     }
 }

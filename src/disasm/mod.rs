@@ -28,6 +28,11 @@ pub trait Image {
     fn part_bounds(&self, _addr: u64) -> Option<(u64, u64)> {
         None
     }
+    /// Every code or data address that the object's relocations store as a
+    /// pointer (labels taken as values, tables of handlers), sorted.
+    fn relocated_pointers(&self) -> &[u64] {
+        &[]
+    }
 }
 
 /// An image that knows nothing beyond the ranges decoded.
@@ -55,6 +60,10 @@ pub enum Internal {
     Table { entries: usize },
     /// It jumps to a label of the function taken as a value.
     Label,
+    /// With the frame allocated, it reads a table of 8-byte pointers whose
+    /// base the analysis lost (kept on the stack): a table of the labels
+    /// of the function that the object's relocations store (computed goto).
+    Labels { entries: usize },
     /// It jumps with `depth` bytes of the frame still on the stack: a tail
     /// call would leave them there, and the callee's `ret` would not
     /// return to our caller.
@@ -218,6 +227,10 @@ pub struct Decoded {
     /// Fragments of the function that no symbol names, found by following
     /// its jumps: (start, end) of each run of code decoded there.
     pub unnamed_fragments: Vec<(u64, u64)>,
+    /// Targets of jumps that are not a direct `jmp` or `jcc`: the known
+    /// targets of its internal indirect jumps (jump tables, labels), and
+    /// those of `loop` and `jrcxz`.
+    pub other_targets: std::collections::BTreeSet<u64>,
 }
 
 /// What probe placement needs to know of one instruction.
@@ -230,6 +243,12 @@ pub struct InsnInfo {
     pub sp_change: Option<i32>,
     /// Whether execution always continues with the next instruction.
     pub falls_through: bool,
+    /// A direct jump's target and, for a `jcc`, its condition code.
+    pub jump: Option<(u64, Option<u8>)>,
+    /// Whether it is a `call`.
+    pub is_call: bool,
+    /// Its length in bytes.
+    pub len: u8,
 }
 
 impl Decoded {
@@ -291,6 +310,149 @@ impl Decoded {
             }
         }
         false
+    }
+}
+
+/// Where a `ret` can be seen coming on an instruction the kernel emulates:
+/// a direct jump into the straight-line code that ends at the `ret`, or the
+/// `jcc` (not taken) or emulated instruction that falls into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EarlyExit {
+    pub addr: u64,
+    /// Add to SP there to get SP at the `ret`.
+    pub sp_adjust: i32,
+    /// Only when this x86 condition holds (a `jcc` taken to the epilogue,
+    /// or the negated condition of one that falls into it).
+    pub cond: Option<u8>,
+}
+
+/// Instructions followed back from a `ret` in search of early exits: an
+/// epilogue restores a few registers and frees the frame.
+const MAX_EPILOGUE: usize = 24;
+
+/// Early exits kept per `ret`; more jumps into one epilogue keep the `ret`
+/// probe.
+const MAX_EARLY_EXITS: usize = 32;
+
+impl Decoded {
+    /// For each `ret` that can be seen coming, the early exits that see it:
+    /// every path to the `ret` passes exactly one of them and then runs only
+    /// straight-line code without calls (the epilogue). A `ret` whose
+    /// epilogue is reached by a call's return, an indirect jump, or
+    /// straight-line code from the entry keeps its own probe (the kernel
+    /// single-steps `ret`; it emulates the jumps, at a fraction of the cost).
+    pub fn early_exits(&self) -> std::collections::BTreeMap<u64, Vec<EarlyExit>> {
+        use std::collections::{BTreeMap, HashMap};
+        let mut out = BTreeMap::new();
+        if self.computed_jump {
+            return out;
+        }
+        let pos: HashMap<u64, usize> = self
+            .insns
+            .iter()
+            .enumerate()
+            .map(|(k, i)| (i.addr, k))
+            .collect();
+        let mut into: HashMap<u64, Vec<(u64, Option<u8>)>> = HashMap::new();
+        for i in &self.insns {
+            if let Some((t, c)) = i.jump {
+                into.entry(t).or_default().push((i.addr, c));
+            }
+        }
+        let entry = self.first.as_ref().map(|f| f.addr);
+        for &r in &self.rets {
+            let Some(&k0) = pos.get(&r) else { continue };
+            if let Some(mut points) = self.epilogue_entries(k0, entry, &into, &pos) {
+                merge_complements(&mut points);
+                if !points.is_empty() && points.len() <= MAX_EARLY_EXITS {
+                    out.insert(r, points);
+                }
+            }
+        }
+        out
+    }
+
+    /// Follows the straight-line code before instruction `k` (a `ret`) back
+    /// to where every way into it is an emulated instruction.
+    fn epilogue_entries(
+        &self,
+        mut k: usize,
+        entry: Option<u64>,
+        into: &std::collections::HashMap<u64, Vec<(u64, Option<u8>)>>,
+        pos: &std::collections::HashMap<u64, usize>,
+    ) -> Option<Vec<EarlyExit>> {
+        let mut points = Vec::new();
+        let mut off = 0i32;
+        for _ in 0..MAX_EPILOGUE {
+            let x = &self.insns[k];
+            if Some(x.addr) == entry || self.other_targets.contains(&x.addr) {
+                return None;
+            }
+            for &(j, cond) in into.get(&x.addr).into_iter().flatten() {
+                if !pos.get(&j).is_some_and(|&jk| self.insns[jk].probeable) {
+                    return None;
+                }
+                points.push(EarlyExit {
+                    addr: j,
+                    sp_adjust: off,
+                    cond,
+                });
+            }
+            let p = match k.checked_sub(1).map(|pk| &self.insns[pk]) {
+                Some(p) if p.addr + u64::from(p.len) == x.addr => p,
+                // The start of a fragment: only jumps lead here.
+                _ => return Some(points),
+            };
+            if p.is_call {
+                return None;
+            }
+            if let Some((_, Some(cc))) = p.jump {
+                if !p.probeable {
+                    return None;
+                }
+                // Falling through a `jcc` is its condition not holding.
+                points.push(EarlyExit {
+                    addr: p.addr,
+                    sp_adjust: off,
+                    cond: Some(cc ^ 1),
+                });
+                return Some(points);
+            }
+            if !p.falls_through {
+                return Some(points);
+            }
+            off = off
+                .checked_add(p.sp_change?)
+                .filter(|o| (0..=MAX_SP_OFFSET).contains(o))?;
+            if p.cost == ProbeCost::Emulated && p.probeable {
+                points.push(EarlyExit {
+                    addr: p.addr,
+                    sp_adjust: off,
+                    cond: None,
+                });
+                return Some(points);
+            }
+            k -= 1;
+        }
+        None
+    }
+}
+
+/// A `jcc` that reaches the epilogue both when taken and when not is one
+/// unconditional exit.
+fn merge_complements(points: &mut Vec<EarlyExit>) {
+    points.sort();
+    points.dedup();
+    let mut k = 0;
+    while k + 1 < points.len() {
+        let (a, b) = (points[k], points[k + 1]);
+        let complements = matches!((a.cond, b.cond), (Some(x), Some(y)) if x ^ 1 == y);
+        if a.addr == b.addr && a.sp_adjust == b.sp_adjust && complements {
+            points[k].cond = None;
+            points.remove(k + 1);
+        } else {
+            k += 1;
+        }
     }
 }
 

@@ -60,6 +60,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     let inside = |a: u64| by_addr.contains_key(&a) || flow.extra.contains_key(&a);
     let mut targets: BTreeSet<u64> = flow.targets.clone();
     let mut computed_jump = flow.unknown_targets;
+    let mut opaque_targets: Vec<u64> = Vec::new();
     // Fragments without a name, after the named ranges, by address.
     let extra = flow.extra.values().map(|i| (usize::MAX, *i));
     let mut prev_end: Option<u64> = None;
@@ -82,6 +83,12 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             probeable: probeable(&insn),
             sp_change: sp_change(&insn),
             falls_through: insn.flow_control() == FlowControl::Next,
+            jump: direct_jump(&insn),
+            len: insn.len() as u8,
+            is_call: matches!(
+                insn.flow_control(),
+                FlowControl::Call | FlowControl::IndirectCall
+            ),
         });
         if insn.op0_kind() == OpKind::NearBranch64
             && matches!(
@@ -90,6 +97,9 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             )
         {
             targets.insert(insn.near_branch_target());
+            if direct_jump(&insn).is_none() {
+                opaque_targets.push(insn.near_branch_target());
+            }
         }
         if ri == 0 && prologue_open && out.prologue.len() < MAX_PROLOGUE {
             let mut text = String::new();
@@ -202,6 +212,9 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
         c.branch_target = computed_jump || targets.contains(&c.addr);
     }
     out.branch_targets = targets;
+    // Arrivals that no direct jmp or jcc explains.
+    out.other_targets = flow.targets.clone();
+    out.other_targets.extend(opaque_targets);
     // An unproven jump that stays inside may land anywhere after the entry
     // probe (its check takes a target up to the entry probe for a new call:
     // see `Plan::add_function`), so the entry candidates above keep their
@@ -322,6 +335,19 @@ fn jump_operand(insn: &Instruction) -> Option<JumpOperand> {
     }
 }
 
+/// A direct `jmp` or `jcc`: its target and condition code.
+fn direct_jump(insn: &Instruction) -> Option<(u64, Option<u8>)> {
+    let branch = matches!(
+        insn.flow_control(),
+        FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+    );
+    let cond = cond_code(insn.condition_code());
+    // `loop` and `jrcxz` branch on a condition no flags hold.
+    let opaque = insn.flow_control() == FlowControl::ConditionalBranch && cond.is_none();
+    (branch && !opaque && insn.op0_kind() == OpKind::NearBranch64)
+        .then(|| (insn.near_branch_target(), cond))
+}
+
 fn cond_code(cc: ConditionCode) -> Option<u8> {
     use ConditionCode::*;
     Some(match cc {
@@ -364,9 +390,52 @@ fn probe_cost(insn: &Instruction) -> ProbeCost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disasm::EarlyExit;
 
     fn range(addr: u64, bytes: &[u8]) -> Range<'_> {
         Range { addr, bytes }
+    }
+
+    #[test]
+    fn sees_rets_coming_at_the_jumps_into_their_epilogue() {
+        let code = [
+            0x53, // 0x1000 push rbx
+            0x85, 0xff, // 0x1001 test edi,edi
+            0x74, 0x0b, // 0x1003 je 0x1010
+            0xe8, 0xf6, 0x0f, 0x00, 0x00, // 0x1005 call 0x2000
+            0x85, 0xc0, // 0x100a test eax,eax
+            0x75, 0x02, // 0x100c jne 0x1010
+            0x31, 0xc0, // 0x100e xor eax,eax
+            0x5b, // 0x1010 pop rbx
+            0xc3, // 0x1011 ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        let at = |addr, cond| EarlyExit {
+            addr,
+            sp_adjust: 8,
+            cond,
+        };
+        // `je` taken; `jne` either way (taken, or falling to the xor).
+        assert_eq!(
+            d.early_exits().get(&0x1011),
+            Some(&vec![at(0x1003, Some(4)), at(0x100c, None)])
+        );
+    }
+
+    #[test]
+    fn keeps_the_ret_probe_where_a_call_returns_into_the_epilogue() {
+        // push rbx; call 0x2000; pop rbx; ret
+        let code = [0x53, 0xe8, 0xfa, 0x0f, 0x00, 0x00, 0x5b, 0xc3];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.early_exits().is_empty());
+        // xor eax,eax; ret: the entry runs straight into it.
+        let d = decode(&[range(0x1000, &[0x31, 0xc0, 0xc3])]).unwrap();
+        assert!(d.early_exits().is_empty());
+        // mov rsp,rbp (SP from a register) before the epilogue.
+        // test edi,edi; je 0x1005; nop; mov rsp,rbp; pop rbp; ret
+        let code = [0x85, 0xff, 0x74, 0x01, 0x90, 0x48, 0x89, 0xec, 0x5d, 0xc3];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.early_exits().is_empty());
     }
 
     #[test]

@@ -106,7 +106,17 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
                 ""
             }
         ),
-        ProbeKind::Exit => "exit".to_string(),
+        ProbeKind::Exit {
+            sp_adjust: 0,
+            cond: None,
+        } => "exit".to_string(),
+        ProbeKind::Exit { sp_adjust, cond } => format!(
+            "exit ahead of ret, sp{sp_adjust:+#x}{}",
+            cond.map_or(String::new(), |c| format!(
+                " if {}",
+                COND_NAMES[usize::from(c & 15)]
+            ))
+        ),
         ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT != 0 => {
             "tail (unknown callee)".to_string()
         }
@@ -114,6 +124,11 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
         ProbeKind::Jump { .. } => "indirect jump checked".to_string(),
     }
 }
+
+/// x86 condition codes by number, as `jcc` mnemonics name them.
+const COND_NAMES: [&str; 16] = [
+    "o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g",
+];
 
 #[cfg(test)]
 mod tests {
@@ -157,6 +172,8 @@ mod tests {
                     internal_jumps: 0,
                     checked_jumps: 2,
                     unchecked_jumps: 0,
+                    early_rets: 0,
+                    early_points: 0,
                     unnamed_fragments: 0,
                 },
             }),
@@ -193,7 +210,7 @@ mod tests {
                     tailing: false,
                 },
             ),
-            probe(0x401240, ProbeKind::Exit),
+            probe(0x401240, RET_EXIT),
             probe(0x401250, ProbeKind::Tail { cookie: 0 }),
             probe(
                 0x401260,

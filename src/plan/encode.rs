@@ -37,6 +37,10 @@ pub const JUMP_DISP_SHIFT: u32 = 14;
 pub const JUMP_RIP_SHIFT: u32 = 4;
 pub const JUMP_BEFORE_SHIFT: u32 = 32;
 pub const JUMP_AFTER_SHIFT: u32 = 48;
+/// Exit cookie: taken only when the x86 condition in the low bits holds;
+/// signed SP adjustment in bits 32-63.
+pub const EXIT_COND_MASK: u64 = 0x0f;
+pub const EXIT_CONDITIONAL: u64 = 0x10;
 /// Nodes of a nested tree, traced functions included (TACHY_MAX_NODES).
 pub const MAX_NODES: usize = 4096;
 
@@ -77,7 +81,11 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
                 | if tailing { ENTRY_TAILING } else { 0 }
                 | high(sp_adjust),
         ),
-        ProbeKind::Exit => (Program::Exit, 0),
+        ProbeKind::Exit { sp_adjust, cond } => (
+            Program::Exit,
+            cond.map_or(0, |c| EXIT_CONDITIONAL | (u64::from(c) & EXIT_COND_MASK))
+                | high(sp_adjust),
+        ),
         ProbeKind::Tail { cookie } => (Program::Tail, cookie),
         ProbeKind::Jump { cookie } => (Program::Jump, cookie),
         ProbeKind::Uret => (Program::Uret, 0),
@@ -272,7 +280,15 @@ mod tests {
 
     #[test]
     fn exits_tails_and_returns() {
-        assert_eq!(encode(ProbeKind::Exit), (Program::Exit, 0));
+        assert_eq!(encode(super::super::RET_EXIT), (Program::Exit, 0));
+        let early = ProbeKind::Exit {
+            sp_adjust: 0x148,
+            cond: Some(5),
+        };
+        assert_eq!(
+            encode(early),
+            (Program::Exit, 0x148 << 32 | EXIT_CONDITIONAL | 5)
+        );
         assert_eq!(encode(ProbeKind::Uret), (Program::Uret, 0));
         let cookie = TAIL_CONDITIONAL | TAIL_INDIRECT | 0x5;
         assert_eq!(encode(ProbeKind::Tail { cookie }), (Program::Tail, cookie));
@@ -309,6 +325,8 @@ mod tests {
         for (name, value) in [
             ("TACHY_ENTRY_ID_MASK", ENTRY_ID_MASK),
             ("TACHY_ENTRY_TAILING", ENTRY_TAILING),
+            ("TACHY_EXIT_COND_MASK", EXIT_COND_MASK),
+            ("TACHY_EXIT_CONDITIONAL", EXIT_CONDITIONAL),
             ("TACHY_SITE_SLOT_MASK", SITE_SLOT_MASK),
             ("TACHY_SITE_ENDS_WITH_PARENT", SITE_ENDS_WITH_PARENT),
             ("TACHY_SITE_TAIL", SITE_TAIL),
@@ -446,7 +464,7 @@ mod tests {
             ends_with_parent: false,
         };
         plan.probes = vec![
-            probe(0, 0x10, ProbeKind::Exit),
+            probe(0, 0x10, super::super::RET_EXIT),
             probe(
                 0,
                 0x00,
@@ -456,8 +474,8 @@ mod tests {
                     tailing: false,
                 },
             ),
-            probe(0, 0x20, ProbeKind::Exit),
-            probe(1, 0x20, ProbeKind::Exit),
+            probe(0, 0x20, super::super::RET_EXIT),
+            probe(1, 0x20, super::super::RET_EXIT),
             // Offsets repeated: each link holds an offset once.
             probe(0, 0x30, site(1)),
             probe(0, 0x38, site(2)),

@@ -57,6 +57,10 @@ pub struct ExitSummary {
     /// uretprobe).
     pub why_rets: Option<String>,
     pub rets: usize,
+    /// `ret`s seen coming at emulated jumps into their epilogue (early
+    /// exits), and the probes that see them.
+    pub early_rets: usize,
+    pub early_points: usize,
     /// Direct tail callees whose returns end this function's frame.
     pub tail_callees: Vec<String>,
     /// Tail jumps to an unknown callee: timed up to the jump.
@@ -162,6 +166,8 @@ impl Plan {
                     mode,
                     why_rets: None,
                     rets: decoded.rets.len(),
+                    early_rets: 0,
+                    early_points: 0,
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
                     internal_jumps: decoded.internal_jumps.len(),
@@ -211,10 +217,14 @@ impl Plan {
         decoded: Decoded,
         entry_tail: Option<u64>,
     ) -> Result<ExitSummary> {
+        // The item is added once its exits are planned.
+        let id = self.items.len() as u32;
         let mut exits = ExitSummary {
             mode: ExitMode::Rets,
             why_rets: None,
             rets: decoded.rets.len(),
+            early_rets: 0,
+            early_points: 0,
             tail_callees: Vec::new(),
             unknown_tails: 0,
             internal_jumps: decoded
@@ -235,8 +245,32 @@ impl Plan {
         let mut work = vec![decoded];
         let mut own = true;
         while let Some(d) = work.pop() {
+            let early = d.early_exits();
             for &r in &d.rets {
-                self.push(obj, object, r, ProbeKind::Exit)?;
+                let Some(points) = early.get(&r) else {
+                    self.push(obj, object, r, super::RET_EXIT)?;
+                    continue;
+                };
+                let mut probes = Vec::with_capacity(points.len());
+                for p in points {
+                    let kind = ProbeKind::Exit {
+                        sp_adjust: p.sp_adjust,
+                        cond: p.cond,
+                    };
+                    probes.push(self.probe(obj, object, p.addr, kind)?);
+                }
+                self.probes.extend(probes.iter().cloned());
+                if own {
+                    exits.early_rets += 1;
+                    exits.early_points += probes.len();
+                }
+                self.early.push(super::EarlyGroup {
+                    object,
+                    ret: r,
+                    ret_offset: self.probe(obj, object, r, super::RET_EXIT)?.offset,
+                    item: own.then_some(id),
+                    probes,
+                });
             }
             for t in &d.tails {
                 let cond = t.cond.map_or(0, |c| TAIL_CONDITIONAL | c as u64);

@@ -42,8 +42,11 @@ pub enum ProbeKind {
         sp_adjust: i32,
         tailing: bool,
     },
-    /// A `ret` of a traced function or of a function it tail-calls.
-    Exit,
+    /// A `ret` of a traced function or of a function it tail-calls, or an
+    /// instruction that sees one coming (an early exit: a jump into its
+    /// epilogue), where SP plus `sp_adjust` is SP at the `ret`, taken only
+    /// when the x86 condition `cond` holds.
+    Exit { sp_adjust: i32, cond: Option<u8> },
     /// A tail jump: cookie of TACHY_TAIL_* bits.
     Tail { cookie: u64 },
     /// An indirect jump whose target is checked at run time: inside the
@@ -150,10 +153,33 @@ pub struct Plan {
     /// indexed by slot. A function's sites have consecutive slots.
     pub slots: Vec<(usize, u64)>,
     pub probes: Vec<Probe>,
+    /// `ret`s observed by early exits, kept to put their own probe back
+    /// where an early exit shares its address with another probe.
+    pub early: Vec<EarlyGroup>,
     /// The process the links and counts are limited to; `None` for every
     /// process.
     pub pid: Option<u32>,
     pub settings: Settings,
+}
+
+/// A probe on a `ret`.
+pub const RET_EXIT: ProbeKind = ProbeKind::Exit {
+    sp_adjust: 0,
+    cond: None,
+};
+
+/// The early exits that stand for one `ret` (see
+/// [`crate::disasm::Decoded::early_exits`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EarlyGroup {
+    pub object: usize,
+    /// The `ret` and its file offset.
+    pub ret: u64,
+    pub ret_offset: u64,
+    /// The traced function whose exit summary counts it.
+    pub item: Option<u32>,
+    /// The probes standing for it.
+    pub probes: Vec<Probe>,
 }
 
 /// Decodes a function with its fragments.
@@ -208,19 +234,24 @@ impl Plan {
     }
 
     fn push(&mut self, obj: &ElfObject, object: usize, vaddr: u64, kind: ProbeKind) -> Result<()> {
+        let p = self.probe(obj, object, vaddr, kind)?;
+        self.probes.push(p);
+        Ok(())
+    }
+
+    fn probe(&self, obj: &ElfObject, object: usize, vaddr: u64, kind: ProbeKind) -> Result<Probe> {
         let offset = obj.vaddr_to_offset(vaddr).with_context(|| {
             format!(
                 "address {vaddr:#x} is not in an executable segment of {}",
                 obj.display.display()
             )
         })?;
-        self.probes.push(Probe {
+        Ok(Probe {
             object,
             vaddr,
             offset,
             kind,
-        });
-        Ok(())
+        })
     }
 
     /// Number of counter slots: items, then sites.
@@ -287,6 +318,7 @@ impl Plan {
     /// Sorts and removes duplicate probes: a `ret` shared by two traced
     /// functions (one tail-calls the other) is probed once.
     pub fn finish(&mut self) {
+        self.restore_shared_rets();
         self.probes
             .sort_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
         self.probes
@@ -306,16 +338,130 @@ impl Plan {
     }
 }
 
-/// Entry probes of distinct functions never share an address, and all
-/// exits at one address are the same probe, so the kind alone orders them.
+impl Plan {
+    /// An early exit must be the only probe at its address: the kernel runs
+    /// the programs of one address in an order it does not promise, and a
+    /// site's end or a function's entry there must come before the exit.
+    /// Where one shares an address with another kind of probe, its `ret` is
+    /// probed instead.
+    fn restore_shared_rets(&mut self) {
+        if self.early.is_empty() {
+            return;
+        }
+        let others: BTreeSet<(usize, u64)> = self
+            .probes
+            .iter()
+            .filter(|p| !matches!(p.kind, ProbeKind::Exit { .. }))
+            .map(|p| (p.object, p.offset))
+            .collect();
+        let groups = std::mem::take(&mut self.early);
+        for g in groups {
+            if !g
+                .probes
+                .iter()
+                .any(|p| others.contains(&(p.object, p.offset)))
+            {
+                self.early.push(g);
+                continue;
+            }
+            self.probes.retain(|p| !g.probes.contains(p));
+            self.probes.push(Probe {
+                object: g.object,
+                vaddr: g.ret,
+                offset: g.ret_offset,
+                kind: ProbeKind::Exit {
+                    sp_adjust: 0,
+                    cond: None,
+                },
+            });
+            if let Some(ItemKind::Function(t)) = g
+                .item
+                .and_then(|i| self.items.get_mut(i as usize))
+                .map(|i| &mut i.kind)
+            {
+                t.exits.early_rets = t.exits.early_rets.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// Entry probes of distinct functions never share an address, and exits at
+/// one address differ only by their cookie, so the kind orders them.
 fn kind_rank(k: ProbeKind) -> (u8, u64) {
     match k {
         ProbeKind::Entry { .. } => (0, 0),
-        ProbeKind::Exit => (1, 0),
+        ProbeKind::Exit { sp_adjust, cond } => (
+            1,
+            u64::from(sp_adjust as u32) << 8 | cond.map_or(0xff, u64::from),
+        ),
         ProbeKind::Tail { cookie } => (2, cookie),
         ProbeKind::Uret => (3, 0),
         ProbeKind::Site { slot, .. } => (4, slot as u64),
         ProbeKind::SiteEnd { slot, .. } => (5, slot as u64),
         ProbeKind::Jump { cookie } => (6, cookie),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(offset: u64, kind: ProbeKind) -> Probe {
+        Probe {
+            object: 0,
+            vaddr: offset,
+            offset,
+            kind,
+        }
+    }
+
+    /// An early exit that shares its address with a site's end gives way to
+    /// a probe on its `ret`; one alone at its address stays.
+    #[test]
+    fn early_exits_sharing_an_address_give_way_to_their_ret() {
+        let early = |at, cond| {
+            probe(
+                at,
+                ProbeKind::Exit {
+                    sp_adjust: 16,
+                    cond,
+                },
+            )
+        };
+        let group = |ret, probes: Vec<Probe>| EarlyGroup {
+            object: 0,
+            ret,
+            ret_offset: ret,
+            item: None,
+            probes,
+        };
+        let mut plan = Plan {
+            probes: vec![
+                early(0x10, Some(4)),
+                early(0x20, None),
+                probe(
+                    0x20,
+                    ProbeKind::SiteEnd {
+                        slot: 0,
+                        sp_adjust: 0,
+                    },
+                ),
+                early(0x50, None),
+            ],
+            early: vec![
+                group(0x40, vec![early(0x10, Some(4)), early(0x20, None)]),
+                group(0x60, vec![early(0x50, None)]),
+            ],
+            ..Plan::default()
+        };
+        plan.finish();
+        let exits: Vec<(u64, ProbeKind)> = plan
+            .probes
+            .iter()
+            .filter(|p| matches!(p.kind, ProbeKind::Exit { .. }))
+            .map(|p| (p.offset, p.kind))
+            .collect();
+        assert_eq!(exits, [(0x40, RET_EXIT), (0x50, early(0x50, None).kind)]);
+        assert_eq!(plan.early.len(), 1);
     }
 }

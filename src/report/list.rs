@@ -56,6 +56,10 @@ pub struct Probing {
     /// How returns are timed, in words.
     pub returns: String,
     pub rets: usize,
+    /// `ret`s timed at the emulated jumps into their epilogue, and those
+    /// jumps.
+    pub early_rets: usize,
+    pub early_points: usize,
     pub tail_callees: Vec<String>,
     pub unknown_tails: usize,
     /// Indirect jumps proven to stay inside the function (not probed).
@@ -149,6 +153,13 @@ pub fn render_func(f: &ListedFunc, w: &mut impl Write) -> io::Result<()> {
                 " `{}` ({cost})  return: {}  exits: {} ret",
                 p.entry_insn, p.returns, p.rets
             )?;
+            if p.early_rets > 0 {
+                write!(
+                    w,
+                    " ({} timed at {} emulated jump(s) into the epilogue)",
+                    p.early_rets, p.early_points
+                )?;
+            }
             for c in &p.tail_callees {
                 write!(w, ", tail call to {c}")?;
             }
@@ -217,6 +228,8 @@ mod tests {
             internal_jumps: 2,
             checked_jumps: 3,
             unchecked_jumps: 1,
+            early_rets: 0,
+            early_points: 0,
             unnamed_fragments: 1,
         };
         Listing {
@@ -264,6 +277,8 @@ mod tests {
                             internal_jumps: 0,
                             checked_jumps: 0,
                             unchecked_jumps: 0,
+                            early_rets: 0,
+                            early_points: 0,
                             unnamed_fragments: 0,
                         }),
                         sites: None,

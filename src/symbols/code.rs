@@ -25,6 +25,7 @@ pub struct ObjectImage<'a> {
     obj: &'a ElfObject,
     relative: OnceCell<HashMap<u64, u64>>,
     starts: OnceCell<BTreeSet<u64>>,
+    pointers: OnceCell<Vec<u64>>,
 }
 
 impl<'a> ObjectImage<'a> {
@@ -33,6 +34,7 @@ impl<'a> ObjectImage<'a> {
             obj,
             relative: OnceCell::new(),
             starts: OnceCell::new(),
+            pointers: OnceCell::new(),
         }
     }
 
@@ -165,5 +167,14 @@ impl Image for ObjectImage<'_> {
 
     fn part_bounds(&self, addr: u64) -> Option<(u64, u64)> {
         self.obj.code_part_at(addr)
+    }
+
+    fn relocated_pointers(&self) -> &[u64] {
+        self.pointers.get_or_init(|| {
+            let mut v: Vec<u64> = self.relative().values().copied().collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
     }
 }

@@ -723,6 +723,7 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("cold_check", n),
             ("cold_scan", n),
             ("cold_tail", n),
+            ("epilogue_jumps", n),
         ],
         "ijump" => vec![
             ("ijump_loop", n),
