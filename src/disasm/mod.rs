@@ -249,6 +249,7 @@ pub struct InsnInfo {
     pub is_call: bool,
     /// Its length in bytes.
     pub len: u8,
+    pub is_nop: bool,
 }
 
 impl Decoded {
@@ -424,7 +425,8 @@ impl Decoded {
             off = off
                 .checked_add(p.sp_change?)
                 .filter(|o| (0..=MAX_SP_OFFSET).contains(o))?;
-            if p.cost == ProbeCost::Emulated && p.probeable {
+            // A `nop` is walked past: it may be padding after another `ret`.
+            if p.cost == ProbeCost::Emulated && p.probeable && !p.is_nop {
                 points.push(EarlyExit {
                     addr: p.addr,
                     sp_adjust: off,

@@ -69,6 +69,11 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     let mut unproven: Vec<(Instruction, bool)> = Vec::new();
     for (ri, insn) in swept.iter().copied().chain(extra) {
         let ip = insn.ip();
+        let bytes = match ranges.get(ri) {
+            Some(r) => r.bytes.get((ip - r.addr) as usize..),
+            None => image.code(ip),
+        };
+        let probeable = probeable(&insn) && !bytes.is_some_and(kernel_refuses_prefixes);
         if ri == usize::MAX {
             match out.unnamed_fragments.last_mut() {
                 Some(last) if prev_end == Some(ip) => last.1 = insn.next_ip(),
@@ -80,11 +85,12 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
         out.insns.push(InsnInfo {
             addr: ip,
             cost: probe_cost(&insn),
-            probeable: probeable(&insn),
+            probeable,
             sp_change: sp_change(&insn),
             falls_through: insn.flow_control() == FlowControl::Next,
             jump: direct_jump(&insn),
             len: insn.len() as u8,
+            is_nop: insn.mnemonic() == Mnemonic::Nop,
             is_call: matches!(
                 insn.flow_control(),
                 FlowControl::Call | FlowControl::IndirectCall
@@ -108,7 +114,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                 addr: ip,
                 text,
                 cost: probe_cost(&insn),
-                probeable: probeable(&insn),
+                probeable,
                 sp_offset,
                 branch_target: false,
             });
@@ -249,6 +255,21 @@ fn sp_change(insn: &Instruction) -> Option<i32> {
         _ if writes_rsp => None,
         _ => Some(0),
     }
+}
+
+/// Whether the instruction starting at `bytes` has a prefix the kernel's
+/// x86 uprobe code refuses (ENOTSUPP): a segment override (`cs`, `ds`,
+/// `es`, `ss`; also the branch hints and `notrack`, which reuse them) or
+/// `lock`. Compilers pad with `cs nopw`.
+fn kernel_refuses_prefixes(bytes: &[u8]) -> bool {
+    for &b in bytes.iter().take(15) {
+        match b {
+            0x26 | 0x2e | 0x36 | 0x3e | 0xf0 => return true,
+            0x64 | 0x65 | 0x66 | 0x67 | 0xf2 | 0xf3 => continue,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// Whether the kernel accepts a uprobe on this instruction. It refuses
@@ -420,6 +441,42 @@ mod tests {
             d.early_exits().get(&0x1011),
             Some(&vec![at(0x1003, Some(4)), at(0x100c, None)])
         );
+    }
+
+    /// Padding after a `ret` is not a way into the next epilogue, and the
+    /// kernel refuses its `cs` prefix.
+    #[test]
+    fn padding_before_an_epilogue_is_walked_past() {
+        let code = [
+            0x85, 0xff, // 0x1000 test edi,edi
+            0x7e, 0x0d, // 0x1002 jle 0x1011
+            0x31, 0xc0, // 0x1004 xor eax,eax
+            0xc3, // 0x1006 ret
+            0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, // cs nopw
+            0x31, 0xc0, // 0x1011 xor eax,eax
+            0xc3, // 0x1013 ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        let early = d.early_exits();
+        assert_eq!(
+            early.get(&0x1013),
+            Some(&vec![EarlyExit {
+                addr: 0x1002,
+                sp_adjust: 0,
+                cond: Some(14)
+            }])
+        );
+        // The other `ret` is seen at the same `jcc`, not taken.
+        assert_eq!(
+            early.get(&0x1006),
+            Some(&vec![EarlyExit {
+                addr: 0x1002,
+                sp_adjust: 0,
+                cond: Some(15)
+            }])
+        );
+        let nop = d.insns.iter().find(|i| i.addr == 0x1007).unwrap();
+        assert!(!nop.probeable);
     }
 
     #[test]
