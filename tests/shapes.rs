@@ -247,7 +247,7 @@ fn a_ret_reached_by_jumps_is_timed_at_them() {
     out.assert_success();
     assert!(
         out.stdout.contains(
-            "return: probes on each ret (safe if an exception passes)  exits: 1 ret \
+            "return: probes on each ret: indirect call at +0x16  exits: 1 ret \
              (1 timed at 3 emulated jump(s) into the epilogue)"
         ),
         "{out}"
