@@ -136,8 +136,20 @@ fn dry_run_places_the_uretprobe_on_the_entry() {
         .find(|l| l.starts_with("  entry [0] sp+0 "))
         .unwrap_or_else(|| panic!("no entry of [0] with sp+0\n{out}"));
     assert!(entry0.ends_with(at("uretprobe")[0]), "{out}");
-    // quiet has one ret; the four others at least one each.
-    assert!(at("exit").len() >= 4, "{out}");
+    // Every `ret` of the four others is probed, and none of quiet's.
+    let rets: u64 = PLANS[1..].iter().map(|p| listed_rets(&exe, p.0)).sum();
+    assert_eq!(at("exit").len() as u64, rets, "{out}");
+}
+
+/// The number of `ret`s `tachy list` counts in a function.
+fn listed_rets(exe: &str, name: &str) -> u64 {
+    let out = tachy(&["list", exe, name]);
+    out.assert_success();
+    out.stdout
+        .split_once("  exits: ")
+        .and_then(|(_, r)| r.split_once(" ret"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no ret count for {name}\n{out}"))
 }
 
 /// Traced, every function the analysis leaves on `ret` probes has
