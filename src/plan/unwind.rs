@@ -32,9 +32,9 @@ use crate::disasm::{Decoded, Target};
 use crate::symbols::elf::symbol_names;
 use crate::symbols::{demangle, ElfObject, Function};
 
-/// Never runs user code (no callbacks, not replaceable by the program in
-/// the ordinary way), never unwinds and is no thread-cancellation point:
-/// while it runs, nothing can unwind through its caller.
+/// Never runs user code (no callbacks), never unwinds and is no
+/// thread-cancellation point: while it runs, nothing can unwind through
+/// its caller.
 const QUIET: u8 = 1;
 /// Never returns to its caller: it throws, unwinds or ends the process.
 /// Code after a call to it is often a landing pad, reached by the
@@ -49,8 +49,12 @@ const THROWS: u8 = 8;
 
 /// Functions known by name, with what is known of them. Only functions
 /// that take no callback, run no user code and are no cancellation point
-/// may be `QUIET` (so not `qsort`, `printf`, `operator delete`, which a
-/// program may replace, nor anything that can block in a cancellable way).
+/// may be `QUIET`: not `qsort` (a callback), `printf` (registered
+/// conversions, and a cancellation point), `operator new` (throws, runs
+/// the new-handler) or `operator delete` (a C++ program may replace it),
+/// nor anything that can block in a cancellable way. `malloc` and `free`
+/// may be replaced too, but only by C-ABI code, through which nothing may
+/// be thrown.
 const KNOWN: &[(&str, u8)] = &[
     ("memcpy", QUIET),
     ("memmove", QUIET),
