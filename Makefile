@@ -42,7 +42,8 @@ clean:
 
 # Overhead of tachy against an empty-probe floor and bpftrace on small
 # workloads, and start-up on libLLVM; as root, about 5 minutes. Prints the
-# tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds).
+# tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds;
+# BENCH_ONLY=push,cppquiet runs only the named workloads, without start-up).
 BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
 
 bench: build
