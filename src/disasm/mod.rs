@@ -361,9 +361,20 @@ impl Decoded {
             }
         }
         let entry = self.first.as_ref().map(|f| f.addr);
+        let loops = self.loop_spans();
+        let in_loop = |a: u64| {
+            let k = loops.partition_point(|&(lo, _)| lo <= a);
+            k > 0 && a <= loops[k - 1].1
+        };
         for &r in &self.rets {
             let Some(&k0) = pos.get(&r) else { continue };
             if let Some(mut points) = self.epilogue_entries(k0, entry, &into, &pos) {
+                // A `jcc` runs each time round a loop it is in, whichever
+                // way it goes: one probe hit per turn would cost more than
+                // the `ret`'s one. A `jmp` to the epilogue runs once.
+                if points.iter().any(|p| p.cond.is_some() && in_loop(p.addr)) {
+                    continue;
+                }
                 merge_complements(&mut points);
                 if !points.is_empty() && points.len() <= MAX_EARLY_EXITS {
                     out.insert(r, points);
@@ -371,6 +382,37 @@ impl Decoded {
             }
         }
         out
+    }
+
+    /// The address ranges that loops may cover, merged and sorted: each
+    /// backward jump (a direct one, or an internal indirect one to any of
+    /// the known targets at or before it) spans from its target to itself.
+    /// Every cycle has such an edge, so an instruction outside every span
+    /// runs at most once per call.
+    fn loop_spans(&self) -> Vec<(u64, u64)> {
+        let mut spans: Vec<(u64, u64)> = self
+            .insns
+            .iter()
+            .filter_map(|i| {
+                i.jump
+                    .filter(|&(t, _)| t <= i.addr)
+                    .map(|(t, _)| (t, i.addr))
+            })
+            .collect();
+        for j in &self.internal_jumps {
+            if let Some(&lo) = self.other_targets.range(..=j.addr).next() {
+                spans.push((lo, j.addr));
+            }
+        }
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (lo, hi) in spans {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        merged
     }
 
     /// Follows the straight-line code before instruction `k` (a `ret`) back

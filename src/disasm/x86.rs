@@ -479,6 +479,23 @@ mod tests {
         assert!(!nop.probeable);
     }
 
+    /// A loop's closing `jcc` that falls into the epilogue would be hit on
+    /// every turn: the `ret` keeps its probe.
+    #[test]
+    fn a_jcc_that_closes_a_loop_is_no_early_exit() {
+        let code = [
+            0x53, // 0x1000 push rbx
+            0x31, 0xc0, // 0x1001 xor eax,eax
+            0x83, 0xc0, 0x01, // 0x1003 add eax,1
+            0x39, 0xf8, // 0x1006 cmp eax,edi
+            0x75, 0xf9, // 0x1008 jne 0x1003
+            0x5b, // 0x100a pop rbx
+            0xc3, // 0x100b ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.early_exits().is_empty());
+    }
+
     #[test]
     fn keeps_the_ret_probe_where_a_call_returns_into_the_epilogue() {
         // push rbx; call 0x2000; pop rbx; ret
