@@ -274,9 +274,17 @@ fn kernel_refuses_prefixes(bytes: &[u8]) -> bool {
 
 /// Whether the kernel accepts a uprobe on this instruction. It refuses
 /// lock-prefixed instructions (measured: a probe on `lock add` is accepted
-/// and never fires) and the privileged or trapping ones.
+/// and never fires), those with an ES, CS, SS or DS prefix (the padding
+/// `cs nopw`, a `notrack` jump: attaching to a running process fails with
+/// ENOTSUPP, arch/x86/kernel/uprobes.c is_prefix_bad), and the privileged
+/// or trapping ones.
 fn probeable(insn: &Instruction) -> bool {
-    if insn.has_lock_prefix() {
+    if insn.has_lock_prefix()
+        || matches!(
+            insn.segment_prefix(),
+            Register::ES | Register::CS | Register::SS | Register::DS
+        )
+    {
         return false;
     }
     !matches!(

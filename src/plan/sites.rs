@@ -324,6 +324,27 @@ mod tests {
         );
     }
 
+    /// The kernel refuses a probe on an instruction with a CS prefix (the
+    /// padding `cs nopw` that follows a call in libsqlite3): attaching to a
+    /// running process then fails with ENOTSUPP.
+    #[test]
+    fn probe_point_skips_segment_prefixed_return_addresses() {
+        // call 0x2000; cs nopw 0x0(%rax,%rax,1); ds nop; push %rax; ret
+        let code = [
+            0xe8, 0xfb, 0x0f, 0x00, 0x00, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00,
+            0x00, 0x3e, 0x90, 0x50, 0xc3,
+        ];
+        let d = decode(&[Range {
+            addr: 0x1000,
+            bytes: &code,
+        }])
+        .unwrap();
+        match site_end(&d, 0x1005, None) {
+            SiteEnd::At(p) => assert_eq!((p.addr, p.sp_adjust), (0x1011, 0)),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn probe_point_skips_lock_prefixed_return_addresses() {
         // call 0x2000; lock addq $1,0x10(%rip); push %rax; ret
