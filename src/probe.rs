@@ -716,6 +716,12 @@ pub fn missing_capabilities() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
+    /// The sizes tachy.h states, in the comments that justify its limits.
+    #[test]
+    fn per_thread_state_is_as_tachy_h_says() {
+        assert_eq!(std::mem::size_of::<types::tachy_thread>(), 22040);
+    }
+
     #[test]
     fn counters_fit_an_eighth_of_memory() {
         let size = std::mem::size_of::<types::tachy_stats>();

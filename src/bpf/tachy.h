@@ -148,8 +148,8 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: ~18 KiB, allocated on its first traced call and freed
- * with the thread.
+ * A thread's state: 22040 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * on its first traced call and freed with the thread.
  */
 struct tachy_thread {
 	__u32 depth;
