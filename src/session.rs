@@ -949,6 +949,7 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
         rets: t.exits.rets,
         early_rets: t.exits.early_rets,
         early_points: t.exits.early_points,
+        early_stepped: t.exits.early_stepped,
         tail_callees: t.exits.tail_callees.clone(),
         unknown_tails: t.exits.unknown_tails,
         internal_jumps: t.exits.internal_jumps,

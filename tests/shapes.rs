@@ -107,10 +107,11 @@ fn list_stripped_library_finds_cold_parts() {
     assert!(!line.contains("tail jump"), "{line}");
 }
 
-/// The plan: an entry and a uretprobe per interpreter, an entry and a
-/// `ret` probe per library function with cold parts (the jumps into their
-/// epilogues include a loop's `jcc`, which would be hit every turn), and
-/// nothing else (no probe on an indirect jump).
+/// The plan: an entry and a uretprobe per interpreter, an entry per
+/// library function with cold parts, a `ret` probe for cold_scan (a loop's
+/// `jcc` leads into its epilogue), and for cold_check the `jmp` back from
+/// its cold part and the epilogue's first instruction, where a loop's
+/// `jcc` lands. Nothing else: no probe on an indirect jump.
 #[test]
 fn dry_run_plans_no_probe_on_internal_jumps() {
     let exe = common::build("shapes");
@@ -130,7 +131,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     ]);
     out.assert_success();
     let text = format!("{}{}", out.stdout, out.stderr);
-    assert!(text.contains("4 function(s), 8 probe(s)"), "{out}");
+    assert!(text.contains("4 function(s), 9 probe(s)"), "{out}");
     let kinds: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("  ") && !l.starts_with("  ["))
@@ -139,7 +140,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     let n = |k: &str| kinds.iter().filter(|x| **x == k).count();
     assert_eq!(
         (n("entry"), n("uretprobe"), n("exit"), kinds.len()),
-        (4, 2, 2, 8),
+        (4, 2, 3, 9),
         "{out}"
     );
     assert!(!text.contains("tail"), "{out}");

@@ -325,6 +325,9 @@ pub struct EarlyExit {
     /// Only when this x86 condition holds (a `jcc` taken to the epilogue,
     /// or the negated condition of one that falls into it).
     pub cond: Option<u8>,
+    /// An instruction of the epilogue itself, single-stepped: where a way
+    /// into it cannot be seen cheaply.
+    pub stepped: bool,
 }
 
 /// Instructions followed back from a `ret` in search of early exits: an
@@ -368,13 +371,10 @@ impl Decoded {
         };
         for &r in &self.rets {
             let Some(&k0) = pos.get(&r) else { continue };
-            if let Some(mut points) = self.epilogue_entries(k0, entry, &into, &pos) {
-                // A `jcc` runs each time round a loop it is in, whichever
-                // way it goes: one probe hit per turn would cost more than
-                // the `ret`'s one. A `jmp` to the epilogue runs once.
-                if points.iter().any(|p| p.cond.is_some() && in_loop(p.addr)) {
-                    continue;
-                }
+            // A `jcc` runs each time round a loop it is in, whichever way it
+            // goes: one probe hit per turn would cost more than the `ret`'s
+            // one. A `jmp` to the epilogue runs once.
+            if let Some(mut points) = self.epilogue_entries(k0, entry, &into, &pos, &in_loop) {
                 merge_complements(&mut points);
                 if !points.is_empty() && points.len() <= MAX_EARLY_EXITS {
                     out.insert(r, points);
@@ -416,63 +416,97 @@ impl Decoded {
     }
 
     /// Follows the straight-line code before instruction `k` (a `ret`) back
-    /// to where every way into it is an emulated instruction.
+    /// to where every way into it is an emulated instruction that runs at
+    /// most once per call. Where a way in is not (a call returns there, a
+    /// `jcc` inside a loop, an indirect jump lands there), the probe stands
+    /// on that instruction of the straight-line code itself: it runs only
+    /// on the way out, single-stepped like the `ret`, while the other ways
+    /// in stay cheap.
     fn epilogue_entries(
         &self,
         mut k: usize,
         entry: Option<u64>,
         into: &std::collections::HashMap<u64, Vec<(u64, Option<u8>)>>,
         pos: &std::collections::HashMap<u64, usize>,
+        in_loop: &dyn Fn(u64) -> bool,
     ) -> Option<Vec<EarlyExit>> {
         let mut points = Vec::new();
         let mut off = 0i32;
-        for _ in 0..MAX_EPILOGUE {
+        for turn in 0..=MAX_EPILOGUE {
             let x = &self.insns[k];
-            if Some(x.addr) == entry || self.other_targets.contains(&x.addr) {
+            if Some(x.addr) == entry {
                 return None;
             }
-            for &(j, cond) in into.get(&x.addr).into_iter().flatten() {
-                if !pos.get(&j).is_some_and(|&jk| self.insns[jk].probeable) {
-                    return None;
+            let cap = |mut points: Vec<EarlyExit>| {
+                // Without an emulated way in, nothing is gained.
+                (turn > 0 && x.probeable && !points.is_empty()).then(|| {
+                    points.push(EarlyExit {
+                        addr: x.addr,
+                        sp_adjust: off,
+                        cond: None,
+                        stepped: true,
+                    });
+                    points
+                })
+            };
+            let jumps = into.get(&x.addr).map_or(&[][..], |v| &v[..]);
+            let costly = |j: u64, cond: Option<u8>| {
+                !pos.get(&j).is_some_and(|&jk| self.insns[jk].probeable)
+                    || (cond.is_some() && in_loop(j))
+            };
+            if turn == MAX_EPILOGUE
+                || self.other_targets.contains(&x.addr)
+                || jumps.iter().any(|&(j, c)| costly(j, c))
+            {
+                return cap(points);
+            }
+            let p = match k.checked_sub(1).map(|pk| &self.insns[pk]) {
+                Some(p) if p.addr + u64::from(p.len) == x.addr => Some(p),
+                _ => None,
+            };
+            if let Some(p) = p {
+                let stop = p.is_call
+                    || matches!(p.jump, Some((_, Some(_))))
+                        && costly(p.addr, p.jump.and_then(|j| j.1))
+                    || (p.falls_through
+                        && p.sp_change
+                            .and_then(|d| off.checked_add(d))
+                            .map_or(true, |o| !(0..=MAX_SP_OFFSET).contains(&o)));
+                if stop {
+                    return cap(points);
                 }
+            }
+            for &(j, cond) in jumps {
                 points.push(EarlyExit {
                     addr: j,
                     sp_adjust: off,
                     cond,
+                    stepped: false,
                 });
             }
-            let p = match k.checked_sub(1).map(|pk| &self.insns[pk]) {
-                Some(p) if p.addr + u64::from(p.len) == x.addr => p,
-                // The start of a fragment: only jumps lead here.
-                _ => return Some(points),
-            };
-            if p.is_call {
-                return None;
-            }
+            // The start of a fragment: only jumps lead here.
+            let Some(p) = p else { return Some(points) };
             if let Some((_, Some(cc))) = p.jump {
-                if !p.probeable {
-                    return None;
-                }
                 // Falling through a `jcc` is its condition not holding.
                 points.push(EarlyExit {
                     addr: p.addr,
                     sp_adjust: off,
                     cond: Some(cc ^ 1),
+                    stepped: false,
                 });
                 return Some(points);
             }
             if !p.falls_through {
                 return Some(points);
             }
-            off = off
-                .checked_add(p.sp_change?)
-                .filter(|o| (0..=MAX_SP_OFFSET).contains(o))?;
+            off += p.sp_change.unwrap_or(0);
             // A `nop` is walked past: it may be padding after another `ret`.
             if p.cost == ProbeCost::Emulated && p.probeable && !p.is_nop {
                 points.push(EarlyExit {
                     addr: p.addr,
                     sp_adjust: off,
                     cond: None,
+                    stepped: false,
                 });
                 return Some(points);
             }

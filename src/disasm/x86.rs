@@ -443,6 +443,7 @@ mod tests {
             addr,
             sp_adjust: 8,
             cond,
+            stepped: false,
         };
         // `je` taken; `jne` either way (taken, or falling to the xor).
         assert_eq!(
@@ -471,7 +472,8 @@ mod tests {
             Some(&vec![EarlyExit {
                 addr: 0x1002,
                 sp_adjust: 0,
-                cond: Some(14)
+                cond: Some(14),
+                stepped: false,
             }])
         );
         // The other `ret` is seen at the same `jcc`, not taken.
@@ -480,7 +482,8 @@ mod tests {
             Some(&vec![EarlyExit {
                 addr: 0x1002,
                 sp_adjust: 0,
-                cond: Some(15)
+                cond: Some(15),
+                stepped: false,
             }])
         );
         let nop = d.insns.iter().find(|i| i.addr == 0x1007).unwrap();
@@ -502,6 +505,36 @@ mod tests {
         ];
         let d = decode(&[range(0x1000, &code)]).unwrap();
         assert!(d.early_exits().is_empty());
+    }
+
+    /// Where a loop's `jcc` leads into the epilogue, the probe stands on
+    /// the epilogue's instruction it lands on; the `jmp` below stays cheap.
+    #[test]
+    fn a_way_in_from_a_loop_is_seen_on_the_epilogue_itself() {
+        let code = [
+            0x53, // 0x1000 push rbx
+            0x31, 0xc0, // 0x1001 xor eax,eax
+            0x83, 0xc0, 0x01, // 0x1003 add eax,1
+            0x39, 0xf0, // 0x1006 cmp eax,esi
+            0x74, 0x06, // 0x1008 je 0x1010
+            0x39, 0xf8, // 0x100a cmp eax,edi
+            0x75, 0xf5, // 0x100c jne 0x1003
+            0xeb, 0x02, // 0x100e jmp 0x1012
+            0x89, 0xc3, // 0x1010 mov ebx,eax
+            0x5b, // 0x1012 pop rbx
+            0xc3, // 0x1013 ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        let at = |addr, stepped| EarlyExit {
+            addr,
+            sp_adjust: 8,
+            cond: None,
+            stepped,
+        };
+        assert_eq!(
+            d.early_exits().get(&0x1013),
+            Some(&vec![at(0x100e, false), at(0x1010, true)])
+        );
     }
 
     #[test]

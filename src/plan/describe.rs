@@ -174,6 +174,7 @@ mod tests {
                     unchecked_jumps: 0,
                     early_rets: 0,
                     early_points: 0,
+                    early_stepped: 0,
                     unnamed_fragments: 0,
                 },
             }),

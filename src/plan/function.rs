@@ -61,6 +61,9 @@ pub struct ExitSummary {
     /// exits), and the probes that see them.
     pub early_rets: usize,
     pub early_points: usize,
+    /// Instructions of epilogues probed (single-stepped) where a way into
+    /// them cannot be seen cheaply.
+    pub early_stepped: usize,
     /// Direct tail callees whose returns end this function's frame.
     pub tail_callees: Vec<String>,
     /// Tail jumps to an unknown callee: timed up to the jump.
@@ -168,6 +171,7 @@ impl Plan {
                     rets: decoded.rets.len(),
                     early_rets: 0,
                     early_points: 0,
+                    early_stepped: 0,
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
                     internal_jumps: decoded.internal_jumps.len(),
@@ -225,6 +229,7 @@ impl Plan {
             rets: decoded.rets.len(),
             early_rets: 0,
             early_points: 0,
+            early_stepped: 0,
             tail_callees: Vec::new(),
             unknown_tails: 0,
             internal_jumps: decoded
@@ -262,7 +267,8 @@ impl Plan {
                 self.probes.extend(probes.iter().cloned());
                 if own {
                     exits.early_rets += 1;
-                    exits.early_points += probes.len();
+                    exits.early_points += points.iter().filter(|p| !p.stepped).count();
+                    exits.early_stepped += points.iter().filter(|p| p.stepped).count();
                 }
                 self.early.push(super::EarlyGroup {
                     object,

@@ -60,6 +60,7 @@ pub struct Probing {
     /// jumps.
     pub early_rets: usize,
     pub early_points: usize,
+    pub early_stepped: usize,
     pub tail_callees: Vec<String>,
     pub unknown_tails: usize,
     /// Indirect jumps proven to stay inside the function (not probed).
@@ -156,9 +157,17 @@ pub fn render_func(f: &ListedFunc, w: &mut impl Write) -> io::Result<()> {
             if p.early_rets > 0 {
                 write!(
                     w,
-                    " ({} timed at {} emulated jump(s) into the epilogue)",
+                    " ({} timed at {} emulated jump(s) into the epilogue",
                     p.early_rets, p.early_points
                 )?;
+                if p.early_stepped > 0 {
+                    write!(
+                        w,
+                        " and {} single-stepped instruction(s) of it",
+                        p.early_stepped
+                    )?;
+                }
+                write!(w, ")")?;
             }
             for c in &p.tail_callees {
                 write!(w, ", tail call to {c}")?;
@@ -230,6 +239,7 @@ mod tests {
             unchecked_jumps: 1,
             early_rets: 0,
             early_points: 0,
+            early_stepped: 0,
             unnamed_fragments: 1,
         };
         Listing {
@@ -279,6 +289,7 @@ mod tests {
                             unchecked_jumps: 0,
                             early_rets: 0,
                             early_points: 0,
+                            early_stepped: 0,
                             unnamed_fragments: 0,
                         }),
                         sites: None,
