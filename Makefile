@@ -4,7 +4,7 @@ CARGO ?= cargo
 APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format binutils xz-utils util-linux
 TARGET_DIR := target
 
-.PHONY: deps build demo test check bench clean fuzz
+.PHONY: deps build demo test check bench soak clean fuzz
 
 # Installs the build dependencies that a fresh Debian machine lacks.
 deps:
@@ -55,6 +55,17 @@ bench: build
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	/usr/bin/python3 bench/run.py
+
+# Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
+# making >= 100k calls/s for SOAK_MINUTES (default 10; SOAK_MINUTES=1 for a
+# quick run) with its RSS sampled each second, 10,000 short-lived threads, a
+# path target while 100 processes start and exit (then no int3 left), and
+# --follow through 1,000 forks; every count checked against the calls made.
+# Prints the figures and writes them into bench/RESULTS.md (section "Soak");
+# exits 1 if a count, an interval, the RSS or a leftover probe is off.
+# SOAK_ONLY=rate,threads,path,follow runs only the named checks.
+soak: build
+	/usr/bin/python3 bench/soak.py
 
 # Fuzzing (fuzz/README.md): every cargo-fuzz target for FUZZ_RUNS executions
 # (1M by default; hours with ASan on 2 cores, see fuzz/README.md), from its

@@ -882,10 +882,20 @@ def main():
             "expected probe site held an int3.")
     say(f"total time: {time.monotonic() - t_start:.0f} s")
 
+    # Keeps the section that `make soak` (bench/soak.py) writes at the end.
+    soak = ""
+    try:
+        with open(RESULTS) as f:
+            prev = f.read()
+        i = prev.find("\n## Soak")
+        if i >= 0:
+            soak = "\n" + prev[i + 1:]
+    except FileNotFoundError:
+        pass
     with open(RESULTS, "w") as f:
         f.write(f"# tachy benchmark results\n\n{stamp}; Linux {m['kernel']}, {m['cpu']}, "
                 f"nproc {m['nproc']}. Produced by `make bench` (bench/run.py).\n\n```\n")
-        f.write("\n".join(out_lines) + "\n```\n")
+        f.write("\n".join(out_lines) + "\n```\n" + soak)
     progress(f"saved {os.path.relpath(RESULTS, ROOT)}")
 
 
