@@ -2,9 +2,6 @@
 //! (jump tables of position-independent code), its code beyond a symbol's
 //! bounds, and where its functions start.
 
-use std::cell::OnceCell;
-use std::collections::{BTreeSet, HashMap};
-
 use object::read::elf::ElfFile64;
 use object::{Object, ObjectSymbol, RelocationFlags, RelocationTarget};
 
@@ -19,60 +16,67 @@ const R_X86_64_RELATIVE: u32 = 8;
 /// Bytes of code handed to the decoder per instruction asked for.
 const CODE_WINDOW: u64 = 64;
 
-/// One object, read lazily: relocations and symbol starts are indexed on
-/// first use only.
+/// One object as the decoder reads it. The object's relocations and
+/// function starts are read once per object (see `ElfObject`), so an image
+/// costs nothing to make per function decoded.
 pub struct ObjectImage<'a> {
     obj: &'a ElfObject,
-    relative: OnceCell<HashMap<u64, u64>>,
-    starts: OnceCell<BTreeSet<u64>>,
-    pointers: OnceCell<Vec<u64>>,
 }
 
 impl<'a> ObjectImage<'a> {
     pub fn new(obj: &'a ElfObject) -> ObjectImage<'a> {
-        ObjectImage {
-            obj,
-            relative: OnceCell::new(),
-            starts: OnceCell::new(),
-            pointers: OnceCell::new(),
+        ObjectImage { obj }
+    }
+}
+
+/// The relative relocations of an object, `(slot, value)` sorted by slot;
+/// where a slot is relocated twice, the last one stands (as the loader
+/// applies them in order).
+pub(super) fn read_relative(obj: &ElfObject) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let Ok(file) = obj.parse() else {
+        return out;
+    };
+    if let Some(relocs) = file.dynamic_relocations() {
+        for (off, r) in relocs {
+            let relative = matches!(
+                r.flags(),
+                RelocationFlags::Elf { r_type } if r_type == R_X86_64_RELATIVE
+            ) && matches!(r.target(), RelocationTarget::Absolute);
+            if relative {
+                out.push((off, r.addend() as u64));
+            }
         }
     }
-
-    fn relative(&self) -> &HashMap<u64, u64> {
-        self.relative.get_or_init(|| {
-            let mut map = HashMap::new();
-            let Ok(file) = self.obj.parse() else {
-                return map;
-            };
-            if let Some(relocs) = file.dynamic_relocations() {
-                for (off, r) in relocs {
-                    let relative = matches!(
-                        r.flags(),
-                        RelocationFlags::Elf { r_type } if r_type == R_X86_64_RELATIVE
-                    ) && matches!(r.target(), RelocationTarget::Absolute);
-                    if relative {
-                        map.insert(off, r.addend() as u64);
-                    }
-                }
-            }
-            map
-        })
+    // Linkers emit them sorted already; stable, so that the last of equal
+    // slots stays last.
+    if !out.windows(2).all(|w| w[0].0 <= w[1].0) {
+        out.sort_by_key(|r| r.0);
     }
-
-    fn starts(&self) -> &BTreeSet<u64> {
-        self.starts.get_or_init(|| {
-            let mut set: BTreeSet<u64> = match self.obj.function_symbols() {
-                Ok((syms, _)) => syms.iter().map(|s| s.addr).collect(),
-                Err(_) => BTreeSet::new(),
-            };
-            // Every symbol of the dynamic table too: a stripped object's
-            // full table is gone, and its exports still start functions.
-            if let Ok(file) = self.obj.parse() {
-                add_dynamic_starts(&file, &mut set);
-            }
-            set
-        })
+    let mut dedup: Vec<(u64, u64)> = Vec::with_capacity(out.len());
+    for r in out {
+        match dedup.last_mut() {
+            Some(last) if last.0 == r.0 => *last = r,
+            _ => dedup.push(r),
+        }
     }
+    dedup
+}
+
+/// Where the functions of an object start: every function symbol, and
+/// every symbol of the dynamic table too (a stripped object's full table is
+/// gone, and its exports still start functions). Sorted and unique.
+pub(super) fn read_starts(obj: &ElfObject) -> Vec<u64> {
+    let mut v: Vec<u64> = match obj.symbols() {
+        Ok(index) => index.starts().collect(),
+        Err(_) => Vec::new(),
+    };
+    if let Ok(file) = obj.parse() {
+        add_dynamic_starts(&file, &mut v);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// The code range of every FDE in `.eh_frame`: one per function, and one
@@ -134,19 +138,20 @@ pub fn unnamed_function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function
 
 fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
     file: &ElfFile64<'d, object::Endianness, R>,
-    set: &mut BTreeSet<u64>,
+    set: &mut Vec<u64>,
 ) {
     for s in file.dynamic_symbols() {
         if s.kind() == object::SymbolKind::Text && s.address() != 0 {
-            set.insert(s.address());
+            set.push(s.address());
         }
     }
 }
 
 impl Image for ObjectImage<'_> {
     fn pointer(&self, addr: u64) -> Option<u64> {
-        if let Some(&a) = self.relative().get(&addr) {
-            return Some(a);
+        let relative = self.obj.relative_relocations();
+        if let Ok(i) = relative.binary_search_by_key(&addr, |r| r.0) {
+            return Some(relative[i].1);
         }
         let b = self.obj.bytes(addr, 8)?;
         Some(u64::from_le_bytes(b.try_into().ok()?))
@@ -162,7 +167,7 @@ impl Image for ObjectImage<'_> {
     }
 
     fn is_function_start(&self, addr: u64) -> bool {
-        self.starts().contains(&addr)
+        self.obj.function_starts().binary_search(&addr).is_ok()
     }
 
     fn part_bounds(&self, addr: u64) -> Option<(u64, u64)> {
@@ -170,11 +175,6 @@ impl Image for ObjectImage<'_> {
     }
 
     fn relocated_pointers(&self) -> &[u64] {
-        self.pointers.get_or_init(|| {
-            let mut v: Vec<u64> = self.relative().values().copied().collect();
-            v.sort_unstable();
-            v.dedup();
-            v
-        })
+        self.obj.relocated_pointers()
     }
 }

@@ -90,6 +90,13 @@ pub struct ElfObject {
     /// Code ranges of the unwind tables' entries, read once, when first
     /// needed.
     parts: OnceCell<Vec<(u64, u64)>>,
+    /// Relative relocations `(slot, value)`, sorted by slot, read once,
+    /// when first needed.
+    relative: OnceCell<Vec<(u64, u64)>>,
+    /// The values of those relocations, sorted and unique.
+    pointers: OnceCell<Vec<u64>>,
+    /// Where functions start (every symbol of either table), sorted.
+    starts: OnceCell<Vec<u64>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -161,6 +168,9 @@ impl ElfObject {
             unwinds: OnceCell::new(),
             table_reads: Cell::new(0),
             parts: OnceCell::new(),
+            relative: OnceCell::new(),
+            pointers: OnceCell::new(),
+            starts: OnceCell::new(),
         })
     }
 
@@ -311,6 +321,28 @@ impl ElfObject {
     /// answers on first use, and the answer is kept.
     pub fn unwinds(&self, decide: impl FnOnce(&ElfObject) -> bool) -> bool {
         *self.unwinds.get_or_init(|| decide(self))
+    }
+
+    /// The relative relocations, sorted by slot (read on first use).
+    pub fn relative_relocations(&self) -> &[(u64, u64)] {
+        self.relative
+            .get_or_init(|| super::code::read_relative(self))
+    }
+
+    /// The values the relative relocations store, sorted and unique.
+    pub fn relocated_pointers(&self) -> &[u64] {
+        self.pointers.get_or_init(|| {
+            let mut v: Vec<u64> = self.relative_relocations().iter().map(|r| r.1).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        })
+    }
+
+    /// The addresses where a symbol of either table starts a function,
+    /// sorted (read on first use).
+    pub fn function_starts(&self) -> &[u64] {
+        self.starts.get_or_init(|| super::code::read_starts(self))
     }
 
     /// Times the symbol tables were read (see `symbols`).

@@ -66,6 +66,14 @@ impl SymbolIndex {
         }
     }
 
+    /// The start of every symbol: entry points and fragments.
+    pub fn starts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.funcs
+            .iter()
+            .map(|s| s.addr)
+            .chain(self.fragments.values().flatten().map(|f| f.addr))
+    }
+
     /// Number of entry points.
     pub fn len(&self) -> usize {
         self.funcs.len()
