@@ -7,7 +7,8 @@ the workload says it made ("calls N"):
   rate     `tachy latency -i 1 --json -p PID soak_fn` while the workload makes
            SOAK_RATE calls/s (default 150000) for SOAK_MINUTES (default 10):
            tachy's RSS sampled every second from /proc/PID/status (after
-           minute 1, or after 10 s on runs of 1 minute or less, against the
+           minute 1 (after 10 s on runs of 1 minute or less,
+           half-way on runs under 20 s) against the
            end), one report per second (counted, and the largest gap
            between two reports' times), the sum of the interval counts
   threads  10,000 threads, 100 alive at a time, each making 100 calls and
@@ -52,6 +53,17 @@ ONLY = [x for x in os.environ.get("SOAK_ONLY", "").split(",") if x] or CHECKS
 
 lines = []
 problems = []
+
+NOTES = """Notes. RSS is VmRSS from /proc/PID/status, in kB, shown in MB to 0.1. The rate
+check paces the workload at SOAK_RATE calls/s; under load from other programs on
+the 2 shared cores it falls behind and catches up in bursts, so single
+seconds can hold fewer than 100,000 calls while the average is above it. No
+probe left: tachy attaches through perf_event_open and uprobe_multi links,
+which never appear in uprobe_events (and tracefs is not mounted on this
+machine), so the evidence is the first byte of soak_fn read from
+/proc/PID/mem: 0xcc (int3) while tachy is attached, the original byte after
+it exited, in a process that ran all along and in one started afterwards.
+"""
 
 
 def say(s=""):
@@ -183,8 +195,11 @@ def check_rate():
     per = [count_of(r) for r in reps]
     busy = [c for c in per[1:-1] if c]
     if busy:
-        say(f"  calls per full report: min {min(busy)}, max {max(busy)}")
-    mark = 60.0 if secs > 60 else 10.0
+        low = [c for c in busy if c < 100_000]
+        say(f"  calls per full report: min {min(busy)}, max {max(busy)}; {len(low)} of "
+            f"{len(busy)} under 100000 (the workload is paced at {RATE}/s and runs bursts "
+            "to catch up when it falls behind)")
+    mark = 60.0 if secs > 60 else min(10.0, secs / 2)
     base = next((kb for t, kb in samples if t >= mark and kb), None)
     end = next((kb for t, kb in reversed(samples) if kb), None)
     peak = max((kb for _, kb in samples if kb), default=None)
@@ -228,8 +243,8 @@ def first_byte(pid, off):
 def check_path():
     nproc, calls = 100, 10_000
     off = soak_fn_off()
-    say(f"3. path: tachy latency {BIN}:soak_fn (every process), {nproc} processes "
-        f"of {calls} calls, 4 at a time")
+    say(f"3. path: tachy latency {os.path.relpath(BIN, ROOT)}:soak_fn (every process), "
+        f"{nproc} processes of {calls} calls, 4 at a time")
     hold, _ = start_workload(["hold"])
     orig = first_byte(hold.pid, off)
     tp, tout, terr = start_tachy([BIN + ":soak_fn"])
@@ -324,7 +339,7 @@ def write_results(stamp):
         text = text[:i + 1]
     text = text.rstrip("\n") + "\n\n" if text else ""
     text += (f"{MARKER} (`make soak`, bench/soak.py)\n\n{stamp}. SOAK_MINUTES={MINUTES:g}.\n\n"
-             "```\n" + "\n".join(lines) + "\n```\n")
+             "```\n" + "\n".join(lines) + "\n```\n\n" + NOTES)
     with open(RESULTS, "w") as f:
         f.write(text)
     run.progress(f"saved {os.path.relpath(RESULTS, ROOT)}")
