@@ -334,12 +334,16 @@ def write_results(stamp):
             text = f.read()
     except FileNotFoundError:
         text = ""
+    # Replaces the Soak section only: sections after it stay.
+    rest = ""
     i = text.find("\n" + MARKER)
     if i >= 0:
+        j = text.find("\n## ", i + 1)
+        rest = "\n" + text[j + 1:] if j >= 0 else ""
         text = text[:i + 1]
     text = text.rstrip("\n") + "\n\n" if text else ""
     text += (f"{MARKER} (`make soak`, bench/soak.py)\n\n{stamp}. SOAK_MINUTES={MINUTES:g}.\n\n"
-             "```\n" + "\n".join(lines) + "\n```\n\n" + NOTES)
+             "```\n" + "\n".join(lines) + "\n```\n\n" + NOTES + rest)
     with open(RESULTS, "w") as f:
         f.write(text)
     run.progress(f"saved {os.path.relpath(RESULTS, ROOT)}")
