@@ -45,6 +45,7 @@ struct Input {
     filter: Option<String>,
     nodes: Vec<NodeIn>,
     svg: bool,
+    all_sites: bool,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -343,6 +344,7 @@ fuzz_target!(|input: Input| {
         timestamp: input.timestamp,
         unit,
         filter: input.filter,
+        all_sites: input.all_sites,
         roots,
     };
     let mut out = Vec::new();
