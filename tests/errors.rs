@@ -463,21 +463,12 @@ use common::run::Tachy;
 
 const NO_WAIT: &[(&str, &str)] = &[("FIXTURE_NO_WAIT", "1")];
 
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 /// `-o FILE`: the reports, and only they, go to FILE; the traced
 /// command's output stays on standard output.
 #[test]
 fn reports_go_to_the_output_file() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let bin = common::build("plain");
@@ -512,7 +503,7 @@ fn reports_go_to_the_output_file() {
 #[test]
 fn svg_holds_every_interval() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let bin = common::build("nested_o2");
@@ -556,7 +547,7 @@ fn pid_in(text: &str) -> Option<i32> {
 #[test]
 fn duration_leaves_the_command_running_and_says_so() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let start = Instant::now();
@@ -590,7 +581,7 @@ fn duration_leaves_the_command_running_and_says_so() {
 #[test]
 fn interrupted_tachy_says_it_waits_for_the_command() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let mut t = Tachy::start(&["latency", "c:nanosleep", "--", "sleep", "2"], &[]);
@@ -611,7 +602,7 @@ fn interrupted_tachy_says_it_waits_for_the_command() {
 #[test]
 fn shell_command_without_follow_is_explained() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let bin = common::build("plain");
@@ -779,7 +770,7 @@ fn near_names_ignore_abi_tags_and_parameters() {
 #[test]
 fn machine_output_holds_reports_only() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let plain = common::build("plain");

@@ -30,16 +30,6 @@ const INT3: u8 = 0xcc;
 /// tachy's per-thread frame stack (TACHY_MAX_DEPTH in src/bpf/tachy.h).
 const MAX_DEPTH: u64 = 64;
 
-/// True (after printing why) when the test cannot run.
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root to attach uprobes");
-        true
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Running tachy
 // ---------------------------------------------------------------------------
@@ -361,7 +351,7 @@ fn assert_still_ticking(fx: &mut Fixture, what: &str) {
 #[test]
 fn sigkill_while_probes_are_hot_restores_the_text() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let exe = common::build("faults");
@@ -422,7 +412,7 @@ fn sigkill_while_probes_are_hot_restores_the_text() {
 #[test]
 fn target_crash_ends_the_trace_with_a_full_report() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let mut fx = Fixture::spawn("faults", &["crash", "20"]);
@@ -446,7 +436,7 @@ fn target_crash_ends_the_trace_with_a_full_report() {
 #[test]
 fn command_crash_passes_the_signal_status_on() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["tick"], &["crash", "20"]);
@@ -461,7 +451,7 @@ fn command_crash_passes_the_signal_status_on() {
 #[test]
 fn target_exec_ends_the_trace_when_the_new_program_exits() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let mut fx = Fixture::spawn("faults", &["exec", "20"]);
@@ -481,7 +471,7 @@ fn target_exec_ends_the_trace_when_the_new_program_exits() {
 #[test]
 fn command_exec_ends_the_trace_when_the_new_program_exits() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["tick"], &["exec", "20"]);
@@ -496,7 +486,7 @@ fn command_exec_ends_the_trace_when_the_new_program_exits() {
 #[test]
 fn sixty_four_threads_starting_and_stopping() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["work"], &["threads", "4", "64"]);
@@ -516,7 +506,7 @@ fn sixty_four_threads_starting_and_stopping() {
 #[test]
 fn recursion_deeper_than_the_frame_stack() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (n, d) = (5u64, 100u64);
@@ -540,7 +530,7 @@ fn recursion_deeper_than_the_frame_stack() {
 #[test]
 fn longjmp_out_of_traced_frames() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["escape", "jumper"], &["longjmp", "10"]);
@@ -560,7 +550,7 @@ fn longjmp_out_of_traced_frames() {
 #[test]
 fn second_ctrl_c_forces_exit() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let exe = common::build("faults");
@@ -605,7 +595,7 @@ fn second_ctrl_c_forces_exit() {
 #[test]
 fn sigusr1_interim_reports_are_cumulative() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let mut fx = start_forever();
@@ -648,7 +638,7 @@ fn sigusr1_interim_reports_are_cumulative() {
 #[test]
 fn follow_traces_forked_processes() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["--follow", "tick"], &["fork", "5"]);
@@ -677,7 +667,7 @@ fn follow_traces_forked_processes() {
 #[test]
 fn indirect_tail_jump_ends_the_traced_call() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     const N: u64 = 6;

@@ -23,15 +23,6 @@ const FUNCS: [&str; 5] = [
     "ijump_tail_mem",
 ];
 
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 fn tachy(args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let mut envs = vec![("FIXTURE_NO_WAIT", "1")];
     envs.extend_from_slice(env);
@@ -177,7 +168,7 @@ fn check(funcs: &[Value], fixture: &str) {
 
 #[test]
 fn checked_jumps_time_the_whole_call_or_end_it() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();
@@ -188,7 +179,7 @@ fn checked_jumps_time_the_whole_call_or_end_it() {
 /// The same with one uprobe link per probe (kernels before uprobe_multi).
 #[test]
 fn checked_jumps_with_single_uprobes() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();

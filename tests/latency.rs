@@ -22,16 +22,6 @@ const AVG_CEILING_NS: u64 = 5_000_000;
 const CPP_IT: u64 = 10;
 const CPP_TH: u64 = 4;
 
-/// True (after printing why) when the test cannot run.
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Running tachy
 // ---------------------------------------------------------------------------
@@ -606,7 +596,7 @@ fn cpp_all_functions(fixture: &str, lib_spec: &str) {
 #[test]
 fn cpp_o2_every_function_exact() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     cpp_all_functions("cpp_o2", "libfixture:fixture_io");
@@ -615,7 +605,7 @@ fn cpp_o2_every_function_exact() {
 #[test]
 fn cpp_o0_every_function_exact() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     cpp_all_functions("cpp_o0", "libfixture.so:fixture_io");
@@ -624,7 +614,7 @@ fn cpp_o0_every_function_exact() {
 #[test]
 fn outermost_times_whole_recursions() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for fixture in ["cpp_o2", "cpp_o0"] {
@@ -656,7 +646,7 @@ fn outermost_times_whole_recursions() {
 #[test]
 fn attach_to_running_process_text_report() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (6u64, 2u64);
@@ -729,7 +719,7 @@ fn attach_to_running_process_text_report() {
 #[test]
 fn attach_to_running_process_json() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (5u64, 2u64);
@@ -775,7 +765,7 @@ fn attach_to_running_process_json() {
 #[test]
 fn plain_c_functions() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (8u64, 2u64);
@@ -879,7 +869,7 @@ fn rust_functions(fixture: &str) {
 #[test]
 fn rust_legacy_mangling_functions() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     rust_functions("rust_app");
@@ -888,7 +878,7 @@ fn rust_legacy_mangling_functions() {
 #[test]
 fn rust_v0_mangling_functions() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     rust_functions("rust_app_v0");
@@ -901,7 +891,7 @@ fn rust_v0_mangling_functions() {
 #[test]
 fn duration_filters() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (5u64, 2u64);
@@ -979,7 +969,7 @@ fn duration_filters() {
 #[test]
 fn units_usec_and_msec() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (CPP_IT, CPP_TH);
@@ -1019,7 +1009,7 @@ fn units_usec_and_msec() {
 #[test]
 fn text_histogram_is_print_log2_hist() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (8u64, 2u64);
@@ -1065,7 +1055,7 @@ fn text_histogram_is_print_log2_hist() {
 #[test]
 fn timestamp_line() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["-T", "-u", "slow_sum"], "plain", &["2", "1"]);
@@ -1089,7 +1079,7 @@ fn timestamp_line() {
 #[test]
 fn interval_reports_add_up() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     // ~1.2 ms per iteration: about 2 s of work, so at least one interval
@@ -1117,7 +1107,7 @@ fn interval_reports_add_up() {
 #[test]
 fn uretprobe_mode_counts_exactly() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (CPP_IT, CPP_TH);
@@ -1156,7 +1146,7 @@ fn uretprobe_mode_counts_exactly() {
 #[test]
 fn duration_limit_leaves_process_unharmed() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let mut fx = Fixture::spawn("plain", &["3", "1"]);
@@ -1200,7 +1190,7 @@ fn duration_limit_leaves_process_unharmed() {
 #[test]
 fn exceptions_and_panics_pass_through_probes() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (CPP_IT, CPP_TH);
@@ -1257,7 +1247,7 @@ fn exceptions_and_panics_pass_through_probes() {
 #[test]
 fn command_exit_status_is_passed_on() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     // A bad argument makes the fixture exit 2 before calling anything.
@@ -1275,7 +1265,7 @@ fn command_exit_status_is_passed_on() {
 #[test]
 fn thread_filter_excludes_other_threads() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     // The fixture's main thread only waits: every traced call happens in a
@@ -1318,7 +1308,7 @@ fn thread_filter_excludes_other_threads() {
 #[test]
 fn script_command_traces_through_its_interpreter() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let plain = common::build("plain");
@@ -1358,7 +1348,7 @@ fn script_command_traces_through_its_interpreter() {
 #[test]
 fn syscall_latency_counts_exactly() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (it, th) = (6u64, 2u64);
@@ -1391,7 +1381,7 @@ fn syscall_latency_counts_exactly() {
 #[test]
 fn loads_only_the_programs_the_plan_uses() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_cmd(&["-v", "slow_sum"], "plain", &["1", "1"]);

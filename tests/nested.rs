@@ -31,16 +31,6 @@ const US: u64 = 1_000;
 const SLOWER_THAN: &str = "10ms";
 const SLOWER_THAN_NS: u64 = 10_000_000;
 
-/// True (after printing why) when the test cannot run.
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The fixture: expected numbers, source lines
 // ---------------------------------------------------------------------------
@@ -688,7 +678,7 @@ fn list_sites_of_handle() {
 #[test]
 fn nested_json_depth1() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 20, th: 2 };
@@ -734,7 +724,7 @@ fn kid_at<'a>(parent: &'a Value, n: &str, needle: &str) -> &'a Value {
 #[test]
 fn nested_depth2() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 8, th: 2 };
@@ -859,7 +849,7 @@ fn nested_depth2() {
 #[test]
 fn nested_depth2_children_within_parent() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 8, th: 2 };
@@ -893,7 +883,7 @@ fn shape(node: &Value) -> Vec<(String, String, String, u64, u64)> {
 #[test]
 fn nested_expand_parse() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 8, th: 2 };
@@ -1151,7 +1141,7 @@ const SLOWER_E: Expect = Expect { it: 8, th: 1 };
 #[test]
 fn nested_slower_than() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for _ in 1..=ATTEMPTS {
@@ -1176,7 +1166,7 @@ fn nested_slower_than() {
 #[test]
 fn nested_faster_than() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for _ in 1..=ATTEMPTS {
@@ -1198,7 +1188,7 @@ fn nested_faster_than() {
 #[test]
 fn nested_slower_than_unwound_follows_filter() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for _ in 1..=ATTEMPTS {
@@ -1221,7 +1211,7 @@ fn nested_slower_than_unwound_follows_filter() {
 #[test]
 fn nested_folded() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 8, th: 1 };
@@ -1306,7 +1296,7 @@ fn svg_path() -> PathBuf {
 #[test]
 fn nested_svg() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 4, th: 1 };
@@ -1340,7 +1330,7 @@ fn nested_svg() {
 #[test]
 fn nested_text() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let e = Expect { it: 8, th: 2 };
@@ -1475,7 +1465,7 @@ fn planned_exit(fixture: &str, func: &str) -> String {
 #[test]
 fn nested_plain_c_frameless_caller_every_exit_kind() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for (fixture, exit) in [("calls", "uretprobe"), ("calls_unwind", "exit")] {
@@ -1502,7 +1492,7 @@ fn nested_plain_c_frameless_caller_every_exit_kind() {
 #[test]
 fn nested_function_under_two_parents_is_probed_once() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     for fixture in ["calls", "calls_unwind"] {

@@ -14,14 +14,6 @@ use std::time::{Duration, Instant};
 use common::Fixture;
 use serde_json::Value;
 
-fn skip_unless_root() -> bool {
-    if !common::is_root() {
-        eprintln!("skipped: needs root to attach uprobes");
-        return true;
-    }
-    false
-}
-
 fn run(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().expect("command runs");
     assert!(
@@ -219,7 +211,7 @@ fn debuglink_debug_file_gives_symbols_and_lines() {
         )),
         "{err}"
     );
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (rep, _) = trace_command(FUNCS, &app);
@@ -272,7 +264,7 @@ fn minidebuginfo_gives_symbols() {
         )),
         "{text}"
     );
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let (rep, _) = trace_command(FUNCS, &app);
@@ -291,7 +283,7 @@ impl Drop for Cleanup {
 #[test]
 fn build_id_debug_file_gives_symbols() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let dir = scratch("buildid");
@@ -332,7 +324,7 @@ fn build_id_debug_file_gives_symbols() {
 #[test]
 fn deleted_binary_is_traced_through_map_files() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let dir = scratch("deleted");
@@ -352,7 +344,7 @@ fn deleted_binary_is_traced_through_map_files() {
 #[test]
 fn stripped_binary_in_its_own_mount_namespace() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     if Command::new("unshare").arg("--help").output().is_err() {
@@ -406,7 +398,7 @@ fn stripped_binary_in_its_own_mount_namespace() {
 #[test]
 fn path_target_covers_processes_started_later() {
     let _lock = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let dir = scratch("later");

@@ -18,15 +18,6 @@ use serde_json::Value;
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const ITERATIONS: u64 = 20;
 
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 fn libcold() -> String {
     common::build("shapes");
     common::fixtures_out_dir()
@@ -209,7 +200,7 @@ fn check(funcs: &[Value], stdout: &str, name: &str, min_ns: u64) {
 /// goto: each call is timed whole, not cut at its first dispatch.
 #[test]
 fn interpreters_are_timed_whole() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();
@@ -222,7 +213,7 @@ fn interpreters_are_timed_whole() {
 /// function, have no symbol: calls are timed whole (each spins >= 200 us).
 #[test]
 fn cold_paths_of_a_stripped_library_are_timed_whole() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();
@@ -278,7 +269,7 @@ fn a_ret_reached_by_jumps_is_timed_at_them() {
 /// call timed.
 #[test]
 fn calls_ended_at_jumps_into_the_epilogue_are_timed_whole() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();
@@ -297,7 +288,7 @@ fn calls_ended_at_jumps_into_the_epilogue_are_timed_whole() {
 /// parent's calls all complete.
 #[test]
 fn nested_with_early_exits() {
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let _g = common::serial();

@@ -24,15 +24,6 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 /// and the third site of each of the 40 midK.
 const NEVER_RAN: u64 = 10 + 10 * 2 + 40;
 
-fn skip_unless_root() -> bool {
-    if common::is_root() {
-        false
-    } else {
-        eprintln!("skipped: needs root");
-        true
-    }
-}
-
 /// `tachy nested OPTS... wide -- wide N` with FIXTURE_NO_WAIT=1.
 fn run_wide(opts: &[&str]) -> Outcome {
     let exe = common::build(FIXTURE);
@@ -51,7 +42,7 @@ fn run_wide(opts: &[&str]) -> Outcome {
 #[test]
 fn wide_tree_at_depth_2_counts_every_site() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let out = run_wide(&["--json", "--depth", "2"]);
@@ -117,7 +108,7 @@ fn site_lines(text: &str) -> Vec<&str> {
 #[test]
 fn wide_text_hides_sites_that_never_ran() {
     let _guard = common::serial();
-    if skip_unless_root() {
+    if common::skip_unless_root() {
         return;
     }
     let hidden_line =
