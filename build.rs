@@ -1,8 +1,10 @@
 //! Compiles the BPF program in `src/bpf/` against the committed `vmlinux/` header
-//! and generates its Rust skeleton into `OUT_DIR`.
+//! and generates its Rust skeleton into `OUT_DIR`; sets `TACHY_VERSION` to the
+//! package version and, in a git checkout, the commit it was built from.
 
 use std::env;
 use std::path::PathBuf;
+use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
 
@@ -22,4 +24,36 @@ fn main() {
         .expect("failed to build the BPF program (is clang installed?)");
     println!("cargo:rerun-if-changed={SRC}");
     println!("cargo:rerun-if-changed=src/bpf/tachy.h");
+    version();
+}
+
+/// `0.1.0 (git 1a2b3c4d5e6f)` in a git checkout, `0.1.0` elsewhere (a
+/// source tarball, or no git installed).
+fn version() {
+    let pkg = env::var("CARGO_PKG_VERSION").expect("CARGO_PKG_VERSION is set by cargo");
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !s.is_empty()).then_some(s)
+    };
+    let version = match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(commit) => {
+            // Rebuild when HEAD moves: HEAD itself (a checkout), the branch
+            // it names (a commit) and packed-refs (refs packed by gc). A
+            // path that does not exist would make cargo rerun this script,
+            // and so recompile the BPF program, on every build.
+            let mut watch = vec!["HEAD".to_string(), "packed-refs".to_string()];
+            watch.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+            for name in watch {
+                if let Some(p) = git(&["rev-parse", "--git-path", &name]) {
+                    if std::path::Path::new(&p).exists() {
+                        println!("cargo:rerun-if-changed={p}");
+                    }
+                }
+            }
+            format!("{pkg} (git {commit})")
+        }
+        None => pkg,
+    };
+    println!("cargo:rustc-env=TACHY_VERSION={version}");
 }

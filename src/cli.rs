@@ -61,10 +61,14 @@ Examples:
   tachy list 'k:vfs_*'                             kernel functions
   tachy list 'syscall:*read*'                      system calls";
 
+/// The package version and, where tachy was built from a git checkout, the
+/// commit (set by build.rs).
+pub const VERSION: &str = env!("TACHY_VERSION");
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tachy",
-    version,
+    version = VERSION,
     about = "Live latency histograms for functions of running programs, with probes that never hurt them",
     long_about = None,
     propagate_version = true,
@@ -85,6 +89,33 @@ pub enum Command {
     /// List the functions a pattern matches, with addresses and exit probes
     #[command(after_help = LIST_EXAMPLES)]
     List(ListArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+    /// Print the man page, or write the man pages of tachy and its subcommands to DIR
+    Man(ManArgs),
+}
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  source <(tachy completions bash)                      in the current bash
+  tachy completions bash > /usr/share/bash-completion/completions/tachy
+  tachy completions zsh > /usr/local/share/zsh/site-functions/_tachy
+  tachy completions fish > ~/.config/fish/completions/tachy.fish";
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete in
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Write tachy.1 and one page per subcommand (tachy-latency.1, ...) into
+    /// this directory instead of printing tachy.1
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 impl Command {
@@ -94,6 +125,8 @@ impl Command {
             Command::Latency(_) => "latency",
             Command::Nested(_) => "nested",
             Command::List(_) => "list",
+            Command::Completions(_) => "completions",
+            Command::Man(_) => "man",
         }
     }
 }

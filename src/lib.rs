@@ -10,6 +10,7 @@
 pub mod callsites;
 pub mod cli;
 pub mod disasm;
+pub mod docs;
 #[cfg(test)]
 mod golden;
 pub mod kernel;

@@ -1,7 +1,7 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::{CommandFactory, Parser};
-use tachy::{cli, session};
+use tachy::{cli, docs, session};
 
 fn main() {
     let cli = cli::Cli::parse();
@@ -10,6 +10,13 @@ fn main() {
         cli::Command::Latency(a) => a.validate().and_then(session::latency),
         cli::Command::Nested(a) => a.validate().and_then(session::latency),
         cli::Command::List(a) => a.validate().and_then(session::list),
+        cli::Command::Completions(a) => {
+            docs::completions(a.shell, &mut std::io::stdout().lock()).map(|_| 0)
+        }
+        cli::Command::Man(a) => match a.dir {
+            Some(dir) => docs::man_pages(&dir).map(|_| 0),
+            None => docs::man_page(&mut std::io::stdout().lock()).map(|_| 0),
+        },
     };
     match result {
         Ok(code) => std::process::exit(code),

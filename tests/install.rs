@@ -1,0 +1,253 @@
+//! What tachy installs: completion scripts that load and complete in bash,
+//! man pages that render, `make install` and `make deb` putting the same
+//! files in the usual places, and `--version` naming the commit.
+//! Needs no root: everything goes under temporary directories.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TACHY: &str = env!("CARGO_BIN_EXE_tachy");
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every file under `root`, as paths relative to it.
+fn files(root: &Path) -> BTreeSet<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(p.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(root, root, &mut out);
+    out
+}
+
+const PAGES: [&str; 6] = [
+    "tachy.1",
+    "tachy-latency.1",
+    "tachy-nested.1",
+    "tachy-list.1",
+    "tachy-completions.1",
+    "tachy-man.1",
+];
+
+/// Completes `line` (the word under the cursor is its last) with the
+/// script bash loaded from `tachy completions bash`.
+fn complete(line: &str) -> Vec<String> {
+    let script = format!(
+        "source <({TACHY} completions bash) || exit 9
+         COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}
+         read -ra COMP_WORDS <<< \"$COMP_LINE\"
+         [[ $COMP_LINE == *' ' ]] && COMP_WORDS+=('')
+         COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+         f=$(complete -p tachy | sed -n 's/.*-F \\([^ ]*\\).*/\\1/p')
+         \"$f\" tachy \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"
+         printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let out = run(Command::new("bash").arg("-c").arg(script));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bash_loads_the_completions_and_completes_subcommands_and_options() {
+    run(Command::new("bash").arg("-c").arg(format!(
+        "set -e; source <({TACHY} completions bash); complete -p tachy"
+    )));
+    let subs = complete("tachy ");
+    for s in ["latency", "nested", "list", "completions", "man"] {
+        assert!(subs.iter().any(|x| x == s), "{s} not in {subs:?}");
+    }
+    assert_eq!(complete("tachy nes"), vec!["nested"]);
+    let opts = complete("tachy latency --slo");
+    assert_eq!(opts, vec!["--slower-than"]);
+    let shells = complete("tachy completions ");
+    for s in ["bash", "zsh", "fish"] {
+        assert!(shells.iter().any(|x| x == s), "{s} not in {shells:?}");
+    }
+}
+
+#[test]
+fn every_man_page_renders() {
+    let dir = scratch("man");
+    run(Command::new(TACHY).arg("man").arg(&dir));
+    let expect: BTreeSet<String> = PAGES.iter().map(|p| p.to_string()).collect();
+    assert_eq!(files(&dir), expect);
+    for page in PAGES {
+        let out = run(Command::new("man")
+            .args(["-P", "cat", "-l"])
+            .arg(dir.join(page))
+            .env("MANWIDTH", "100")
+            .env("LC_ALL", "C.UTF-8"));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.trim().is_empty(), "{page}: {stderr}");
+        let title = page.trim_end_matches(".1");
+        assert!(text.starts_with(&format!("{title}(1)")), "{page}:\n{text}");
+        assert!(text.contains("SYNOPSIS"), "{page}");
+    }
+    // The page of `latency` documents its options, with their help text.
+    let out = run(Command::new("man")
+        .args(["-P", "cat", "-l"])
+        .arg(dir.join("tachy-latency.1"))
+        .env("MANWIDTH", "200"));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("--slower-than <DUR>"), "{text}");
+    assert!(
+        text.contains("Keep only calls that took at least DUR"),
+        "{text}"
+    );
+    // `tachy man` alone prints tachy(1).
+    let out = run(Command::new(TACHY).arg("man"));
+    assert_eq!(out.stdout, std::fs::read(dir.join("tachy.1")).unwrap());
+}
+
+#[test]
+fn man_into_a_missing_directory_is_one_error_line() {
+    let out = Command::new(TACHY)
+        .args(["man", "/nonexistent/tachy-man"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "tachy: /nonexistent/tachy-man is not a directory\n"
+    );
+}
+
+#[test]
+fn version_names_the_commit() {
+    let out = run(Command::new(TACHY).arg("--version"));
+    let line = String::from_utf8(out.stdout).unwrap();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success());
+    match head {
+        Some(h) => {
+            let commit = String::from_utf8(h.stdout).unwrap();
+            assert_eq!(
+                line,
+                format!(
+                    "tachy {} (git {})\n",
+                    env!("CARGO_PKG_VERSION"),
+                    commit.trim()
+                )
+            );
+        }
+        None => assert_eq!(line, format!("tachy {}\n", env!("CARGO_PKG_VERSION"))),
+    }
+}
+
+fn expected_install(prefix: &str, zsh: &str, man_suffix: &str) -> BTreeSet<String> {
+    let mut want: BTreeSet<String> = [
+        format!("{prefix}/bin/tachy"),
+        format!("{prefix}/share/bash-completion/completions/tachy"),
+        format!("{prefix}/share/fish/vendor_completions.d/tachy.fish"),
+        format!("{prefix}/share/{zsh}/_tachy"),
+    ]
+    .into_iter()
+    .collect();
+    for p in PAGES {
+        want.insert(format!("{prefix}/share/man/man1/{p}{man_suffix}"));
+    }
+    want
+}
+
+#[test]
+fn make_install_and_make_deb_put_the_same_files_in_the_usual_places() {
+    let root = scratch("install");
+    let dest = root.join("dest");
+    run(Command::new("make")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("--no-print-directory")
+        .arg("install")
+        .arg(format!("BIN={TACHY}"))
+        .arg(format!("DESTDIR={}", dest.display()))
+        .arg("PREFIX=/opt/tachy")
+        .arg(format!("GEN={}", root.join("gen").display())));
+    assert_eq!(
+        files(&dest),
+        expected_install("opt/tachy", "zsh/site-functions", "")
+    );
+    let installed = dest.join("opt/tachy/bin/tachy");
+    let v = run(Command::new(&installed).arg("--version"));
+    assert!(String::from_utf8(v.stdout).unwrap().starts_with("tachy "));
+    let bash =
+        std::fs::read(dest.join("opt/tachy/share/bash-completion/completions/tachy")).unwrap();
+    assert_eq!(
+        bash,
+        run(Command::new(TACHY).args(["completions", "bash"])).stdout
+    );
+
+    // The package: the same files under /usr, with Debian's zsh directory
+    // and gzipped man pages.
+    let debs = root.join("deb");
+    run(Command::new("make")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("--no-print-directory")
+        .arg("deb")
+        .arg(format!("BIN={TACHY}"))
+        .arg(format!("DEB_DIR={}", debs.display()))
+        // The test's binary carries debug info: xz would take minutes.
+        .arg("DEB_COMPRESS=none"));
+    let deb = std::fs::read_dir(&debs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .expect("make deb wrote no .deb");
+    let name = deb.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with(&format!("tachy_{}_", env!("CARGO_PKG_VERSION"))),
+        "{name}"
+    );
+    let fields = run(Command::new("dpkg-deb").args(["-f"]).arg(&deb));
+    let fields = String::from_utf8(fields.stdout).unwrap();
+    assert!(fields.contains("Package: tachy\n"), "{fields}");
+    assert!(fields.contains(&format!("Version: {}\n", env!("CARGO_PKG_VERSION"))));
+    let unpacked = root.join("unpacked");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked));
+    assert_eq!(
+        files(&unpacked),
+        expected_install("usr", "zsh/vendor-completions", ".gz")
+    );
+    assert_eq!(
+        std::fs::read(unpacked.join("usr/bin/tachy")).unwrap(),
+        std::fs::read(&installed).unwrap()
+    );
+    let page = run(Command::new("man")
+        .args(["-P", "cat", "-l"])
+        .arg(unpacked.join("usr/share/man/man1/tachy-nested.1.gz")));
+    assert!(String::from_utf8(page.stdout)
+        .unwrap()
+        .starts_with("tachy-nested(1)"));
+}
