@@ -10,6 +10,7 @@ pub enum Lang {
     C,
     Cpp,
     Rust,
+    Go,
 }
 
 impl Lang {
@@ -18,6 +19,7 @@ impl Lang {
             Lang::C => "c",
             Lang::Cpp => "c++",
             Lang::Rust => "rust",
+            Lang::Go => "go",
         }
     }
 }
@@ -152,6 +154,20 @@ pub fn demangle(raw: &str) -> Names {
         }
     }
     plain(Lang::C)
+}
+
+/// The names of a Go function: Go does not mangle, so its symbol is its
+/// name; `base` is the name as Go prints it (`main.Map[...]` for an
+/// instance of a generic function).
+pub fn go_names(raw: &str) -> Names {
+    Names {
+        stem: raw.to_string(),
+        suffix: String::new(),
+        full: raw.to_string(),
+        base: super::golang::printed(raw),
+        lang: Lang::Go,
+        part: Part::Whole,
+    }
 }
 
 /// Rust v0 names carry generic arguments (`app::f::<u64>`); the base path drops

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use super::debuginfo::{self, DebugData};
+use super::golang::{self, GoInfo};
 use super::imports::Imports;
 use super::index::SymbolIndex;
 use super::lines::LineTable;
@@ -34,6 +35,8 @@ pub enum SymSource {
     MiniDebugInfo,
     /// Only the dynamic symbol table: exported functions only.
     Dynsym,
+    /// Go's function table, which stripped Go binaries keep.
+    Gopclntab,
 }
 
 impl SymSource {
@@ -43,6 +46,7 @@ impl SymSource {
             SymSource::DebugFile => "a separate debug file",
             SymSource::MiniDebugInfo => ".gnu_debugdata (MiniDebugInfo)",
             SymSource::Dynsym => ".dynsym (exported functions only)",
+            SymSource::Gopclntab => ".gopclntab (Go's function table)",
         }
     }
 }
@@ -100,6 +104,8 @@ pub struct ElfObject {
     pointers: OnceCell<Vec<u64>>,
     /// Where functions start (every symbol of either table), sorted.
     starts: OnceCell<Vec<u64>>,
+    /// What the Go sections say, if this is a Go binary (read once).
+    go: OnceCell<Option<GoInfo>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -175,6 +181,7 @@ impl ElfObject {
             relative: OnceCell::new(),
             pointers: OnceCell::new(),
             starts: OnceCell::new(),
+            go: OnceCell::new(),
         })
     }
 
@@ -262,8 +269,20 @@ impl ElfObject {
             .as_ref()
     }
 
-    /// Where symbols of `source` come from, for messages.
+    /// Where symbols of `source` come from, for messages; for a Go binary,
+    /// with the Go version that built it.
     pub fn describe_source(&self, source: SymSource) -> String {
+        let from = self.describe_symbols(source);
+        match self.go() {
+            Some(go) => format!(
+                "{from}; Go {}",
+                go.version.as_deref().unwrap_or("of unknown version")
+            ),
+            None => from,
+        }
+    }
+
+    fn describe_symbols(&self, source: SymSource) -> String {
         match (source, self.debug_path()) {
             (SymSource::DebugFile, Some(p)) => format!("the debug file {}", p.display()),
             (SymSource::Dynsym, _) => match self.debug_hint() {
@@ -312,7 +331,7 @@ impl ElfObject {
         self.index
             .get_or_init(|| {
                 let (syms, source) = self.function_symbols().map_err(|e| format!("{e:#}"))?;
-                Ok(SymbolIndex::new(&syms, source))
+                Ok(SymbolIndex::new(&syms, source).with_go(self.go().cloned()))
             })
             .as_ref()
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -362,6 +381,61 @@ impl ElfObject {
         self.table_reads.get()
     }
 
+    /// What the Go sections say, if this is a Go binary: one with a
+    /// `.go.buildinfo` or `.gopclntab` section, or a `runtime.main`
+    /// function (read on first use).
+    pub fn go(&self) -> Option<&GoInfo> {
+        self.go.get_or_init(|| self.read_go()).as_ref()
+    }
+
+    fn read_go(&self) -> Option<GoInfo> {
+        let file = self.parse().ok()?;
+        let buildinfo = file.section_by_name(".go.buildinfo");
+        let pclntab = file.section_by_name(".gopclntab");
+        if buildinfo.is_none()
+            && pclntab.is_none()
+            && !collect_functions(&file, false)
+                .iter()
+                .any(|s| s.name == "runtime.main")
+        {
+            return None;
+        }
+        let read = |vaddr: u64, len: u64| self.bytes(vaddr, len).map(<[u8]>::to_vec);
+        let version = buildinfo
+            .and_then(|s| object::ObjectSection::data(&s).ok())
+            .and_then(|d| golang::buildinfo_version(d, &read));
+        let (entries, pclntab_error) = match self.pclntab_functions(&file) {
+            Some(Ok(fs)) => {
+                let mut v: Vec<u64> = fs.iter().map(|f| f.addr).collect();
+                v.sort_unstable();
+                (v, None)
+            }
+            Some(Err(e)) => (Vec::new(), Some(format!("{e:#}"))),
+            None => (Vec::new(), None),
+        };
+        Some(GoInfo {
+            version,
+            entries,
+            pclntab_error,
+        })
+    }
+
+    /// The functions of `.gopclntab`, if the object has one.
+    fn pclntab_functions<'a>(
+        &self,
+        file: &ElfFile64<'a, Endianness, &'a ReadCache<File>>,
+    ) -> Option<Result<Vec<RawSym<'a>>>> {
+        let sec = file.section_by_name(".gopclntab")?;
+        let text = file
+            .section_by_name(".text")
+            .map_or(0, |t| object::ObjectSection::address(&t));
+        Some(
+            object::ObjectSection::data(&sec)
+                .with_context(|| format!("cannot read .gopclntab of {}", self.display.display()))
+                .and_then(|d| golang::pclntab_functions(d, text)),
+        )
+    }
+
     /// Function symbols: the full table when the object has one, else the
     /// dynamic one. Reads the tables each time: use `symbols` for lookups.
     pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
@@ -370,6 +444,18 @@ impl ElfObject {
         let full = collect_functions(&file, false);
         if !full.is_empty() {
             return Ok((full, SymSource::Symtab));
+        }
+        // A stripped Go binary keeps the runtime's function table.
+        if let Some(go) = self.pclntab_functions(&file) {
+            let funcs = go.with_context(|| {
+                format!(
+                    "{} is a stripped Go binary whose function table cannot be read",
+                    self.display.display()
+                )
+            })?;
+            if !funcs.is_empty() {
+                return Ok((funcs, SymSource::Gopclntab));
+            }
         }
         let from_debug = match self.debug_data() {
             Some(DebugData::File { data, .. }) => ElfFile64::<Endianness, _>::parse(data)

@@ -5,8 +5,9 @@
 
 use std::collections::HashMap;
 
-use super::demangle::{self, demangle, Part};
+use super::demangle::{self, demangle, Names, Part};
 use super::elf::RawSym;
+use super::golang::GoInfo;
 use super::{Fragment, Function, Pattern, SymSource};
 
 /// A function symbol, owned.
@@ -27,6 +28,8 @@ pub struct SymbolIndex {
     funcs: Vec<Sym>,
     /// Fragments, by the raw name of the function they belong to.
     fragments: HashMap<Box<str>, Vec<Fragment>>,
+    /// A Go binary's Go sections: its Go functions have Go names.
+    go: Option<GoInfo>,
 }
 
 impl SymbolIndex {
@@ -63,6 +66,44 @@ impl SymbolIndex {
             source,
             funcs,
             fragments,
+            go: None,
+        }
+    }
+
+    /// The index of a Go binary: its Go functions (those the runtime's
+    /// table lists) are named as Go names them, and never split into
+    /// fragments by a suffix.
+    pub fn with_go(mut self, go: Option<GoInfo>) -> SymbolIndex {
+        let Some(info) = &go else { return self };
+        // A Go method named `cold` is no `.cold` part.
+        for frags in self.fragments.values_mut() {
+            frags.retain(|f| {
+                let go_func = info.is_go_function(f.addr, &f.raw);
+                if go_func {
+                    self.funcs.push(Sym {
+                        name: f.raw.as_str().into(),
+                        addr: f.addr,
+                        size: f.size,
+                    });
+                }
+                !go_func
+            });
+        }
+        self.fragments.retain(|_, v| !v.is_empty());
+        self.funcs.sort_by_key(|s| s.addr);
+        self.go = go;
+        self
+    }
+
+    /// What the object's Go sections say, for a Go binary.
+    pub fn go(&self) -> Option<&GoInfo> {
+        self.go.as_ref()
+    }
+
+    fn names(&self, s: &Sym) -> Names {
+        match &self.go {
+            Some(go) if go.is_go_function(s.addr, &s.name) => demangle::go_names(&s.name),
+            _ => demangle(&s.name),
         }
     }
 
@@ -86,7 +127,7 @@ impl SymbolIndex {
     fn function(&self, s: &Sym) -> Function {
         Function {
             raw: s.name.to_string(),
-            names: demangle(&s.name),
+            names: self.names(s),
             addr: s.addr,
             size: s.size,
             fragments: self.fragments.get(&s.name).cloned().unwrap_or_default(),
@@ -133,7 +174,7 @@ impl SymbolIndex {
             if out.last().is_some_and(|f| f.addr == s.addr) {
                 continue;
             }
-            let names = demangle(&s.name);
+            let names = self.names(s);
             if pat.matches(&s.name, &names) {
                 out.push(Function {
                     names,

@@ -7,6 +7,7 @@ pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;
 pub mod elf;
+pub mod golang;
 pub mod imports;
 pub mod index;
 pub mod lines;

@@ -134,6 +134,9 @@ impl Pattern {
         if raw == self.text || names.stem == self.text {
             return true;
         }
+        if names.lang == Lang::Go {
+            return super::golang::matches(&self.text, raw);
+        }
         // The pattern's identifiers are in the demangled name as they are:
         // most names fail here, before any canonical form is made.
         if !self

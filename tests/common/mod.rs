@@ -33,6 +33,8 @@
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
 //! | `rust_names_v0` | rust_names.rs               | same + -C symbol-mangling-version=v0    |
+//! | `gowork`        | gowork.go                   | go build (Debian's golang-go)           |
+//! | `gowork_stripped` | gowork.go                 | go build -ldflags='-s -w'               |
 //!
 //! The expected call counts for given arguments are in [`expected_counts`].
 //! Each test binary uses only part of this module, hence the blanket
@@ -111,6 +113,27 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether the Go toolchain (`go`, or `$GO`) runs here; the Go fixtures
+/// need it (`make deps` installs Debian's golang-go).
+pub fn have_go() -> bool {
+    Command::new(env_or("GO", "go"))
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// True (after printing why) when a Go test cannot run: no `go` here.
+pub fn skip_without_go() -> bool {
+    if have_go() {
+        false
+    } else {
+        eprintln!("skipped: no Go toolchain (`go` is not on PATH; `make deps` installs golang-go)");
+        true
+    }
+}
+
 /// True (after printing why) when a test that attaches probes cannot run.
 pub fn skip_unless_root() -> bool {
     if is_root() {
@@ -187,10 +210,14 @@ fn recipe(name: &str) -> Recipe {
             sources: &["rust_names.rs"],
             deps: &[],
         },
+        "gowork" | "gowork_stripped" => Recipe {
+            sources: &["gowork.go"],
+            deps: &[],
+        },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
              faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, rust_app, \
-             rust_app_v0, rust_names, rust_names_v0)"
+             rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
         ),
     }
 }
@@ -321,6 +348,22 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 c.args(["-C", "symbol-mangling-version=v0"]);
             }
             c.arg(src.join("rust_names.rs")).arg("-o").arg(tmp_out);
+            c
+        }
+        "gowork" | "gowork_stripped" => {
+            // A file outside any module builds as `command-line-arguments`;
+            // the build cache goes with the fixtures, not into $HOME.
+            let mut c = Command::new(env_or("GO", "go"));
+            c.arg("build")
+                .env("GOCACHE", out_dir.join(".gocache"))
+                .env("GOPATH", out_dir.join(".gopath"))
+                .env("GO111MODULE", "off")
+                .arg("-o")
+                .arg(tmp_out);
+            if name == "gowork_stripped" {
+                c.arg("-ldflags=-s -w");
+            }
+            c.arg(src.join("gowork.go"));
             c
         }
         other => unreachable!("no compile command for {other}"),
