@@ -217,6 +217,12 @@ pub struct LatencyArgs {
     #[arg(long)]
     pub uretprobe: bool,
 
+    /// Also write each interval's histogram of every function to FILE, as an
+    /// HdrHistogram interval log (V2 compressed, nanoseconds, tagged
+    /// OBJECT/FUNCTION); created before any probe is attached
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<PathBuf>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
 }
@@ -320,6 +326,8 @@ pub struct TraceSettings {
     pub follow: bool,
     pub dry_run: bool,
     pub verbose: bool,
+    /// `--hlog`: the HdrHistogram interval log to write.
+    pub hlog: Option<PathBuf>,
     /// `tachy nested`: the tree to time.
     pub nested: Option<NestedOpts>,
 }
@@ -351,6 +359,7 @@ impl LatencyArgs {
         let mut s = self.trace.validate(self.funcs, format, None)?;
         s.outermost = self.outermost;
         s.uretprobe = self.uretprobe;
+        s.hlog = self.hlog;
         Ok(s)
     }
 }
@@ -429,6 +438,7 @@ impl TraceArgs {
             follow: self.follow,
             dry_run: self.dry_run,
             verbose: self.verbose,
+            hlog: None,
             nested: None,
         })
     }

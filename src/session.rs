@@ -15,6 +15,7 @@ use crate::disasm::ProbeCost;
 use crate::kernel;
 use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
+use crate::report::hlog::HlogWriter;
 use crate::report::list as listing;
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
@@ -669,6 +670,12 @@ fn suggest_follow(s: &TraceSettings, plan: &Plan, target: &Target) {
 struct Reports {
     format: Format,
     file: Option<(PathBuf, std::io::BufWriter<std::fs::File>)>,
+    /// `--hlog`: the interval log, and when its next interval began.
+    hlog: Option<(
+        PathBuf,
+        HlogWriter<std::io::BufWriter<std::fs::File>>,
+        SystemTime,
+    )>,
     /// `--svg`: the counts of the whole run, drawn when tracing ends.
     whole: Vec<Counts>,
 }
@@ -683,9 +690,21 @@ impl Reports {
             }
             None => None,
         };
+        let hlog = match &s.hlog {
+            Some(p) => {
+                let f = std::fs::File::create(p)
+                    .with_context(|| format!("cannot write {}", p.display()))?;
+                let now = SystemTime::now();
+                let w = HlogWriter::new(std::io::BufWriter::new(f), now, s.unit)
+                    .with_context(|| format!("cannot write {}", p.display()))?;
+                Some((p.clone(), w, now))
+            }
+            None => None,
+        };
         Ok(Reports {
             format: s.output.format,
             file,
+            hlog,
             whole: vec![Counts::default(); ids],
         })
     }
@@ -693,6 +712,10 @@ impl Reports {
     /// The "Tracing ..." line: with the text report when that goes to
     /// standard output, on standard error otherwise.
     fn header(&mut self, line: &str) -> Result<()> {
+        // The first interval begins now that the probes are attached.
+        if let Some((_, _, since)) = &mut self.hlog {
+            *since = SystemTime::now();
+        }
         if self.format == Format::Text && self.file.is_none() {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{line}")?;
@@ -712,6 +735,12 @@ impl Reports {
         counts: &[Counts],
         interval: bool,
     ) -> Result<()> {
+        if let (true, Some((path, log, since))) = (interval, &mut self.hlog) {
+            let report = flat_report(plan, s, counts);
+            log.write(&report, *since)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            *since = report.time;
+        }
         if self.format == Format::Svg {
             if interval {
                 for (w, c) in self.whole.iter_mut().zip(counts) {

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::hist::bucket_range;
 use super::text::PERCENTILES;
 use super::Report;
 
@@ -37,6 +38,10 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
                 "percentiles_ns": pct,
                 "log2_unit": r.unit.label(),
                 "log2_buckets": c.hist.log2_slots(),
+                "buckets": c.hist.buckets.iter().enumerate()
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(b, &n)| [bucket_range(b).0, n])
+                    .collect::<Vec<_>>(),
                 "unwound": c.unwound,
                 "filtered": c.filtered,
                 "overflow": c.overflow,

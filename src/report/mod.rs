@@ -3,6 +3,7 @@
 //! `&Report` and a writer and print nothing else.
 
 pub mod hist;
+pub mod hlog;
 pub mod json;
 pub mod list;
 pub mod text;
@@ -39,6 +40,13 @@ impl Unit {
             Unit::Usec => "usec",
             Unit::Msec => "msec",
         }
+    }
+
+    /// The unit named by [`Unit::label`].
+    pub fn from_label(s: &str) -> Option<Unit> {
+        [Unit::Nsec, Unit::Usec, Unit::Msec]
+            .into_iter()
+            .find(|u| u.label() == s)
     }
 
     /// Nanoseconds per unit.
