@@ -67,7 +67,7 @@ fn name_of(obj: &ElfObject, t: Target) -> (SiteKind, Option<u64>, Option<String>
                 None => (SiteKind::Call, Some(a), None, format!("{a:#x}")),
             }
         }
-        Target::Slot(s) => match imports.slot_name(s) {
+        Target::Slot(s) => match obj.slot_import(s) {
             Some(n) => (
                 SiteKind::Plt,
                 None,

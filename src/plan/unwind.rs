@@ -379,8 +379,8 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
             };
             let (addr, import) = match target {
                 Target::Direct(a) => (a, imports.plt_name(a).map(|n| (n, "plt"))),
-                Target::Slot(slot) if imports.slot_name(slot).is_some() => {
-                    (0, imports.slot_name(slot).map(|n| (n, "got")))
+                Target::Slot(slot) if obj.slot_import(slot).is_some() => {
+                    (0, obj.slot_import(slot).map(|n| (n, "got")))
                 }
                 Target::Slot(slot) if got.target(slot).is_some() => {
                     (got.target(slot).unwrap_or(0), None)

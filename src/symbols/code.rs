@@ -3,15 +3,12 @@
 //! bounds, and where its functions start.
 
 use object::read::elf::ElfFile64;
-use object::{Object, ObjectSymbol, RelocationFlags, RelocationTarget};
+use object::{Object, ObjectSymbol};
 
 use anyhow::Result;
 
 use super::{ElfObject, Function};
 use crate::disasm::Image;
-
-/// `R_X86_64_RELATIVE`: the slot holds the load address plus the addend.
-const R_X86_64_RELATIVE: u32 = 8;
 
 /// Bytes of code handed to the decoder per instruction asked for.
 const CODE_WINDOW: u64 = 64;
@@ -27,40 +24,6 @@ impl<'a> ObjectImage<'a> {
     pub fn new(obj: &'a ElfObject) -> ObjectImage<'a> {
         ObjectImage { obj }
     }
-}
-
-/// The relative relocations of an object, `(slot, value)` sorted by slot;
-/// where a slot is relocated twice, the last one stands (as the loader
-/// applies them in order).
-pub(super) fn read_relative(obj: &ElfObject) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let Ok(file) = obj.parse() else {
-        return out;
-    };
-    if let Some(relocs) = file.dynamic_relocations() {
-        for (off, r) in relocs {
-            let relative = matches!(
-                r.flags(),
-                RelocationFlags::Elf { r_type } if r_type == R_X86_64_RELATIVE
-            ) && matches!(r.target(), RelocationTarget::Absolute);
-            if relative {
-                out.push((off, r.addend() as u64));
-            }
-        }
-    }
-    // Linkers emit them sorted already; stable, so that the last of equal
-    // slots stays last.
-    if !out.windows(2).all(|w| w[0].0 <= w[1].0) {
-        out.sort_by_key(|r| r.0);
-    }
-    let mut dedup: Vec<(u64, u64)> = Vec::with_capacity(out.len());
-    for r in out {
-        match dedup.last_mut() {
-            Some(last) if last.0 == r.0 => *last = r,
-            _ => dedup.push(r),
-        }
-    }
-    dedup
 }
 
 /// Where the functions of an object start: every function symbol, and
@@ -215,9 +178,8 @@ fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
 
 impl Image for ObjectImage<'_> {
     fn pointer(&self, addr: u64) -> Option<u64> {
-        let relative = self.obj.relative_relocations();
-        if let Ok(i) = relative.binary_search_by_key(&addr, |r| r.0) {
-            return Some(relative[i].1);
+        if let Some(v) = self.obj.relocated_slot(addr) {
+            return Some(v);
         }
         let b = self.obj.bytes(addr, 8)?;
         Some(u64::from_le_bytes(b.try_into().ok()?))

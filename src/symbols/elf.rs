@@ -97,10 +97,13 @@ pub struct ElfObject {
     /// The search table of `.eh_frame_hdr`, if usable: then `parts` is
     /// not read.
     eh_search: OnceCell<Option<super::code::EhSearch>>,
-    /// Relative relocations `(slot, value)`, sorted by slot, read once,
-    /// when first needed.
-    relative: OnceCell<Vec<(u64, u64)>>,
-    /// The values of those relocations, sorted and unique.
+    /// The same file, read without the cache: for what is read once and
+    /// then dropped (the pass over the dynamic relocations) or read in
+    /// small pieces on demand.
+    raw: File,
+    /// The dynamic relocations, indexed once, when first needed.
+    relocs: OnceCell<super::relocs::DynRelocs>,
+    /// The values of the relative relocations, sorted and unique.
     pointers: OnceCell<Vec<u64>>,
     /// Where functions start (every symbol of either table), sorted.
     starts: OnceCell<Vec<u64>>,
@@ -127,6 +130,9 @@ impl ElfObject {
         if !meta.is_file() {
             bail!("{} is not a regular file", display.display());
         }
+        let raw = file
+            .try_clone()
+            .with_context(|| format!("cannot open {}", display.display()))?;
         let data = ReadCache::new(file);
         let ident = data.read_bytes_at(0, 20).unwrap_or(&[]);
         if ident.len() < 4 || &ident[..4] != b"\x7fELF" {
@@ -178,7 +184,8 @@ impl ElfObject {
             table_reads: Cell::new(0),
             parts: OnceCell::new(),
             eh_search: OnceCell::new(),
-            relative: OnceCell::new(),
+            raw,
+            relocs: OnceCell::new(),
             pointers: OnceCell::new(),
             starts: OnceCell::new(),
             go: OnceCell::new(),
@@ -354,16 +361,47 @@ impl ElfObject {
         *self.unwinds.get_or_init(|| decide(self))
     }
 
-    /// The relative relocations, sorted by slot (read on first use).
-    pub fn relative_relocations(&self) -> &[(u64, u64)] {
-        self.relative
-            .get_or_init(|| super::code::read_relative(self))
+    /// The dynamic relocations (indexed on first use).
+    pub fn dyn_relocs(&self) -> &super::relocs::DynRelocs {
+        self.relocs.get_or_init(|| match self.parse() {
+            Ok(f) => super::relocs::DynRelocs::read(&f, &self.raw),
+            Err(_) => super::relocs::DynRelocs::default(),
+        })
     }
 
-    /// The values the relative relocations store, sorted and unique.
+    /// The imported function the GOT slot at `vaddr` holds: the symbol its
+    /// dynamic relocation names (the last with a name, if several do).
+    pub fn slot_import(&self, vaddr: u64) -> Option<&str> {
+        use object::read::elf::Sym;
+        let mut symbols = self.dyn_relocs().symbols_at(vaddr).peekable();
+        symbols.peek()?;
+        let file = self.parse().ok()?;
+        let endian = file.endian();
+        let table = file.elf_dynamic_symbol_table();
+        symbols
+            .filter_map(|i| {
+                let sym = table.symbol(object::SymbolIndex(i as usize)).ok()?;
+                let name = sym.name(endian, table.strings()).ok()?;
+                std::str::from_utf8(name).ok().filter(|n| !n.is_empty())
+            })
+            .last()
+    }
+
+    /// What the slot at `vaddr` holds after relative relocation, if a
+    /// relative relocation writes it.
+    pub fn relocated_slot(&self, vaddr: u64) -> Option<u64> {
+        self.dyn_relocs().relative_at(vaddr, &self.raw)
+    }
+
+    /// The values the relative relocations store, sorted and unique (read
+    /// on first use: every relative relocation).
     pub fn relocated_pointers(&self) -> &[u64] {
         self.pointers.get_or_init(|| {
-            let mut v: Vec<u64> = self.relative_relocations().iter().map(|r| r.1).collect();
+            let relative = self
+                .parse()
+                .map(|f| super::relocs::read_all_relative(&f))
+                .unwrap_or_default();
+            let mut v: Vec<u64> = relative.iter().map(|r| r.1).collect();
             v.sort_unstable();
             v.dedup();
             v

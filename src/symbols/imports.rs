@@ -5,15 +5,14 @@
 use std::collections::HashMap;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
-use object::{Object, ObjectSection, RelocationTarget};
+use object::{Object, ObjectSection};
 
-use super::elf::{symbol_names, ElfObject};
+use super::elf::ElfObject;
 
-/// Imported functions by PLT stub and by GOT slot.
+/// Imported functions by PLT stub (by GOT slot: `ElfObject::slot_import`).
 #[derive(Debug, Default)]
 pub struct Imports {
     plt: HashMap<u64, String>,
-    slots: HashMap<u64, String>,
 }
 
 impl Imports {
@@ -22,17 +21,6 @@ impl Imports {
         let Ok(file) = obj.parse() else {
             return Imports::default();
         };
-        let mut slots = HashMap::new();
-        if let Some(relocs) = file.dynamic_relocations() {
-            let dynnames = symbol_names(&file, true);
-            for (off, r) in relocs {
-                if let RelocationTarget::Symbol(i) = r.target() {
-                    if let Some(name) = dynnames.get(i.0).filter(|n| !n.is_empty()) {
-                        slots.insert(off, name.to_string());
-                    }
-                }
-            }
-        }
         // A PLT stub is an indirect jump through a GOT slot, with maybe an
         // `endbr64` before it; the stub starts at whichever comes first.
         let mut plt = HashMap::new();
@@ -51,7 +39,7 @@ impl Imports {
                     && insn.op0_kind() == OpKind::Memory
                     && insn.is_ip_rel_memory_operand()
                 {
-                    if let Some(n) = slots.get(&insn.ip_rel_memory_address()) {
+                    if let Some(n) = obj.slot_import(insn.ip_rel_memory_address()) {
                         let start = match prev {
                             Some(p)
                                 if p.mnemonic() == Mnemonic::Endbr64
@@ -61,22 +49,17 @@ impl Imports {
                             }
                             _ => insn.ip(),
                         };
-                        plt.insert(start, n.clone());
+                        plt.insert(start, n.to_string());
                     }
                 }
                 prev = Some(insn);
             }
         }
-        Imports { plt, slots }
+        Imports { plt }
     }
 
     /// The imported function a PLT stub at `addr` jumps to.
     pub fn plt_name(&self, addr: u64) -> Option<&str> {
         self.plt.get(&addr).map(String::as_str)
-    }
-
-    /// The imported function a GOT slot holds.
-    pub fn slot_name(&self, slot: u64) -> Option<&str> {
-        self.slots.get(&slot).map(String::as_str)
     }
 }

@@ -13,6 +13,7 @@ pub mod index;
 pub mod lines;
 mod near;
 pub mod pattern;
+pub mod relocs;
 
 use anyhow::Result;
 
