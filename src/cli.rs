@@ -19,6 +19,7 @@ Examples:
   tachy latency /usr/sbin/nginx:ngx_http_process_request   every process running nginx
   tachy latency -m -i 5 -T -p 4242 'ns::Class::*'  a report every 5 s, with times
   tachy latency --slower-than 1ms -p 4242 read_page        only calls over 1 ms
+  tachy latency -u --cpu -p 4242 'db::Table::scan'  on-CPU, blocked and runnable time
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
@@ -183,6 +184,12 @@ pub struct TraceArgs {
     #[arg(long)]
     pub follow: bool,
 
+    /// Split each call's time into on-CPU, blocked (asleep: locks, I/O,
+    /// sleeps) and runnable (waiting for a CPU), from the scheduler's
+    /// tracepoints
+    #[arg(long)]
+    pub cpu: bool,
+
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
@@ -222,6 +229,11 @@ pub struct LatencyArgs {
     /// OBJECT/FUNCTION); created before any probe is attached
     #[arg(long, value_name = "FILE")]
     pub hlog: Option<PathBuf>,
+
+    /// With --cpu: also print a log2 histogram of each part (on-CPU,
+    /// blocked, runnable) per call
+    #[arg(long, requires = "cpu")]
+    pub hist: bool,
 
     #[command(flatten)]
     pub trace: TraceArgs,
@@ -324,6 +336,10 @@ pub struct TraceSettings {
     pub outermost: bool,
     pub uretprobe: bool,
     pub follow: bool,
+    /// `--cpu`: split each call into on-CPU, blocked and runnable time.
+    pub cpu: bool,
+    /// `--cpu --hist` of `tachy latency`: a histogram of each part.
+    pub cpu_hist: bool,
     pub dry_run: bool,
     pub verbose: bool,
     /// `--hlog`: the HdrHistogram interval log to write.
@@ -360,6 +376,7 @@ impl LatencyArgs {
         s.outermost = self.outermost;
         s.uretprobe = self.uretprobe;
         s.hlog = self.hlog;
+        s.cpu_hist = self.hist;
         Ok(s)
     }
 }
@@ -436,6 +453,8 @@ impl TraceArgs {
             outermost: false,
             uretprobe: false,
             follow: self.follow,
+            cpu: self.cpu,
+            cpu_hist: false,
             dry_run: self.dry_run,
             verbose: self.verbose,
             hlog: None,

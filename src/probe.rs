@@ -15,7 +15,7 @@ use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts
 use crate::plan::encode::{self, LinkGroup, Program};
 use crate::plan::{Plan, MAX_NODES};
 use crate::report::hist::NBUCKETS;
-use crate::report::{Counts, Hist};
+use crate::report::{Counts, CpuSplit, Hist};
 
 mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types)]
@@ -27,6 +27,8 @@ use skel::{types, OpenTachyProgs, TachyProgs, TachySkel, TachySkelBuilder};
 // SAFETY: tachy_stats is plain old data generated from tachy.h: integers
 // only, no padding-sensitive invariants, valid for any bit pattern.
 unsafe impl plain::Plain for types::tachy_stats {}
+// SAFETY: as tachy_stats: integers only.
+unsafe impl plain::Plain for types::tachy_parts {}
 
 // Array sizes of tachy.h, as the skeleton has them, are those of the Rust
 // side: these do not compile otherwise.
@@ -37,6 +39,9 @@ pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
     links: Vec<Link>,
     nfuncs: u32,
+    /// --cpu, and --cpu --hist: what `take` reads besides the counters.
+    cpu: bool,
+    cpu_hist: bool,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
@@ -86,6 +91,8 @@ impl<'obj> Tracer<'obj> {
             skel,
             links: Vec::new(),
             nfuncs: plan.ids(),
+            cpu: plan.settings.cpu,
+            cpu_hist: plan.settings.cpu_hist,
             multi,
             thread_exit: false,
             kernel_with: None,
@@ -103,6 +110,9 @@ impl<'obj> Tracer<'obj> {
         if plan.kernel_functions().next().is_some() {
             t.attach_kernel_functions(plan, verbose)?;
         }
+        if plan.settings.cpu {
+            t.attach_scheduler()?;
+        }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.
         match t.skel.progs.tachy_thread_exit.attach() {
@@ -115,6 +125,18 @@ impl<'obj> Tracer<'obj> {
         }
         t.attach_time = start.elapsed() - load_time;
         Ok(t)
+    }
+
+    /// --cpu: the scheduler's switches and wakeups, which tell on-CPU,
+    /// blocked and runnable time apart for threads with an open frame.
+    fn attach_scheduler(&mut self) -> Result<()> {
+        for prog in [&self.skel.progs.tachy_wakeup, &self.skel.progs.tachy_switch] {
+            let link = prog.attach().map_err(|e| {
+                anyhow!("cannot attach to the scheduler's tracepoints for --cpu: {e}")
+            })?;
+            self.links.push(link);
+        }
+        Ok(())
     }
 
     /// Counts in process `pid` and the processes it forks (--follow).
@@ -214,6 +236,7 @@ impl<'obj> Tracer<'obj> {
             (&mut m.followed, shared.followed.as_fd()),
             (&mut m.threads, shared.threads.as_fd()),
             (&mut m.stats, shared.stats.as_fd()),
+            (&mut m.part_hist, shared.part_hist.as_fd()),
             (&mut m.sys_ids, shared.sys_ids.as_fd()),
             (&mut m.sys_start, shared.sys_start.as_fd()),
             // The interval generation the counters are kept under.
@@ -362,6 +385,7 @@ impl<'obj> Tracer<'obj> {
         let base = (gen & 1) * self.nfuncs;
         let mut out = Vec::with_capacity(self.nfuncs as usize);
         let map = &self.skel.maps.stats;
+        let parts = &self.skel.maps.part_hist;
         for id in 0..self.nfuncs {
             let key = (base + id).to_ne_bytes();
             let per_cpu = map
@@ -385,11 +409,23 @@ impl<'obj> Tracer<'obj> {
                     indirect_tail: s.indirect_tail,
                     hist_early: s.hist_early,
                     hist: Hist::from_buckets(&s.buckets),
+                    cpu: self.cpu.then_some(CpuSplit {
+                        oncpu_ns: s.oncpu_ns,
+                        blocked_ns: s.blocked_ns,
+                        runq_ns: s.runq_ns,
+                        hist: None,
+                    }),
                 });
                 zero.push(vec![0u8; raw.len()]);
             }
             map.update_percpu(&key, &zero, MapFlags::ANY)
                 .map_err(|e| anyhow!("cannot clear BPF counters: {e}"))?;
+            if self.cpu_hist {
+                let hist = take_parts(parts, &key)?;
+                if let Some(split) = c.cpu.as_mut() {
+                    split.hist = Some(hist);
+                }
+            }
             out.push(c);
         }
         Ok(out)
@@ -427,6 +463,36 @@ impl<'obj> Tracer<'obj> {
     pub fn link_count(&self) -> usize {
         self.links.len()
     }
+}
+
+/// Reads and clears the --cpu --hist slots of one counter key, summed over
+/// CPUs: on-CPU, blocked and runnable.
+fn take_parts(map: &libbpf_rs::MapMut<'_>, key: &[u8]) -> Result<[Vec<u64>; 3]> {
+    let per_cpu = map
+        .lookup_percpu(key, MapFlags::ANY)
+        .map_err(|e| anyhow!("cannot read BPF counters: {e}"))?
+        .unwrap_or_default();
+    let mut out: [Vec<u64>; 3] = Default::default();
+    let mut zero = Vec::with_capacity(per_cpu.len());
+    for raw in &per_cpu {
+        let mut p = types::tachy_parts::default();
+        plain::copy_from_bytes(&mut p, raw)
+            .map_err(|_| anyhow!("BPF counters have an unexpected size"))?;
+        for (sum, slots) in out.iter_mut().zip([&p.oncpu, &p.blocked, &p.runq]) {
+            sum.resize(slots.len(), 0);
+            for (d, s) in sum.iter_mut().zip(slots) {
+                *d += *s;
+            }
+        }
+        zero.push(vec![0u8; raw.len()]);
+    }
+    map.update_percpu(key, &zero, MapFlags::ANY)
+        .map_err(|e| anyhow!("cannot clear BPF counters: {e}"))?;
+    for slots in &mut out {
+        let used = slots.iter().rposition(|&n| n > 0).map_or(0, |i| i + 1);
+        slots.truncate(used);
+    }
+    Ok(out)
 }
 
 /// The machine's memory in bytes (MemTotal of /proc/meminfo), if known.
@@ -474,16 +540,28 @@ fn load<'obj>(
         .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
     configure(&mut open, plan, 0)?;
     let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
+    // --cpu --hist adds the parts' histograms beside each counter.
+    let parts = if plan.settings.cpu_hist {
+        std::mem::size_of::<types::tachy_parts>()
+    } else {
+        0
+    };
     counters_fit(
         plan.ids(),
         cpus,
-        std::mem::size_of::<types::tachy_stats>(),
+        std::mem::size_of::<types::tachy_stats>() + parts,
         mem_total(),
     )?;
     open.maps
         .stats
         .set_max_entries(2 * plan.ids())
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    if plan.settings.cpu_hist {
+        open.maps
+            .part_hist
+            .set_max_entries(2 * plan.ids())
+            .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    }
     for mut prog in open.open_object_mut().progs_mut() {
         prog.set_autoload(false);
     }
@@ -501,6 +579,8 @@ fn load<'obj>(
         (&mut open.progs.tachy_sys_enter, syscalls),
         (&mut open.progs.tachy_sys_exit, syscalls),
         (&mut open.progs.tachy_thread_exit, true),
+        (&mut open.progs.tachy_switch, plan.settings.cpu),
+        (&mut open.progs.tachy_wakeup, plan.settings.cpu),
     ] {
         p.set_autoload(on);
     }
@@ -589,6 +669,9 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
     ro.nested = !plan.sites.is_empty();
     ro.filter_tgid = plan.pid.unwrap_or(0);
     ro.follow = plan.settings.follow;
+    ro.cpu = plan.settings.cpu;
+    ro.cpu_hist = plan.settings.cpu_hist;
+    ro.cpu_sys = plan.settings.cpu && plan.syscalls().next().is_some();
     ro.kfunc_id = kfunc_id;
     Ok(())
 }
@@ -719,20 +802,20 @@ mod tests {
     /// The sizes tachy.h states, in the comments that justify its limits.
     #[test]
     fn per_thread_state_is_as_tachy_h_says() {
-        assert_eq!(std::mem::size_of::<types::tachy_thread>(), 22040);
+        assert_eq!(std::mem::size_of::<types::tachy_thread>(), 31288);
     }
 
     #[test]
     fn counters_fit_an_eighth_of_memory() {
         let size = std::mem::size_of::<types::tachy_stats>();
-        assert_eq!(size, 7880);
+        assert_eq!(size, 7904);
         // sqlite3_step at --depth 2 (513 nodes) on 2 CPUs of 24 GiB: 16 MiB.
         assert!(counters_fit(513, 2, size, Some(24 << 30)).is_ok());
-        // The same on 64 CPUs and 2 GiB: 494 MiB, more than 256 MiB.
+        // The same on 64 CPUs and 2 GiB: 495 MiB, more than 256 MiB.
         let e = counters_fit(513, 64, size, Some(2 << 30)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the counters of 513 timed functions and call sites would take 494 MiB of kernel \
+            "the counters of 513 timed functions and call sites would take 495 MiB of kernel \
              memory (64 CPUs), more than the 256 MiB allowed here: time fewer functions or call \
              sites (a lower --depth)"
         );

@@ -68,6 +68,8 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         uretprobe: s.uretprobe,
         follow: s.follow,
         unit_ns: s.unit.ns(),
+        cpu: s.cpu,
+        cpu_hist: s.cpu_hist,
     });
     plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
@@ -97,6 +99,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         for name in names {
             plan.add_kernel_function(name);
         }
+    }
+    if s.cpu && plan.kernel_functions().next().is_some() {
+        bail!("--cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split");
     }
     // Only kernel items are planned so far.
     if s.nested.is_some() && !plan.items.is_empty() {
@@ -858,6 +863,7 @@ fn tree_node(
         filtered: c.filtered,
         hist: (hist && kind != "function").then(|| c.hist.clone()),
         hist_early: c.hist_early,
+        cpu: c.cpu.clone(),
         children: kids,
     }
 }

@@ -47,6 +47,12 @@ const volatile bool outermost = false;
 const volatile bool nested = false;
 /* Durations are bucketed in display units (ns per unit), as funclatency. */
 const volatile __u64 unit_ns = 1;
+/* --cpu: split each call into on-CPU, blocked and runnable time. */
+const volatile bool cpu = false;
+/* --cpu --hist: and a histogram of each part. */
+const volatile bool cpu_hist = false;
+/* --cpu with system calls: account the threads inside one too. */
+const volatile bool cpu_sys = false;
 
 /*
  * --follow: probes are attached for every process and count only in the
@@ -105,6 +111,14 @@ static __always_inline struct tachy_stats *stats_of(__u32 id)
 	return bpf_map_lookup_elem(&stats, &key);
 }
 
+/* --cpu --hist: 2 * nfuncs entries, as stats (1 otherwise). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_parts);
+} part_hist SEC(".maps");
+
 static __always_inline __u32 log2_u64(__u64 v)
 {
 	__u32 r = 0, shift;
@@ -159,7 +173,62 @@ static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
 	s->buckets[bucket_of_ns(d)]++;
 }
 
-static __always_inline void record_ns(__u32 id, __u64 d, bool indirect_tail)
+/* The log2 slot of a part in display units, as funclatency's. */
+static __always_inline __u32 slot_of_ns(__u64 d)
+{
+	__u64 v = unit_ns > 1 ? d / unit_ns : d;
+
+	return v ? log2_u64(v) & (TACHY_PART_SLOTS - 1) : 0;
+}
+
+/* --cpu: a call's blocked and runnable parts, and the rest, on-CPU. */
+struct parts {
+	__u64 blocked;
+	__u64 runq;
+};
+
+/* A switch missed (a lookup refused) never makes parts exceed d. */
+static __always_inline struct parts clamp_parts(struct parts p, __u64 d)
+{
+	if (p.blocked > d)
+		p.blocked = d;
+	if (p.runq > d - p.blocked)
+		p.runq = d - p.blocked;
+	return p;
+}
+
+/* Adds a call of d ns, with parts p (clamped), to s. */
+static __always_inline void add_parts(struct tachy_stats *s, __u64 d,
+				      struct parts p)
+{
+	s->oncpu_ns += d - p.blocked - p.runq;
+	s->blocked_ns += p.blocked;
+	s->runq_ns += p.runq;
+}
+
+static __always_inline void record_parts(__u32 id, struct tachy_stats *s,
+					 __u64 d, struct parts p)
+{
+	struct tachy_parts *h;
+	__u64 on;
+	__u32 key;
+
+	p = clamp_parts(p, d);
+	on = d - p.blocked - p.runq;
+	add_parts(s, d, p);
+	if (!cpu_hist)
+		return;
+	key = (generation & 1) * nfuncs + id;
+	h = bpf_map_lookup_elem(&part_hist, &key);
+	if (!h)
+		return;
+	h->oncpu[slot_of_ns(on)]++;
+	h->blocked[slot_of_ns(p.blocked)]++;
+	h->runq[slot_of_ns(p.runq)]++;
+}
+
+static __always_inline void record_ns(__u32 id, __u64 d, struct parts p,
+				      bool indirect_tail)
 {
 	struct tachy_stats *s = stats_of(id);
 
@@ -179,12 +248,29 @@ static __always_inline void record_ns(__u32 id, __u64 d, bool indirect_tail)
 	s->count++;
 	s->total_ns += d;
 	add_bucket(s, d);
+	if (cpu)
+		record_parts(id, s, d, p);
 }
 
-static __always_inline void record(struct tachy_frame *f, __u64 now,
+/* What the thread spent off its CPU since its sums were these. */
+static __always_inline struct parts parts_since(struct tachy_cpu *c,
+						__u64 blocked0, __u64 runq0)
+{
+	struct parts p = {};
+
+	if (cpu) {
+		p.blocked = c->blocked_ns - blocked0;
+		p.runq = c->runq_ns - runq0;
+	}
+	return p;
+}
+
+static __always_inline void record(struct tachy_thread *t,
+				   struct tachy_frame *f, __u64 now,
 				   bool indirect_tail)
 {
-	record_ns(f->id, now - f->start_ns, indirect_tail);
+	record_ns(f->id, now - f->start_ns,
+		  parts_since(&t->cpu, f->blocked0, f->runq0), indirect_tail);
 }
 
 struct flush_ctx {
@@ -235,11 +321,16 @@ static long flush_one(__u64 i, void *data)
 			s->count += p->cnt;
 			s->total_ns += p->ns;
 			s->unwound += p->unw;
+			if (cpu)
+				add_parts(s, p->ns,
+					  (struct parts){p->blocked, p->runq});
 		}
 	}
 	p->cnt = 0;
 	p->ns = 0;
 	p->unw = 0;
+	p->blocked = 0;
+	p->runq = 0;
 	t->pend_of[id & (TACHY_MAX_NODES - 1)] = 0;
 	return 0;
 }
@@ -282,6 +373,13 @@ static __always_inline void flush_pending(struct tachy_thread *t, bool keep)
 	t->pend_nhist = 0;
 }
 
+/* --cpu: the parts of a site call of d ns that frame f timed. */
+static __always_inline struct parts site_parts(struct tachy_thread *t,
+					       struct tachy_frame *f, __u64 d)
+{
+	return clamp_parts(parts_since(&t->cpu, f->blocked0, f->runq0), d);
+}
+
 /*
  * A frame ends normally at `now` (a traced function's: by a return, or by
  * an indirect tail jump, to which it is timed).
@@ -295,6 +393,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 
 	if (f->flags & TACHY_FRAME_SITE) {
 		struct tachy_pending *p = pending_of(t, id);
+		struct parts pp = site_parts(t, f, d);
 		struct tachy_stats *s;
 
 		/* Count, total and histogram wait for the outermost traced
@@ -304,6 +403,8 @@ static __always_inline void close_frame(struct tachy_thread *t,
 
 			p->ns += d;
 			p->cnt++;
+			p->blocked += pp.blocked;
+			p->runq += pp.runq;
 			if (n < TACHY_MAX_PENDING_HIST) {
 				t->pend_hist[n & (TACHY_MAX_PENDING_HIST - 1)] =
 					id << 16 | bucket_of_ns(d);
@@ -317,6 +418,8 @@ static __always_inline void close_frame(struct tachy_thread *t,
 			if (!p) {
 				s->count++;
 				s->total_ns += d;
+				if (cpu)
+					add_parts(s, d, pp);
 			}
 			add_bucket(s, d);
 			s->hist_early++;
@@ -326,14 +429,14 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
 		bool keep = !(d < min_ns || (max_ns && d > max_ns));
 
-		record(f, now, indirect_tail);
+		record(t, f, now, indirect_tail);
 		if (t->roots)
 			t->roots--;
 		if (!t->roots)
 			flush_pending(t, keep);
 		return;
 	}
-	record(f, now, indirect_tail);
+	record(t, f, now, indirect_tail);
 }
 
 /*
@@ -349,14 +452,20 @@ static __always_inline void drop_frame(struct tachy_thread *t,
 
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
 		struct tachy_pending *p = pending_of(t, id);
+		__u64 d = now - f->start_ns;
+		struct parts pp = site_parts(t, f, d);
 		struct tachy_stats *s;
 
 		if (p) {
-			p->ns += now - f->start_ns;
+			p->ns += d;
 			p->unw++;
+			p->blocked += pp.blocked;
+			p->runq += pp.runq;
 		} else if ((s = stats_of(id))) {
-			s->total_ns += now - f->start_ns;
+			s->total_ns += d;
 			s->unwound++;
+			if (cpu)
+				add_parts(s, d, pp);
 		}
 		return;
 	}
@@ -408,6 +517,8 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->sp = sp;
 	f->start_ns = now;
 	f->child_ns = 0;
+	f->blocked0 = t->cpu.blocked_ns;
+	f->runq0 = t->cpu.runq_ns;
 	f->id = id;
 	f->flags = flags;
 	f->slot = slot;
@@ -873,6 +984,10 @@ struct tachy_syscall {
 	__u64 start_ns;
 	__u32 id; /* id + 1 of the syscall in progress; 0: none */
 	__u32 pad;
+	/* --cpu: the thread's sums, and their values at the call's entry */
+	struct tachy_cpu cpu;
+	__u64 blocked0;
+	__u64 runq0;
 };
 
 struct {
@@ -908,6 +1023,8 @@ int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
 		return 0;
 	sc->id = *id;
 	sc->start_ns = bpf_ktime_get_ns();
+	sc->blocked0 = sc->cpu.blocked_ns;
+	sc->runq0 = sc->cpu.runq_ns;
 	return 0;
 }
 
@@ -924,7 +1041,8 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	id = sc->id - 1;
 	sc->id = 0;
-	record_ns(id, bpf_ktime_get_ns() - sc->start_ns, false);
+	record_ns(id, bpf_ktime_get_ns() - sc->start_ns,
+		  parts_since(&sc->cpu, sc->blocked0, sc->runq0), false);
 	return 0;
 }
 
@@ -987,7 +1105,8 @@ static __always_inline int kfunc_exit(__u32 id)
 	d = k->depth - 1;
 	if (d >= TACHY_MAX_KDEPTH || k->id[d] != id)
 		return 0;
-	record_ns(id, bpf_ktime_get_ns() - k->start_ns[d], false);
+	record_ns(id, bpf_ktime_get_ns() - k->start_ns[d], (struct parts){},
+		  false);
 	k->depth = d;
 	return 0;
 }
@@ -1063,4 +1182,82 @@ SEC("uprobe")
 int tachy_ijmp_s(struct pt_regs *ctx)
 {
 	return do_jump(ctx);
+}
+
+/*
+ * --cpu. A thread with an open traced frame (or system call) that leaves
+ * its CPU is off from then: blocked when it went to sleep, runnable when it
+ * was preempted or yielded. A wakeup turns blocked into runnable; being
+ * switched in ends it. Other threads cost one task-storage lookup each.
+ */
+static __always_inline void cpu_off(struct tachy_cpu *c, bool runnable,
+				    __u64 now)
+{
+	c->off_ns = now;
+	c->off_state = runnable ? TACHY_OFF_RUNNABLE : TACHY_OFF_BLOCKED;
+}
+
+static __always_inline void cpu_woken(struct tachy_cpu *c, __u64 now)
+{
+	if (!c->off_ns || c->off_state != TACHY_OFF_BLOCKED)
+		return;
+	c->blocked_ns += now - c->off_ns;
+	c->off_ns = now;
+	c->off_state = TACHY_OFF_RUNNABLE;
+}
+
+static __always_inline void cpu_on(struct tachy_cpu *c, __u64 now)
+{
+	if (!c->off_ns)
+		return;
+	if (c->off_state == TACHY_OFF_BLOCKED)
+		c->blocked_ns += now - c->off_ns;
+	else
+		c->runq_ns += now - c->off_ns;
+	c->off_ns = 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tachy_switch, bool preempt, struct task_struct *prev,
+	     struct task_struct *next, unsigned int prev_state)
+{
+	/* TASK_RUNNING is 0: still runnable (a yield, or woken already). */
+	bool runnable = preempt || !prev_state;
+	__u64 now = bpf_ktime_get_ns();
+	struct tachy_syscall *sc;
+	struct tachy_thread *t;
+
+	t = bpf_task_storage_get(&threads, prev, 0, 0);
+	if (t && t->depth)
+		cpu_off(&t->cpu, runnable, now);
+	t = bpf_task_storage_get(&threads, next, 0, 0);
+	if (t)
+		cpu_on(&t->cpu, now);
+	if (!cpu_sys)
+		return 0;
+	sc = bpf_task_storage_get(&sys_start, prev, 0, 0);
+	if (sc && sc->id)
+		cpu_off(&sc->cpu, runnable, now);
+	sc = bpf_task_storage_get(&sys_start, next, 0, 0);
+	if (sc)
+		cpu_on(&sc->cpu, now);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(tachy_wakeup, struct task_struct *p)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct tachy_syscall *sc;
+	struct tachy_thread *t;
+
+	t = bpf_task_storage_get(&threads, p, 0, 0);
+	if (t)
+		cpu_woken(&t->cpu, now);
+	if (!cpu_sys)
+		return 0;
+	sc = bpf_task_storage_get(&sys_start, p, 0, 0);
+	if (sc)
+		cpu_woken(&sc->cpu, now);
+	return 0;
 }

@@ -134,10 +134,42 @@ struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */
 	__u64 start_ns;
 	__u64 child_ns;
+	/* --cpu: the thread's tachy_cpu.blocked_ns and runq_ns at entry */
+	__u64 blocked0;
+	__u64 runq0;
 	__u32 id;
 	__u32 flags;
 	__u32 slot; /* a site's slot */
 	__u32 pad;
+};
+
+/* How a thread left its CPU (tachy_cpu.off_state). */
+#define TACHY_OFF_BLOCKED  1 /* asleep: a lock, I/O, a sleep */
+#define TACHY_OFF_RUNNABLE 2 /* preempted, or woken and not yet running */
+
+/*
+ * --cpu: where a thread's time went while it had an open traced frame (or
+ * system call), from sched_switch and sched_wakeup. Both sums only grow;
+ * a frame keeps their values at its entry, and its blocked and runnable
+ * parts are the differences at its end. On-CPU time is the rest of its
+ * duration, so the three parts add up to it.
+ */
+struct tachy_cpu {
+	__u64 blocked_ns;
+	__u64 runq_ns;
+	__u64 off_ns;	 /* when it left the CPU or was woken; 0: running */
+	__u32 off_state; /* TACHY_OFF_*, while off_ns is set */
+	__u32 pad;
+};
+
+/* Log2 slots of the parts' histograms (--cpu --hist), as funclatency's. */
+#define TACHY_PART_SLOTS 64
+
+/* --cpu --hist: per function id and per CPU, beside tachy_stats. */
+struct tachy_parts {
+	__u64 oncpu[TACHY_PART_SLOTS];
+	__u64 blocked[TACHY_PART_SLOTS];
+	__u64 runq[TACHY_PART_SLOTS];
 };
 
 /* What one site (node) accumulated in the current outermost traced call. */
@@ -145,15 +177,19 @@ struct tachy_pending {
 	__u64 ns;
 	__u32 cnt;
 	__u32 unw;
+	/* --cpu: the blocked and runnable parts of ns */
+	__u64 blocked;
+	__u64 runq;
 };
 
 /*
- * A thread's state: 22040 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 31288 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {
 	__u32 depth;
 	__u32 roots; /* open ROOT frames */
+	struct tachy_cpu cpu;
 	struct tachy_frame frames[TACHY_MAX_DEPTH];
 	/* Sites pending: pend[0..npend), the node of each in pend_node, and
 	 * per node 1 + its index in pend (0: none). */
@@ -179,6 +215,10 @@ struct tachy_stats {
 	/* site calls bucketed before their outermost traced call's filter
 	 * was known (past TACHY_MAX_PENDING_HIST in one call) */
 	__u64 hist_early;
+	/* --cpu: the parts of total_ns (they add up to it) */
+	__u64 oncpu_ns;
+	__u64 blocked_ns;
+	__u64 runq_ns;
 	__u64 buckets[TACHY_NBUCKETS];
 };
 

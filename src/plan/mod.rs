@@ -140,6 +140,10 @@ pub struct Settings {
     pub follow: bool,
     /// Unit the kernel buckets durations in (ns per unit).
     pub unit_ns: u64,
+    /// Split each call into on-CPU, blocked and runnable time (`--cpu`).
+    pub cpu: bool,
+    /// And a histogram of each part (`--cpu --hist`).
+    pub cpu_hist: bool,
 }
 
 /// Everything `probe` needs to attach.

@@ -6,7 +6,28 @@ use serde_json::{json, Map, Value};
 
 use super::hist::bucket_range;
 use super::text::PERCENTILES;
-use super::Report;
+use super::{CpuSplit, Report, CPU_PARTS};
+
+/// `--cpu`: each part in ns and its share of the calls' time; with
+/// `--hist`, the log2 slots of each part per call.
+pub fn cpu_json(split: &CpuSplit) -> Value {
+    let parts = split.parts();
+    let sum: u64 = parts.iter().sum();
+    let mut m = Map::new();
+    for ((_, key), ns) in CPU_PARTS.iter().zip(parts) {
+        m.insert(format!("{key}_ns"), json!(ns));
+        let share = (sum > 0).then(|| ns as f64 / sum as f64);
+        m.insert(format!("{key}_share"), json!(share));
+    }
+    if let Some(hist) = &split.hist {
+        let mut h = Map::new();
+        for ((_, key), slots) in CPU_PARTS.iter().zip(hist) {
+            h.insert(key.to_string(), json!(slots));
+        }
+        m.insert("log2_buckets".into(), Value::Object(h));
+    }
+    Value::Object(m)
+}
 
 pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     let per = r.unit.ns();
@@ -26,7 +47,7 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
                 });
                 pct.insert(name.to_string(), json!(v));
             }
-            json!({
+            let mut v = json!({
                 "name": f.name,
                 "raw_name": f.raw_name,
                 "object": f.object.display().to_string(),
@@ -46,7 +67,11 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
                 "filtered": c.filtered,
                 "overflow": c.overflow,
                 "indirect_tail": c.indirect_tail,
-            })
+            });
+            if let Some(split) = &c.cpu {
+                v["cpu"] = cpu_json(split);
+            }
+            v
         })
         .collect();
     let ts = r

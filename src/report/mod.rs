@@ -81,6 +81,54 @@ pub struct Counts {
     pub hist_early: u64,
     /// Durations in display units, in the kernel's log2 x 16 buckets.
     pub hist: Hist,
+    /// `--cpu`: where the time of the calls counted went.
+    pub cpu: Option<CpuSplit>,
+}
+
+/// The time of the calls counted, split by what the thread was doing; the
+/// three parts add up to `Counts::total_ns`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuSplit {
+    /// Running on a CPU.
+    pub oncpu_ns: u64,
+    /// Switched out asleep (a lock, I/O, a sleep), up to its wakeup.
+    pub blocked_ns: u64,
+    /// Runnable, waiting for a CPU: preempted, or woken and not yet running.
+    pub runq_ns: u64,
+    /// `--hist`: per call, the log2 slots of each part in display units
+    /// (on-CPU, blocked, runnable), as `Hist::log2_slots`.
+    pub hist: Option<[Vec<u64>; 3]>,
+}
+
+/// The parts of a `CpuSplit`, in order, with the words reports use.
+pub const CPU_PARTS: [(&str, &str); 3] = [
+    ("on-CPU", "oncpu"),
+    ("blocked", "blocked"),
+    ("waiting for a CPU", "runnable"),
+];
+
+impl CpuSplit {
+    /// The parts, in the order of `CPU_PARTS`.
+    pub fn parts(&self) -> [u64; 3] {
+        [self.oncpu_ns, self.blocked_ns, self.runq_ns]
+    }
+
+    pub fn merge(&mut self, o: &CpuSplit) {
+        self.oncpu_ns += o.oncpu_ns;
+        self.blocked_ns += o.blocked_ns;
+        self.runq_ns += o.runq_ns;
+        if let Some(oh) = &o.hist {
+            let h = self.hist.get_or_insert_with(Default::default);
+            for (mine, theirs) in h.iter_mut().zip(oh) {
+                if mine.len() < theirs.len() {
+                    mine.resize(theirs.len(), 0);
+                }
+                for (d, s) in mine.iter_mut().zip(theirs) {
+                    *d += *s;
+                }
+            }
+        }
+    }
 }
 
 impl Counts {
@@ -101,6 +149,9 @@ impl Counts {
         self.indirect_tail += o.indirect_tail;
         self.hist_early += o.hist_early;
         self.hist.merge(&o.hist);
+        if let Some(oc) = &o.cpu {
+            self.cpu.get_or_insert_with(Default::default).merge(oc);
+        }
     }
 }
 
@@ -198,6 +249,46 @@ mod golden {
         let mut out = Vec::new();
         json::render(&sample(Unit::Usec), &mut out).unwrap();
         check("json_usec.json", &out);
+    }
+
+    /// The first function of the sample with a `--cpu` split: 800 calls of
+    /// 1581 us on average, mostly blocked; with `hist`, its parts' tables.
+    fn cpu_sample(hist: bool) -> Report {
+        let mut r = sample(Unit::Usec);
+        r.funcs.truncate(1);
+        let c = &mut r.funcs[0].counts;
+        let (blocked, runq) = (1_088_000_000, 37_600_000);
+        c.cpu = Some(CpuSplit {
+            oncpu_ns: c.total_ns - blocked - runq,
+            blocked_ns: blocked,
+            runq_ns: runq,
+            hist: hist.then(|| {
+                [
+                    vec![0, 0, 0, 0, 0, 0, 0, 200, 600],
+                    vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 700, 100],
+                    vec![500, 0, 0, 0, 0, 100, 200],
+                ]
+            }),
+        });
+        r
+    }
+
+    #[test]
+    fn text_cpu() {
+        let mut out = Vec::new();
+        text::render(&cpu_sample(true), &mut out).unwrap();
+        check("text_cpu.txt", &out);
+    }
+
+    #[test]
+    fn json_cpu() {
+        let mut out = Vec::new();
+        json::render(&cpu_sample(true), &mut out).unwrap();
+        check("json_cpu.json", &out);
+        let mut out = Vec::new();
+        json::render(&cpu_sample(false), &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(v["functions"][0]["cpu"].get("log2_buckets").is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use super::hist::round_to_precision;
 #[cfg(test)]
 use super::Counts;
-use super::{FuncReport, Report, Unit};
+use super::{CpuSplit, FuncReport, Report, Unit, CPU_PARTS};
 
 pub const PERCENTILES: [(f64, &str); 4] =
     [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")];
@@ -62,6 +62,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         }
         writeln!(w, ", max = {max} {u}")?;
     }
+    if let Some(split) = &c.cpu {
+        render_split(split, c.count, unit, w)?;
+    }
     // Kernel items (system calls, kernel functions) never unwind.
     if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
         writeln!(w, "left by exception or unwind: {}", c.unwound)?;
@@ -82,6 +85,46 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
             "timed only up to an indirect tail jump: {}",
             c.indirect_tail
         )?;
+    }
+    if let Some(hist) = c.cpu.as_ref().and_then(|s| s.hist.as_ref()) {
+        render_split_hist(hist, unit, w)?;
+    }
+    Ok(())
+}
+
+/// `--cpu`: each part's share of the calls' time and its average per call.
+pub fn render_split(
+    split: &CpuSplit,
+    count: u64,
+    unit: Unit,
+    w: &mut impl Write,
+) -> io::Result<()> {
+    let u = unit.word();
+    let parts = split.parts();
+    let sum: u64 = parts.iter().sum();
+    let line: Vec<String> = CPU_PARTS
+        .iter()
+        .zip(parts)
+        .map(|((name, _), ns)| {
+            let share = if sum > 0 {
+                ns as f64 * 100.0 / sum as f64
+            } else {
+                0.0
+            };
+            let avg = ns.checked_div(count).unwrap_or(0) / unit.ns();
+            format!("{name} {share:.1}% (avg {avg} {u})")
+        })
+        .collect();
+    writeln!(w, "{}", line.join(", "))
+}
+
+/// `--cpu --hist`: a log2 table of each part per call.
+pub fn render_split_hist(hist: &[Vec<u64>; 3], unit: Unit, w: &mut impl Write) -> io::Result<()> {
+    for ((name, _), slots) in CPU_PARTS.iter().zip(hist) {
+        writeln!(w, "\n{name}, per call:")?;
+        if !print_log2_hist(slots, unit.word(), w)? {
+            writeln!(w, "(no calls)")?;
+        }
     }
     Ok(())
 }

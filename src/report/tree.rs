@@ -7,8 +7,21 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
+use super::json::cpu_json;
 use super::text::print_log2_hist;
-use super::{Hist, Unit};
+use super::{CpuSplit, Hist, Unit, CPU_PARTS};
+
+/// `--cpu` on a line of the tree: each part's share of the node's time.
+fn shares(split: &CpuSplit) -> String {
+    let parts = split.parts();
+    let sum: u64 = parts.iter().sum();
+    let words: Vec<String> = CPU_PARTS
+        .iter()
+        .zip(parts)
+        .map(|((name, _), ns)| format!("{name} {:.1}%", pct(ns, sum)))
+        .collect();
+    format!("[{}]", words.join(", "))
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TreeNode {
@@ -26,6 +39,8 @@ pub struct TreeNode {
     /// Calls in `hist` bucketed before the duration filter had decided on
     /// their traced call: the histogram may hold some filtered-out calls.
     pub hist_early: u64,
+    /// `--cpu`: where `total_ns` went (no part histograms here).
+    pub cpu: Option<CpuSplit>,
     pub children: Vec<TreeNode>,
 }
 
@@ -56,6 +71,25 @@ impl TreeNode {
     pub fn self_ns(&self) -> u64 {
         let kids: u64 = self.children.iter().map(|c| c.total_ns).sum();
         self.total_ns.saturating_sub(kids)
+    }
+
+    /// `--cpu`: the split of the own time, each part less the children's.
+    pub fn self_cpu(&self) -> Option<CpuSplit> {
+        let own = self.cpu.as_ref()?;
+        let mut parts = own.parts();
+        for c in &self.children {
+            if let Some(k) = &c.cpu {
+                for (p, kp) in parts.iter_mut().zip(k.parts()) {
+                    *p = p.saturating_sub(kp);
+                }
+            }
+        }
+        Some(CpuSplit {
+            oncpu_ns: parts[0],
+            blocked_ns: parts[1],
+            runq_ns: parts[2],
+            hist: None,
+        })
     }
 
     /// The text report's label: `file:line  name`, long C++ names shortened.
@@ -173,6 +207,9 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
         if root.unwound > 0 {
             head.push_str(&format!("  left by exception: {}", root.unwound));
         }
+        if let (Some(split), true) = (&root.cpu, root.count > 0) {
+            head.push_str(&format!("  {}", shares(split)));
+        }
         writeln!(w, "{head}")?;
         let l = Layout {
             root_total: root.total_ns,
@@ -262,14 +299,17 @@ fn render_children(
     let s = parent.self_ns();
     // A parent that never ran (its sites shown by --all-sites) has no self.
     if pcount > 0.0 {
-        writeln!(
-            w,
+        let mut line = format!(
             "{indent}{:<pad$}  {:>15}  avg {:>9}  {:>5.1}%",
             "self",
             "",
             human(s as f64 / pcount),
             pct(s, root_total)
-        )?;
+        );
+        if let Some(split) = parent.self_cpu() {
+            line.push_str(&format!("  {}", shares(&split)));
+        }
+        writeln!(w, "{line}")?;
     }
     for c in shown {
         let rate = if pcount > 0.0 {
@@ -288,6 +328,9 @@ fn render_children(
             c.label(),
             pct(c.total_ns, root_total)
         );
+        if let (Some(split), true) = (&c.cpu, c.calls() > 0) {
+            line.push_str(&format!("  {}", shares(split)));
+        }
         if c.unwound > 0 {
             line.push_str(&format!("  ({} left by exception)", c.unwound));
         }
@@ -324,6 +367,10 @@ fn node_json(n: &TreeNode) -> Value {
     });
     if n.kind == "function" {
         v["filtered"] = json!(n.filtered);
+    }
+    if let (Some(split), Some(own)) = (&n.cpu, n.self_cpu()) {
+        v["cpu"] = cpu_json(split);
+        v["self_cpu"] = cpu_json(&own);
     }
     if let Some(h) = &n.hist {
         v["log2_buckets"] = json!(h.log2_slots());
@@ -414,6 +461,7 @@ mod tests {
             filtered: 0,
             hist: None,
             hist_early: 0,
+            cpu: None,
             children,
         }
     }
@@ -486,6 +534,36 @@ mod tests {
         let mut out = Vec::new();
         render_json(&sample(), &mut out).unwrap();
         check("tree.json", &out);
+    }
+
+    /// `--cpu`: each node's split, and the self line's as the node's less
+    /// its children's.
+    #[test]
+    fn golden_cpu() {
+        let split = |on: u64, blocked: u64, runq: u64| {
+            Some(CpuSplit {
+                oncpu_ns: on,
+                blocked_ns: blocked,
+                runq_ns: runq,
+                hist: None,
+            })
+        };
+        let mut r = sample();
+        let root = &mut r.roots[0];
+        root.cpu = split(55_682_400, 1_150_000_000, 14_237_600);
+        root.children[0].cpu = split(12_000_000, 0, 573_600);
+        root.children[1].cpu = split(2_800_000, 1_148_000_000, 2_000_000);
+        root.children[1].children[0].cpu = split(1_000_000, 1_148_000_000, 1_442_000);
+        root.children[2].cpu = split(40_000_000, 2_000_000, 11_664_000);
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        check("tree_cpu.txt", &out);
+        let mut out = Vec::new();
+        render_json(&r, &mut out).unwrap();
+        check("tree_cpu.json", &out);
+        let root = &r.roots[0];
+        let own = root.self_cpu().unwrap();
+        assert_eq!(own.parts().iter().sum::<u64>(), root.self_ns());
     }
 
     #[test]

@@ -29,6 +29,7 @@
 //! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
 //! | `wide`          | wide.c                      | gcc -O2 -g                              |
 //! | `ijump`         | ijump.c                     | gcc -O2 -g -pthread                     |
+//! | `why`           | why.c (modes: see the source) | gcc -O2 -g -pthread                   |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -202,6 +203,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["ijump.c"],
             deps: &[],
         },
+        "why" => Recipe {
+            sources: &["why.c"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -216,7 +221,7 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, rust_app, \
+             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, rust_app, \
              rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
         ),
     }
@@ -261,6 +266,14 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(src.join("nested.cpp"))
                 .arg(out_dir.join("libfixture.so"))
                 .arg("-Wl,-rpath,$ORIGIN")
+                .arg("-o")
+                .arg(tmp_out);
+            c
+        }
+        "why" => {
+            let mut c = cc();
+            c.args(["-O2", "-g", "-pthread", "-Wall", "-Wextra"])
+                .arg(src.join("why.c"))
                 .arg("-o")
                 .arg(tmp_out);
             c

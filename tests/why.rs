@@ -1,0 +1,265 @@
+//! Root-run integration tests of what tells why a function is slow: the
+//! on-CPU / blocked / runnable split of `--cpu`, on the `why` fixture
+//! (tests/fixtures/why.c), whose functions sleep, spin, or spin crowded on
+//! one CPU, and which measures its own CPU time to compare with.
+
+mod common;
+
+use std::time::Duration;
+
+use common::run::{Outcome, Tachy};
+use common::{counts, tagged};
+use serde_json::Value;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `tachy SUBCOMMAND OPTS... -- why MODE ITERATIONS`, without the go
+/// signal.
+fn run_why(sub: &str, opts: &[&str], mode: &str, iterations: u32) -> Outcome {
+    let exe = common::build("why");
+    let exe = exe.to_str().unwrap().to_string();
+    let it = iterations.to_string();
+    let mut args: Vec<&str> = vec![sub];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", &exe, mode, &it]);
+    Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
+}
+
+fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+    rep["functions"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+        .unwrap_or_else(|| panic!("no function {name} in {rep}"))
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+}
+
+fn share(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+}
+
+/// The `--cpu` split of `name`, checked for what holds of every split:
+/// `count` calls, and parts adding up to the total exactly.
+fn split<'a>(out: &'a Outcome, rep: &'a Value, name: &str, count: u64) -> &'a Value {
+    let f = func(rep, name);
+    assert_eq!(num(f, "count"), count, "{out}");
+    let c = &f["cpu"];
+    let sum = num(c, "oncpu_ns") + num(c, "blocked_ns") + num(c, "runnable_ns");
+    assert_eq!(sum, num(f, "total_ns"), "parts do not add up\n{out}");
+    let shares = share(c, "oncpu_share") + share(c, "blocked_share") + share(c, "runnable_share");
+    assert!((shares - 1.0).abs() < 1e-9, "{out}");
+    c
+}
+
+/// What the fixture printed: with JSON on standard output, it goes to
+/// tachy's standard error.
+fn fixture_text(out: &Outcome) -> String {
+    format!("{}\n{}", out.stdout, out.stderr)
+}
+
+/// The fixture's own count and CPU time inside `name`.
+fn fixture_cpu(out: &Outcome, name: &str) -> (u64, u64) {
+    let text = fixture_text(out);
+    let n = counts(&text)[name];
+    let cpu = tagged(&text, "cpu_ns")[name];
+    (n, cpu)
+}
+
+/// Whether the fixture ran at SCHED_FIFO, as it does as root.
+fn assert_fifo(out: &Outcome) {
+    assert!(
+        fixture_text(out).lines().any(|l| l == "policy fifo"),
+        "the fixture could not run at SCHED_FIFO\n{out}"
+    );
+}
+
+/// A function that sleeps 5 ms is blocked nearly all along, and for at
+/// least the 5 ms of each sleep.
+#[test]
+fn sleeping_function_is_blocked() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why("latency", &["--cpu", "--json", "sleeper"], "sleep", 20);
+    out.assert_success();
+    assert_fifo(&out);
+    let rep = out.single_report();
+    let c = split(&out, &rep, "sleeper", 20);
+    assert!(share(c, "blocked_share") > 0.9, "{out}");
+    // The timer fires no earlier than 5 ms after the sleep began; the
+    // thread leaves its CPU a few microseconds after that.
+    assert!(num(c, "blocked_ns") >= 20 * 4_900_000, "{out}");
+}
+
+/// A function that spins for 5 ms of CPU time is on a CPU nearly all along,
+/// and tachy's on-CPU time is the thread's own CPU time (the probes' own
+/// cost, a few microseconds per call, aside).
+#[test]
+fn spinning_function_is_on_cpu() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why("latency", &["--cpu", "--json", "spinner"], "spin", 20);
+    out.assert_success();
+    assert_fifo(&out);
+    let rep = out.single_report();
+    let c = split(&out, &rep, "spinner", 20);
+    assert!(share(c, "oncpu_share") > 0.9, "{out}");
+    assert_eq!(num(c, "blocked_ns"), 0, "{out}");
+    let (n, cpu) = fixture_cpu(&out, "spinner");
+    assert_eq!(n, 20);
+    let on = num(c, "oncpu_ns");
+    assert!(
+        on >= cpu && on <= cpu + cpu / 20 + 20 * 50_000,
+        "on-CPU {on} ns, the fixture's CPU clock {cpu} ns\n{out}"
+    );
+}
+
+/// Four threads spinning on one CPU wait for it most of the time: the
+/// runnable part is large, and the on-CPU part is still the threads' own
+/// CPU time.
+#[test]
+fn crowded_threads_wait_for_the_cpu() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why(
+        "latency",
+        &["--cpu", "--hist", "--json", "crowded"],
+        "crowd",
+        10,
+    );
+    out.assert_success();
+    let rep = out.single_report();
+    let c = split(&out, &rep, "crowded", 40);
+    // Each thread has the CPU a quarter of the time at best.
+    assert!(share(c, "runnable_share") > 0.25, "{out}");
+    let (n, cpu) = fixture_cpu(&out, "crowded");
+    assert_eq!(n, 40);
+    let on = num(c, "oncpu_ns");
+    assert!(
+        on >= cpu && on <= cpu + cpu / 20 + 40 * 50_000,
+        "on-CPU {on} ns, the fixture's CPU clock {cpu} ns\n{out}"
+    );
+    // --hist: each part's histogram holds every call once.
+    for part in ["oncpu", "blocked", "runnable"] {
+        let slots = c["log2_buckets"][part]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {part} histogram\n{out}"));
+        let calls: u64 = slots.iter().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(calls, 40, "{part}\n{out}");
+    }
+}
+
+/// The text report: one line of shares and averages, and with --hist a
+/// table per part.
+#[test]
+fn text_report_has_the_split() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why("latency", &["-u", "--cpu", "--hist", "sleeper"], "sleep", 4);
+    out.assert_success();
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("on-CPU "))
+        .unwrap_or_else(|| panic!("no split line\n{out}"));
+    let words: Vec<&str> = line.split(' ').collect();
+    assert_eq!(words[4], "usecs),", "{line}");
+    assert_eq!(words[5], "blocked", "{line}");
+    assert!(line.contains(", waiting for a CPU "), "{line}");
+    for heading in [
+        "on-CPU, per call:",
+        "blocked, per call:",
+        "waiting for a CPU, per call:",
+    ] {
+        assert!(out.stdout.lines().any(|l| l == heading), "{heading}\n{out}");
+    }
+}
+
+/// --hist of `latency` goes with --cpu only; kernel functions are not split.
+#[test]
+fn cpu_usage_errors() {
+    let out = Tachy::start(&["latency", "--hist", "-p", "1", "f"], &[]).finish(RUN_TIMEOUT);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("--cpu"), "{out}");
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why("latency", &["--cpu", "k:vfs_read"], "sleep", 1);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains("tachy: --cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split"),
+        "{out}"
+    );
+}
+
+/// System calls are split too: the fixture's 5 ms sleeps are blocked.
+#[test]
+fn syscall_split() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why(
+        "latency",
+        &["--cpu", "--json", "syscall:clock_nanosleep"],
+        "sleep",
+        10,
+    );
+    out.assert_success();
+    assert_fifo(&out);
+    let rep = out.single_report();
+    let c = split(&out, &rep, "syscall:clock_nanosleep", 10);
+    assert!(share(c, "blocked_share") > 0.9, "{out}");
+    assert!(num(c, "blocked_ns") >= 10 * 4_900_000, "{out}");
+}
+
+/// `tachy nested --cpu`: each site has its split, and the self split is the
+/// function's less its sites'. target() sleeps 200 us per call: blocked at
+/// least that long.
+#[test]
+fn nested_sites_are_split() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why("nested", &["--cpu", "--json", "caller_one"], "callers", 4);
+    out.assert_success();
+    let rep = out.single_report();
+    let root = &rep["roots"][0];
+    assert_eq!(num(root, "count"), 4, "{out}");
+    let parts = |v: &Value| {
+        let c = &v["cpu"];
+        [
+            num(c, "oncpu_ns"),
+            num(c, "blocked_ns"),
+            num(c, "runnable_ns"),
+        ]
+    };
+    assert_eq!(parts(root).iter().sum::<u64>(), num(root, "total_ns"));
+    let site = root["children"]
+        .as_array()
+        .and_then(|k| k.iter().find(|c| c["name"] == "target"))
+        .unwrap_or_else(|| panic!("no site calling target\n{out}"));
+    assert_eq!(num(site, "count"), 20, "{out}");
+    let sp = parts(site);
+    assert_eq!(sp.iter().sum::<u64>(), num(site, "total_ns"), "{out}");
+    assert!(sp[1] >= 20 * 190_000, "{out}");
+    let own = &root["self_cpu"];
+    let rp = parts(root);
+    assert_eq!(num(own, "blocked_ns"), rp[1].saturating_sub(sp[1]), "{out}");
+}
