@@ -93,8 +93,73 @@ pub enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),
+    /// Add up reports of several runs or hosts (--json reports, --hlog logs) into one
+    #[command(after_help = MERGE_EXAMPLES)]
+    Merge(MergeArgs),
+    /// Compare two reports: per function, the change of count, average and percentiles
+    #[command(after_help = DIFF_EXAMPLES)]
+    Diff(DiffArgs),
     /// Print the man page, or write the man pages of tachy and its subcommands to DIR
     Man(ManArgs),
+}
+
+const MERGE_EXAMPLES: &str = "\
+Examples:
+  tachy merge host1.json host2.json host3.json          one report of all three
+  tachy merge --json -o all.json host*.json             the same, as JSON
+  tachy merge --hlog all.hlog run1.hlog run2.json       as an HdrHistogram log
+  tachy merge --per-input monday.json tuesday.json      with each input's calls
+
+Inputs are files of `tachy latency --json` (every report in a file is
+added) and `tachy latency --hlog` logs. Functions are matched by demangled
+name and the base name of their object. The sums are exact: every input
+holds the kernel's own buckets. Inputs must use one unit (-u, -m).";
+
+const DIFF_EXAMPLES: &str = "\
+Examples:
+  tachy diff before.json after.json       count, avg, p50, p90, p99, p99.9, max
+  tachy diff --json before.hlog after.hlog
+
+A and B are files as `tachy merge` reads them (every report in a file is
+added up first).";
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// Reports of `tachy latency --json` and logs of `--hlog`
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Print the merged report as one JSON object
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write the merged histograms to FILE as an HdrHistogram interval log
+    /// (instead of printing a report)
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub hlog: Option<PathBuf>,
+
+    /// Also show each function's calls in each input
+    #[arg(long)]
+    pub per_input: bool,
+
+    /// Write the report to FILE instead of standard output
+    #[arg(short, long, value_name = "FILE", conflicts_with = "hlog")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The report before
+    #[arg(value_name = "A")]
+    pub a: PathBuf,
+
+    /// The report after
+    #[arg(value_name = "B")]
+    pub b: PathBuf,
+
+    /// Print the comparison as one JSON object
+    #[arg(long)]
+    pub json: bool,
 }
 
 const COMPLETIONS_EXAMPLES: &str = "\
@@ -127,6 +192,8 @@ impl Command {
             Command::Nested(_) => "nested",
             Command::List(_) => "list",
             Command::Completions(_) => "completions",
+            Command::Merge(_) => "merge",
+            Command::Diff(_) => "diff",
             Command::Man(_) => "man",
         }
     }

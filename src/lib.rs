@@ -14,6 +14,7 @@ pub mod docs;
 #[cfg(test)]
 mod golden;
 pub mod kernel;
+pub mod merge;
 pub mod plan;
 pub mod probe;
 pub mod report;

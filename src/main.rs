@@ -1,7 +1,7 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::{CommandFactory, Parser};
-use tachy::{cli, docs, session};
+use tachy::{cli, docs, merge, session};
 
 fn main() {
     let cli = cli::Cli::parse();
@@ -13,6 +13,8 @@ fn main() {
         cli::Command::Completions(a) => {
             docs::completions(a.shell, &mut std::io::stdout().lock()).map(|_| 0)
         }
+        cli::Command::Merge(a) => merge::run_merge(a),
+        cli::Command::Diff(a) => merge::run_diff(a),
         cli::Command::Man(a) => match a.dir {
             Some(dir) => docs::man_pages(&dir).map(|_| 0),
             None => docs::man_page(&mut std::io::stdout().lock()).map(|_| 0),

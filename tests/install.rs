@@ -46,11 +46,13 @@ fn files(root: &Path) -> BTreeSet<String> {
     out
 }
 
-const PAGES: [&str; 6] = [
+const PAGES: [&str; 8] = [
     "tachy.1",
     "tachy-latency.1",
     "tachy-nested.1",
     "tachy-list.1",
+    "tachy-merge.1",
+    "tachy-diff.1",
     "tachy-completions.1",
     "tachy-man.1",
 ];

@@ -219,6 +219,8 @@ pub fn read(bytes: &[u8], unit: Option<Unit>) -> Result<Vec<Interval>> {
             extra = Some((tag, kv));
             continue;
         }
+        // The parser wants each line with its end.
+        let line = format!("{line}\n");
         let entry = IntervalLogIterator::new(line.as_bytes())
             .next()
             .transpose()

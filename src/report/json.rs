@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::hist::bucket_range;
 use super::text::PERCENTILES;
-use super::{CpuSplit, Report, CPU_PARTS};
+use super::{Counts, CpuSplit, Report, Unit, CPU_PARTS};
 
 /// `--cpu`: each part in ns and its share of the calls' time; with
 /// `--hist`, the log2 slots of each part per call.
@@ -29,22 +29,37 @@ pub fn cpu_json(split: &CpuSplit) -> Value {
     Value::Object(m)
 }
 
+/// The percentiles of the text report (p50, p90, p99, p99.9) in ns: the
+/// midpoint of the bucket holding each, within the exact min and max.
+pub fn percentiles_ns(c: &Counts, unit: Unit) -> Vec<Option<u64>> {
+    let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
+    c.hist
+        .percentiles(&qs)
+        .into_iter()
+        .map(|p| {
+            p.map(|(lo, hi)| {
+                (lo + (hi - lo) / 2)
+                    .saturating_mul(unit.ns())
+                    .clamp(c.min_ns.min(c.max_ns), c.max_ns)
+            })
+        })
+        .collect()
+}
+
 pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
-    let per = r.unit.ns();
+    serde_json::to_writer(&mut *w, &value(r))?;
+    writeln!(w)
+}
+
+/// The report as one JSON object.
+pub fn value(r: &Report) -> Value {
     let funcs: Vec<Value> = r
         .funcs
         .iter()
         .map(|f| {
             let c = &f.counts;
-            let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
             let mut pct = Map::new();
-            for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
-                let v = p.map(|(lo, hi)| {
-                    // Bucket midpoint in ns, within the exact min and max.
-                    (lo + (hi - lo) / 2)
-                        .saturating_mul(per)
-                        .clamp(c.min_ns.min(c.max_ns), c.max_ns)
-                });
+            for ((_, name), v) in PERCENTILES.iter().zip(percentiles_ns(c, r.unit)) {
                 pct.insert(name.to_string(), json!(v));
             }
             let mut v = json!({
@@ -79,7 +94,5 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let v = json!({ "time": ts, "functions": funcs });
-    serde_json::to_writer(&mut *w, &v)?;
-    writeln!(w)
+    json!({ "time": ts, "functions": funcs })
 }

@@ -1,0 +1,542 @@
+//! `tachy merge` and `tachy diff`: reports of many runs or hosts read back
+//! from `--json` reports and `--hlog` logs and added up. Exact: every input
+//! carries the kernel's own buckets, which are the same on every host.
+//! Functions are matched by demangled name and the base name of their
+//! object. Pure: reads the files it is given, traces nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::Value;
+
+use crate::cli::{DiffArgs, MergeArgs};
+use crate::report::hist::bucket_of;
+use crate::report::hlog::{self, HlogWriter};
+use crate::report::{Counts, FuncReport, Hist, Report, Unit};
+
+/// A function of the merged report, with the count each input gave it.
+pub struct Merged {
+    pub func: FuncReport,
+    /// Calls per input, in the order of the inputs.
+    pub per_input: Vec<u64>,
+}
+
+/// The sum of every input.
+pub struct Merge {
+    pub inputs: Vec<PathBuf>,
+    pub unit: Unit,
+    /// When the earliest input began and the latest ended.
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub funcs: Vec<Merged>,
+}
+
+impl Merge {
+    pub fn report(&self) -> Report {
+        Report {
+            time: self.end,
+            unit: self.unit,
+            timestamp: false,
+            funcs: self.funcs.iter().map(|m| m.func.clone()).collect(),
+        }
+    }
+}
+
+/// One input file, all its reports or intervals summed.
+struct Input {
+    unit: Unit,
+    start: SystemTime,
+    end: SystemTime,
+    funcs: Vec<FuncReport>,
+}
+
+/// How functions of different inputs are matched.
+fn key(f: &FuncReport) -> (String, String) {
+    key_of(&f.object, &f.name)
+}
+
+fn key_of(object: &Path, name: &str) -> (String, String) {
+    let base = object
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_else(|| object.display().to_string());
+    (base, name.to_string())
+}
+
+/// Adds `f` to `g`, the same function.
+fn add_to(g: &mut FuncReport, f: &FuncReport) {
+    g.counts.merge(&f.counts);
+    if g.object != f.object {
+        // The same function of objects at different paths: name only what
+        // they share.
+        g.object = PathBuf::from(key(f).0);
+    }
+}
+
+fn add(into: &mut Vec<FuncReport>, f: FuncReport) {
+    match into.iter_mut().find(|g| key(g) == key(&f)) {
+        Some(g) => add_to(g, &f),
+        None => into.push(f),
+    }
+}
+
+/// Reads a `tachy latency --json` report file or an `--hlog` log.
+fn load(path: &Path) -> Result<Input> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    let input = if first == Some(&b'{') {
+        load_json(&bytes)
+    } else {
+        load_hlog(&bytes)
+    };
+    input.with_context(|| format!("{}", path.display()))
+}
+
+fn load_hlog(bytes: &[u8]) -> Result<Input> {
+    let intervals = hlog::read(bytes, None)?;
+    let (Some(first), Some(last)) = (intervals.first(), intervals.last()) else {
+        bail!("the log has no histograms");
+    };
+    let mut input = Input {
+        unit: first.report.unit,
+        start: first.start,
+        end: last.report.time,
+        funcs: Vec::new(),
+    };
+    for i in intervals {
+        input.start = input.start.min(i.start);
+        input.end = input.end.max(i.report.time);
+        for f in i.report.funcs {
+            add(&mut input.funcs, f);
+        }
+    }
+    Ok(input)
+}
+
+fn load_json(bytes: &[u8]) -> Result<Input> {
+    let text = std::str::from_utf8(bytes).context("not a text file")?;
+    let mut input: Option<Input> = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line)
+            .map_err(|e| anyhow!("line {}: not a JSON report: {e}", i + 1))?;
+        if v.get("roots").is_some() {
+            bail!("line {}: a tachy nested report; merge takes tachy latency --json reports and --hlog logs", i + 1);
+        }
+        let funcs = v
+            .get("functions")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                anyhow!(
+                    "line {}: no \"functions\": not a tachy latency --json report",
+                    i + 1
+                )
+            })?;
+        let time = v
+            .get("time")
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(|t| UNIX_EPOCH + std::time::Duration::from_secs_f64(t))
+            .unwrap_or(UNIX_EPOCH);
+        let into = input.get_or_insert_with(|| Input {
+            unit: Unit::Nsec,
+            start: time,
+            end: time,
+            funcs: Vec::new(),
+        });
+        into.start = into.start.min(time);
+        into.end = into.end.max(time);
+        for f in funcs {
+            let (unit, func) = json_func(f).with_context(|| format!("line {}", i + 1))?;
+            if into.funcs.is_empty() {
+                into.unit = unit;
+            } else if unit != into.unit {
+                bail!(
+                    "line {}: buckets in {} where earlier ones are in {}",
+                    i + 1,
+                    unit.label(),
+                    into.unit.label()
+                );
+            }
+            add(&mut into.funcs, func);
+        }
+    }
+    input.ok_or_else(|| anyhow!("no report in the file"))
+}
+
+/// A function of a JSON report, and the unit of its buckets.
+fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
+    let s = |k: &str| {
+        f.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| anyhow!("a function without {k:?}"))
+    };
+    let n = |k: &str| f.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let name = s("name")?;
+    let unit = s("log2_unit")
+        .ok()
+        .and_then(|u| Unit::from_label(&u))
+        .ok_or_else(|| anyhow!("{name}: no log2_unit"))?;
+    let buckets = f.get("buckets").and_then(Value::as_array).ok_or_else(|| {
+        anyhow!("{name}: no \"buckets\" (a report of an older tachy cannot be merged exactly)")
+    })?;
+    let mut hist = Hist::default();
+    for b in buckets {
+        let pair = b.as_array().filter(|p| p.len() == 2);
+        let lo = pair.and_then(|p| p[0].as_u64());
+        let calls = pair.and_then(|p| p[1].as_u64());
+        let (Some(lo), Some(calls)) = (lo, calls) else {
+            bail!("{name}: a bucket is not [lowest value, calls]: {b}");
+        };
+        hist.buckets[bucket_of(lo)] += calls;
+    }
+    let counts = Counts {
+        count: n("count"),
+        total_ns: n("total_ns"),
+        min_ns: n("min_ns"),
+        max_ns: n("max_ns"),
+        unwound: n("unwound"),
+        filtered: n("filtered"),
+        overflow: n("overflow"),
+        indirect_tail: n("indirect_tail"),
+        hist,
+        ..Counts::default()
+    };
+    let in_hist: u64 = counts.hist.buckets.iter().sum();
+    if in_hist != counts.count {
+        bail!(
+            "{name}: {} calls in the buckets but a count of {}",
+            in_hist,
+            counts.count
+        );
+    }
+    Ok((
+        unit,
+        FuncReport {
+            raw_name: s("raw_name").unwrap_or_else(|_| name.clone()),
+            object: PathBuf::from(s("object").unwrap_or_default()),
+            name,
+            counts,
+        },
+    ))
+}
+
+/// Reads every input and adds them up.
+pub fn merge(paths: &[PathBuf]) -> Result<Merge> {
+    let mut inputs = Vec::new();
+    for p in paths {
+        inputs.push(load(p)?);
+    }
+    let Some(first) = inputs.first() else {
+        bail!("nothing to merge");
+    };
+    let unit = first.unit;
+    if let Some((p, i)) = paths.iter().zip(&inputs).find(|(_, i)| i.unit != unit) {
+        bail!(
+            "{} has buckets in {} and {} in {}: merge reports made with the same unit (-u, -m)",
+            p.display(),
+            i.unit.label(),
+            paths[0].display(),
+            unit.label()
+        );
+    }
+    let mut m = Merge {
+        inputs: paths.to_vec(),
+        unit,
+        start: first.start,
+        end: first.end,
+        funcs: Vec::new(),
+    };
+    for (n, input) in inputs.into_iter().enumerate() {
+        m.start = m.start.min(input.start);
+        m.end = m.end.max(input.end);
+        for f in input.funcs {
+            let k = key(&f);
+            let calls = f.counts.count;
+            let at = match m.funcs.iter().position(|g| key(&g.func) == k) {
+                Some(at) => {
+                    add_to(&mut m.funcs[at].func, &f);
+                    at
+                }
+                None => {
+                    m.funcs.push(Merged {
+                        func: f,
+                        per_input: vec![0; paths.len()],
+                    });
+                    m.funcs.len() - 1
+                }
+            };
+            m.funcs[at].per_input[n] += calls;
+        }
+    }
+    Ok(m)
+}
+
+/// `tachy merge`: reads, adds up, prints (or writes the log).
+pub fn run_merge(a: MergeArgs) -> Result<i32> {
+    let m = merge(&a.files)?;
+    if let Some(path) = &a.hlog {
+        let f = std::fs::File::create(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_hlog(&m, std::io::BufWriter::new(f))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        return Ok(0);
+    }
+    let draw = |w: &mut dyn Write| -> std::io::Result<()> {
+        let mut w = w;
+        if a.json {
+            return render_json(&m, a.per_input, &mut w);
+        }
+        crate::report::text::render(&m.report(), &mut w)?;
+        if a.per_input {
+            render_per_input(&m, &mut w)?;
+        }
+        Ok(())
+    };
+    match &a.output {
+        Some(path) => {
+            let f = std::fs::File::create(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            let mut f = std::io::BufWriter::new(f);
+            draw(&mut f)
+                .and_then(|_| f.flush())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            draw(&mut out)
+                .and_then(|_| out.flush())
+                .context("cannot write the report")?;
+        }
+    }
+    Ok(0)
+}
+
+/// `tachy diff`.
+pub fn run_diff(a: DiffArgs) -> Result<i32> {
+    let (unit, rows) = diff(&a.a, &a.b)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        render_diff_json(&a.a, &a.b, unit, &rows, &mut out)
+    } else {
+        render_diff(&a.a, &a.b, unit, &rows, &mut out)
+    }
+    .and_then(|_| out.flush())
+    .context("cannot write the comparison")?;
+    Ok(0)
+}
+
+/// Writes the merged report as an interval log of one interval.
+pub fn write_hlog(m: &Merge, w: impl Write) -> Result<()> {
+    let mut log = HlogWriter::new(w, m.start, m.unit)?;
+    log.write(&m.report(), m.start)
+}
+
+/// `--per-input`: each function's calls in each input, after the report.
+pub fn render_per_input(m: &Merge, w: &mut impl Write) -> std::io::Result<()> {
+    writeln!(w)?;
+    writeln!(w, "Calls per input:")?;
+    let width = m
+        .inputs
+        .iter()
+        .map(|p| p.display().to_string().len())
+        .max()
+        .unwrap_or(0);
+    for f in &m.funcs {
+        writeln!(w, "{} [{}]", f.func.name, f.func.object.display())?;
+        for (p, n) in m.inputs.iter().zip(&f.per_input) {
+            writeln!(w, "  {:<width$}  {n}", p.display().to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// The JSON report of a merge, with `"inputs"` (the files) and, per
+/// function, `"per_input"` (calls in each) with `--per-input`.
+pub fn render_json(m: &Merge, per_input: bool, w: &mut impl Write) -> std::io::Result<()> {
+    let mut v = crate::report::json::value(&m.report());
+    v["inputs"] = m
+        .inputs
+        .iter()
+        .map(|p| Value::from(p.display().to_string()))
+        .collect();
+    if per_input {
+        if let Some(funcs) = v["functions"].as_array_mut() {
+            for (jf, f) in funcs.iter_mut().zip(&m.funcs) {
+                jf["per_input"] = f.per_input.iter().copied().collect();
+            }
+        }
+    }
+    serde_json::to_writer(&mut *w, &v)?;
+    writeln!(w)
+}
+
+/// One function of `tachy diff`: its counts in A and in B.
+pub struct DiffRow {
+    pub name: String,
+    pub object: PathBuf,
+    pub a: Option<Counts>,
+    pub b: Option<Counts>,
+}
+
+/// Reads A and B (each summed over its reports) and pairs their functions.
+pub fn diff(a: &Path, b: &Path) -> Result<(Unit, Vec<DiffRow>)> {
+    let (ia, ib) = (load(a)?, load(b)?);
+    if ia.unit != ib.unit {
+        bail!(
+            "{} has buckets in {} and {} in {}: compare reports made with the same unit (-u, -m)",
+            a.display(),
+            ia.unit.label(),
+            b.display(),
+            ib.unit.label()
+        );
+    }
+    let mut rows: Vec<DiffRow> = ia
+        .funcs
+        .iter()
+        .map(|f| DiffRow {
+            name: f.name.clone(),
+            object: f.object.clone(),
+            a: Some(f.counts.clone()),
+            b: None,
+        })
+        .collect();
+    for f in ib.funcs {
+        let k = key(&f);
+        match rows.iter_mut().find(|r| key_of(&r.object, &r.name) == k) {
+            Some(r) => r.b = Some(f.counts),
+            None => rows.push(DiffRow {
+                name: f.name,
+                object: f.object,
+                a: None,
+                b: Some(f.counts),
+            }),
+        }
+    }
+    Ok((ia.unit, rows))
+}
+
+/// What `tachy diff` compares, per function: (label, value in ns or calls).
+fn figures(c: &Counts, unit: Unit) -> Vec<(&'static str, Option<u64>)> {
+    let mut out = vec![
+        ("count", Some(c.count)),
+        ("avg", c.total_ns.checked_div(c.count)),
+    ];
+    let pct = crate::report::json::percentiles_ns(c, unit);
+    for ((_, name), v) in crate::report::text::PERCENTILES.iter().zip(pct) {
+        out.push((name, v));
+    }
+    out.push(("max", (c.count > 0).then_some(c.max_ns)));
+    out
+}
+
+fn change(a: Option<u64>, b: Option<u64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if a > 0 => Some((b as f64 - a as f64) / a as f64 * 100.0),
+        _ => None,
+    }
+}
+
+/// `tachy diff`: per function, A, B and the change of count, average and
+/// each percentile.
+pub fn render_diff(
+    a: &Path,
+    b: &Path,
+    unit: Unit,
+    rows: &[DiffRow],
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    writeln!(w, "A = {}", a.display())?;
+    writeln!(w, "B = {}", b.display())?;
+    for r in rows {
+        writeln!(w)?;
+        writeln!(w, "Function = {} [{}]", r.name, r.object.display())?;
+        let (ca, cb) = match (&r.a, &r.b) {
+            (Some(ca), Some(cb)) => (ca, cb),
+            (Some(_), None) => {
+                writeln!(w, "  only in A")?;
+                continue;
+            }
+            _ => {
+                writeln!(w, "  only in B")?;
+                continue;
+            }
+        };
+        writeln!(w, "  {:<8} {:>14} {:>14} {:>10}", "", "A", "B", "change")?;
+        for ((label, va), (_, vb)) in figures(ca, unit).into_iter().zip(figures(cb, unit)) {
+            let show = |v: Option<u64>| match (v, label) {
+                (None, _) => "-".to_string(),
+                (Some(n), "count") => n.to_string(),
+                (Some(n), _) => crate::report::tree::human(n as f64),
+            };
+            let ch = match change(va, vb) {
+                Some(c) => format!("{c:+.1}%"),
+                None => "-".to_string(),
+            };
+            writeln!(w, "  {label:<8} {:>14} {:>14} {ch:>10}", show(va), show(vb))?;
+        }
+    }
+    Ok(())
+}
+
+/// `tachy diff --json`: `{"a", "b", "functions": [{"name", "object", "a",
+/// "b", "change_percent"}]}`, each side `{"count", "avg_ns", "p50", ...,
+/// "max_ns"}` (ns) or null where the function is missing.
+pub fn render_diff_json(
+    a: &Path,
+    b: &Path,
+    unit: Unit,
+    rows: &[DiffRow],
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    let side = |c: &Option<Counts>| match c {
+        None => Value::Null,
+        Some(c) => {
+            let mut m = serde_json::Map::new();
+            for (label, v) in figures(c, unit) {
+                let key = match label {
+                    "count" => "count".to_string(),
+                    "avg" => "avg_ns".to_string(),
+                    "max" => "max_ns".to_string(),
+                    p => p.to_string(),
+                };
+                m.insert(key, serde_json::json!(v));
+            }
+            Value::Object(m)
+        }
+    };
+    let funcs: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            let mut change = serde_json::Map::new();
+            if let (Some(ca), Some(cb)) = (&r.a, &r.b) {
+                for ((label, va), (_, vb)) in figures(ca, unit).into_iter().zip(figures(cb, unit)) {
+                    change.insert(label.to_string(), serde_json::json!(change_of(va, vb)));
+                }
+            }
+            serde_json::json!({
+                "name": r.name,
+                "object": r.object.display().to_string(),
+                "a": side(&r.a),
+                "b": side(&r.b),
+                "change_percent": change,
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "a": a.display().to_string(),
+        "b": b.display().to_string(),
+        "functions": funcs,
+    });
+    serde_json::to_writer(&mut *w, &v)?;
+    writeln!(w)
+}
+
+fn change_of(a: Option<u64>, b: Option<u64>) -> Option<f64> {
+    change(a, b).map(|c| (c * 10.0).round() / 10.0)
+}
