@@ -108,6 +108,7 @@ clean:
 # workloads, and start-up on libLLVM; as root, about 5 minutes. Prints the
 # tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds;
 # BENCH_ONLY=push,cppquiet runs only the named workloads, without start-up).
+# Then bench/why.py: what --cpu adds to a context switch.
 BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
 
 bench: build
@@ -119,6 +120,7 @@ bench: build
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 	/usr/bin/python3 bench/run.py
+	/usr/bin/python3 bench/why.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
 # making >= 100k calls/s for SOAK_MINUTES (default 10; SOAK_MINUTES=1 for a
