@@ -27,6 +27,13 @@ impl Plan {
             self.items.len(),
             self.probes.len(),
         );
+        if self.settings.cpu {
+            let _ = writeln!(
+                s,
+                "  --cpu: on-CPU, blocked and runnable time from the sched_switch and sched_wakeup tracepoints (tp_btf){}",
+                if self.settings.cpu_hist { ", with a histogram of each" } else { "" }
+            );
+        }
         for (i, item) in self.items.iter().enumerate() {
             let _ = match &item.kind {
                 ItemKind::Syscall { nr } => writeln!(
@@ -138,6 +145,19 @@ mod tests {
 
     /// A plan with one of everything: a function with each probe kind, a
     /// call site, a system call and a kernel function.
+    #[test]
+    fn cpu_split_is_described() {
+        let mut plan = sample(Some(42), false);
+        assert!(!plan.describe().contains("--cpu"));
+        plan.settings.cpu = true;
+        let text = plan.describe();
+        let line = text.lines().nth(1).unwrap();
+        assert_eq!(
+            line,
+            "  --cpu: on-CPU, blocked and runnable time from the sched_switch and sched_wakeup tracepoints (tp_btf)"
+        );
+    }
+
     fn sample(pid: Option<u32>, follow: bool) -> Plan {
         let mut plan = Plan::new(Settings {
             follow,
