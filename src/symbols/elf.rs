@@ -97,10 +97,14 @@ pub struct ElfObject {
     /// The search table of `.eh_frame_hdr`, if usable: then `parts` is
     /// not read.
     eh_search: OnceCell<Option<super::code::EhSearch>>,
-    /// The same file, read without the cache: for what is read once and
-    /// then dropped (the pass over the dynamic relocations) or read in
-    /// small pieces on demand.
-    raw: File,
+    /// The same file, opened again on first use, to read without the
+    /// cache what is read once and dropped (the pass over the dynamic
+    /// relocations) or in small pieces on demand. Opened lazily so that
+    /// objects only searched for names hold one descriptor; `None` if the
+    /// path no longer names the file opened first.
+    raw: OnceCell<Option<File>>,
+    /// Device and inode of the file opened first.
+    id: (u64, u64),
     /// The dynamic relocations, indexed once, when first needed.
     relocs: OnceCell<super::relocs::DynRelocs>,
     /// The values of the relative relocations, sorted and unique.
@@ -130,9 +134,10 @@ impl ElfObject {
         if !meta.is_file() {
             bail!("{} is not a regular file", display.display());
         }
-        let raw = file
-            .try_clone()
-            .with_context(|| format!("cannot open {}", display.display()))?;
+        let id = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.dev(), meta.ino())
+        };
         let data = ReadCache::new(file);
         let ident = data.read_bytes_at(0, 20).unwrap_or(&[]);
         if ident.len() < 4 || &ident[..4] != b"\x7fELF" {
@@ -184,7 +189,8 @@ impl ElfObject {
             table_reads: Cell::new(0),
             parts: OnceCell::new(),
             eh_search: OnceCell::new(),
-            raw,
+            raw: OnceCell::new(),
+            id,
             relocs: OnceCell::new(),
             pointers: OnceCell::new(),
             starts: OnceCell::new(),
@@ -364,9 +370,25 @@ impl ElfObject {
     /// The dynamic relocations (indexed on first use).
     pub fn dyn_relocs(&self) -> &super::relocs::DynRelocs {
         self.relocs.get_or_init(|| match self.parse() {
-            Ok(f) => super::relocs::DynRelocs::read(&f, &self.raw),
+            Ok(f) => match self.raw_file() {
+                Some(raw) => super::relocs::DynRelocs::read(&f, raw),
+                None => super::relocs::DynRelocs::from_all(&f),
+            },
             Err(_) => super::relocs::DynRelocs::default(),
         })
+    }
+
+    /// The file opened again for reads without the cache, if the path
+    /// still names the same file.
+    fn raw_file(&self) -> Option<&File> {
+        self.raw
+            .get_or_init(|| {
+                use std::os::unix::fs::MetadataExt;
+                let f = crate::target::open_file(&self.open_path).ok()?;
+                let m = f.metadata().ok()?;
+                ((m.dev(), m.ino()) == self.id).then_some(f)
+            })
+            .as_ref()
     }
 
     /// The imported function the GOT slot at `vaddr` holds: the symbol its
@@ -390,7 +412,8 @@ impl ElfObject {
     /// What the slot at `vaddr` holds after relative relocation, if a
     /// relative relocation writes it.
     pub fn relocated_slot(&self, vaddr: u64) -> Option<u64> {
-        self.dyn_relocs().relative_at(vaddr, &self.raw)
+        let relocs = self.dyn_relocs();
+        relocs.relative_at(vaddr, self.raw_file())
     }
 
     /// The values the relative relocations store, sorted and unique (read

@@ -203,9 +203,31 @@ impl DynRelocs {
         }
     }
 
+    /// The dynamic relocations of `file`, read whole through its own
+    /// reader (when the file cannot be read apart from it).
+    pub fn from_all<'d, R: ReadRef<'d>>(file: &ElfFile64<'d, Endianness, R>) -> DynRelocs {
+        use object::{Object, RelocationTarget};
+        let mut symbolic: Vec<(u64, u32)> = file
+            .dynamic_relocations()
+            .into_iter()
+            .flatten()
+            .filter_map(|(off, r)| match r.target() {
+                RelocationTarget::Symbol(i) => Some((off, i.0 as u32)),
+                _ => None,
+            })
+            .collect();
+        symbolic.sort_by_key(|s| s.0);
+        DynRelocs {
+            endian: file.endian(),
+            relative: Relative::Table(read_all_relative(file)),
+            symbolic,
+        }
+    }
+
     /// What the slot at `addr` holds after relative relocation, if a
-    /// relative relocation writes it (the last one, if several do).
-    pub fn relative_at(&self, addr: u64, raw: &File) -> Option<u64> {
+    /// relative relocation writes it (the last one, if several do). A run
+    /// left in the file is read through `raw`.
+    pub fn relative_at(&self, addr: u64, raw: Option<&File>) -> Option<u64> {
         match &self.relative {
             Relative::None => None,
             Relative::Table(t) => t.binary_search_by_key(&addr, |r| r.0).ok().map(|i| t[i].1),
@@ -216,7 +238,7 @@ impl DynRelocs {
                 let first = b * BLOCK;
                 let n = BLOCK.min(run.count - first);
                 let mut buf = vec![0u8; n * run.entsize];
-                raw.read_exact_at(&mut buf, run.offset + (first * run.entsize) as u64)
+                raw?.read_exact_at(&mut buf, run.offset + (first * run.entsize) as u64)
                     .ok()?;
                 let rela = run.entsize == 24;
                 let entries: Vec<Entry> = buf
