@@ -282,12 +282,14 @@ pub struct LatencyArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// With recursion, time only the outermost call of each function
+    /// With recursion, time only the outermost call of each function (not
+    /// for Go functions yet)
     #[arg(long)]
     pub outermost: bool,
 
     /// Time returns with uretprobes: cheaper, but a C++ exception or Rust
     /// panic unwinding through a traced function then aborts the process
+    /// (never used for Go functions, whose stacks the Go runtime walks)
     #[arg(long)]
     pub uretprobe: bool,
 

@@ -221,6 +221,8 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
             raw_name: s("raw_name").unwrap_or_else(|_| name.clone()),
             object: PathBuf::from(s("object").unwrap_or_default()),
             name,
+            // JSON does not say which functions are Go code.
+            go: false,
             counts,
         },
     ))

@@ -601,6 +601,7 @@ fn open_uprobe_program<'a, 'obj>(
         (Program::Site, true) => &mut progs.tachy_site_m,
         (Program::SiteEnd, true) => &mut progs.tachy_send_m,
         (Program::Jump, true) => &mut progs.tachy_ijmp_m,
+        (Program::Go, true) => &mut progs.tachy_go_m,
         (Program::Entry, false) => &mut progs.tachy_entry_s,
         (Program::Exit, false) => &mut progs.tachy_exit_s,
         (Program::Tail, false) => &mut progs.tachy_tail_s,
@@ -608,6 +609,7 @@ fn open_uprobe_program<'a, 'obj>(
         (Program::Site, false) => &mut progs.tachy_site_s,
         (Program::SiteEnd, false) => &mut progs.tachy_send_s,
         (Program::Jump, false) => &mut progs.tachy_ijmp_s,
+        (Program::Go, false) => &mut progs.tachy_go_s,
     }
 }
 
@@ -625,6 +627,7 @@ fn uprobe_program<'a, 'obj>(
         (Program::Site, true) => &progs.tachy_site_m,
         (Program::SiteEnd, true) => &progs.tachy_send_m,
         (Program::Jump, true) => &progs.tachy_ijmp_m,
+        (Program::Go, true) => &progs.tachy_go_m,
         (Program::Entry, false) => &progs.tachy_entry_s,
         (Program::Exit, false) => &progs.tachy_exit_s,
         (Program::Tail, false) => &progs.tachy_tail_s,
@@ -632,6 +635,7 @@ fn uprobe_program<'a, 'obj>(
         (Program::Site, false) => &progs.tachy_site_s,
         (Program::SiteEnd, false) => &progs.tachy_send_s,
         (Program::Jump, false) => &progs.tachy_ijmp_s,
+        (Program::Go, false) => &progs.tachy_go_s,
     }
 }
 

@@ -117,6 +117,26 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             roots.push((r, f, id));
         }
     }
+    if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
+        if s.nested.is_some() {
+            bail!(
+                "tachy nested does not break down Go functions yet ({}): use tachy latency",
+                go.name
+            );
+        }
+        if s.outermost {
+            bail!(
+                "--outermost is not supported for Go functions yet ({})",
+                go.name
+            );
+        }
+        if s.cpu {
+            bail!(
+                "--cpu splits time per thread, and a goroutine moves between threads: Go functions ({}) are not split yet",
+                go.name
+            );
+        }
+    }
     if let Some(n) = &s.nested {
         let expand = &n.expand;
         let matches_expand = |raw: &str| {
@@ -357,9 +377,22 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     let mut reports = Reports::open(&s, plan.ids() as usize)?;
     probe::check_environment()?;
     if s.uretprobe {
-        eprintln!(
-            "tachy: warning: --uretprobe: a C++ exception or Rust panic that unwinds through a traced function will abort the traced process"
-        );
+        if plan.items.iter().any(|i| !i.is_go()) {
+            eprintln!(
+                "tachy: warning: --uretprobe: a C++ exception or Rust panic that unwinds through a traced function will abort the traced process"
+            );
+        }
+        if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
+            eprintln!(
+                "tachy: --uretprobe is not used for Go functions ({}{}): {}; their returns are probed on each ret",
+                go.name,
+                match plan.items.iter().filter(|i| i.is_go()).count() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                },
+                crate::plan::NOT_URETPROBE
+            );
+        }
     }
     if s.nested.is_some() && plan.sites.len() > 300 {
         eprintln!(
@@ -824,6 +857,7 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
                 name: f.name.clone(),
                 raw_name: f.raw_name.clone(),
                 object: plan.object_of(f).to_path_buf(),
+                go: f.is_go(),
                 counts: counts.clone(),
             })
             .collect(),

@@ -140,3 +140,270 @@ fn a_stripped_build_is_named_from_its_function_table() {
         ["main.(*Server).handle"]
     );
 }
+
+// ---------------------------------------------------------------------------
+// Tracing Go programs (root)
+// ---------------------------------------------------------------------------
+
+use common::run::{Outcome, Tachy};
+use serde_json::Value;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const US: u64 = 1_000;
+
+/// `tachy latency --json FUNCS -- FIXTURE MODE N` to its end; the
+/// fixture's `count` lines come on stderr (JSON has stdout).
+fn trace(fixture: &str, funcs: &[&str], mode: &str, n: u64) -> (Outcome, Value) {
+    let exe = common::build(fixture);
+    let n = n.to_string();
+    let mut args = vec!["latency", "--json"];
+    args.extend_from_slice(funcs);
+    args.extend(["--", exe.to_str().unwrap(), mode, &n]);
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(240));
+    out.assert_success();
+    assert!(out.stderr.contains("\ndone\n"), "{out}");
+    let rep = out.single_report();
+    (out, rep)
+}
+
+/// The function named `name` in a report.
+fn func<'a>(rep: &'a Value, name: &str, out: &Outcome) -> &'a Value {
+    rep["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in the report\n{out}"))
+}
+
+fn num(f: &Value, key: &str) -> u64 {
+    f[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
+}
+
+/// Asserts a function's calls: `count` timed, `left` left by panic, none
+/// lost to overflow, its fastest call at least `min_ns`, its median at most
+/// `p50_max_ns`.
+fn assert_calls(
+    rep: &Value,
+    out: &Outcome,
+    name: &str,
+    count: u64,
+    left: u64,
+    min_ns: u64,
+    p50_max_ns: u64,
+) {
+    let f = func(rep, name, out);
+    let what = format!("{name}: {f}\n{out}");
+    assert_eq!(num(f, "count"), count, "count of {what}");
+    assert_eq!(num(f, "unwound"), left, "left by panic of {what}");
+    assert_eq!(num(f, "overflow"), 0, "overflow of {what}");
+    assert_eq!(num(f, "filtered"), 0, "filtered of {what}");
+    if count > 0 {
+        assert!(num(f, "min_ns") >= min_ns, "min of {what}");
+        assert!(
+            num(&f["percentiles_ns"], "p50") <= p50_max_ns,
+            "p50 of {what}"
+        );
+    }
+}
+
+/// The fixture's own count of `name`.
+fn fixture_count(out: &Outcome, name: &str) -> u64 {
+    *common::counts(&out.stderr)
+        .get(name)
+        .unwrap_or_else(|| panic!("fixture printed no count for {name}\n{out}"))
+}
+
+fn skip() -> bool {
+    common::skip_without_go() || common::skip_unless_root()
+}
+
+/// 1,000 goroutines in a sleeping method and 20 in a spinning function:
+/// every call counted once and timed from its entry to its return, though
+/// goroutines move between threads while they sleep.
+#[test]
+fn goroutines_sleeping_and_spinning_are_counted_exactly() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["main.(*Server).handle", "main.spin"],
+        "server",
+        1000,
+    );
+    assert_eq!(fixture_count(&out, "main.(*Server).handle"), 1000);
+    assert_calls(
+        &rep,
+        &out,
+        "main.(*Server).handle",
+        1000,
+        0,
+        2 * MS,
+        100 * MS,
+    );
+    assert_calls(&rep, &out, "main.spin", 100, 0, 500 * US, 20 * MS);
+    let handle = func(&rep, "main.(*Server).handle", &out);
+    assert!(num(handle, "max_ns") < 2_000 * MS, "{out}");
+}
+
+/// A traced frame stays open while its goroutine's stack is copied several
+/// times (a recursion of 40 traced 4 KiB frames on an 8 KiB stack), and
+/// each traced function that restarts after `runtime.morestack` is one
+/// call: every count exact, nothing left.
+#[test]
+fn stack_growth_under_a_traced_frame_keeps_every_call() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["main.grow", "main.deep", "runtime.copystack"],
+        "grow",
+        50,
+    );
+    assert_eq!(fixture_count(&out, "main.deep"), 50 * 41);
+    assert_calls(&rep, &out, "main.grow", 50, 0, MS, 2_000 * MS);
+    assert_calls(&rep, &out, "main.deep", 50 * 41, 0, 0, 2_000 * MS);
+    // The stacks did grow under the open frames.
+    let copies = num(func(&rep, "runtime.copystack", &out), "count");
+    assert!(copies >= 50, "{copies} stack copies\n{out}");
+}
+
+/// Half the calls panic through a traced function and are recovered by
+/// its traced caller: those are counted as left by panic, never timed, and
+/// the program goes on to exit 0.
+#[test]
+fn recovered_panics_are_left_by_panic() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace("gowork", &["main.safeCall", "main.mayPanic"], "panic", 100);
+    assert_eq!(fixture_count(&out, "main.mayPanic"), 51);
+    assert_calls(&rep, &out, "main.safeCall", 101, 0, 200 * US, 20 * MS);
+    assert_calls(&rep, &out, "main.mayPanic", 51, 50, 200 * US, 20 * MS);
+}
+
+/// Generic instances and closures, traced by name.
+#[test]
+fn generics_and_closures_by_name() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["main.Map", "main.runGeneric.func*"],
+        "generic",
+        50,
+    );
+    assert_eq!(rep["functions"].as_array().unwrap().len(), 4, "{out}");
+    assert_calls(&rep, &out, "main.Map[go.shape.int_0]", 50, 0, 0, 100 * MS);
+    assert_calls(
+        &rep,
+        &out,
+        "main.Map[go.shape.string_0]",
+        50,
+        0,
+        0,
+        100 * MS,
+    );
+    assert_calls(&rep, &out, "main.runGeneric.func1", 150, 0, 0, 100 * MS);
+    assert_calls(&rep, &out, "main.runGeneric.func2", 100, 0, 0, 100 * MS);
+}
+
+/// A stripped build, traced by the names of its `.gopclntab`.
+#[test]
+fn a_stripped_build_is_traced_by_pclntab_names() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork_stripped",
+        &["main.safeCall", "main.mayPanic"],
+        "panic",
+        40,
+    );
+    assert_calls(&rep, &out, "main.safeCall", 41, 0, 200 * US, 20 * MS);
+    assert_calls(&rep, &out, "main.mayPanic", 21, 20, 200 * US, 20 * MS);
+}
+
+/// GOMAXPROCS 2 and runtime.Gosched inside the traced function: its
+/// goroutines resume on other threads mid-call; every call counts once,
+/// timed across the moves (10 rounds of 50 us spinning at least).
+#[test]
+fn goroutines_moving_between_threads_keep_their_frames() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace("gowork", &["main.yielder"], "sched", 50);
+    assert_eq!(fixture_count(&out, "main.yielder"), 200);
+    assert_calls(&rep, &out, "main.yielder", 200, 0, 500 * US, 2_000 * MS);
+}
+
+/// A running process (`-p`): the text report says "left by panic".
+#[test]
+fn a_running_go_process_reports_left_by_panic() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let mut fx = common::Fixture::spawn("gowork", &["panic", "20"]);
+    let pid = fx.pid().to_string();
+    let mut t = Tachy::start(&["latency", "-u", "-p", &pid, "main.mayPanic"], &[]);
+    t.wait_for_header(false);
+    fx.go();
+    let (status, fx_out) = fx.wait();
+    assert!(status.success(), "{fx_out}");
+    let out = t.finish(Duration::from_secs(15));
+    out.assert_success();
+    assert!(out.stdout.contains("count: 11\n"), "{out}");
+    assert!(out.stdout.contains("\nleft by panic: 10\n"), "{out}");
+    assert!(!out.stdout.contains("exception"), "{out}");
+}
+
+/// `--uretprobe` never puts a uretprobe on Go code, and says why: panics
+/// and stack growth through the traced functions then leave the program
+/// alive and the counts exact.
+#[test]
+fn uretprobe_is_refused_for_go_with_a_reason() {
+    let _guard = common::serial();
+    if common::skip_without_go() {
+        return;
+    }
+    let exe = common::build("gowork");
+    let spec = format!("{}:main.(*Server).handle", exe.display());
+    let args = ["latency", "--uretprobe", "--dry-run", &spec];
+    let out = tachy(&args);
+    let all = text(&args, &out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("uretprobe  "), "{all}");
+    assert!(stderr.contains("go ret [0]"), "{all}");
+    assert!(stderr.contains("never a uretprobe"), "{all}");
+    if common::skip_unless_root() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["--uretprobe", "main.mayPanic", "main.deep"],
+        "panic",
+        20,
+    );
+    assert!(
+        out.stderr.contains(
+            "tachy: --uretprobe is not used for Go functions (main.mayPanic and 1 more): a uretprobe replaces the return address"
+        ),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("C++ exception"), "{out}");
+    assert_calls(&rep, &out, "main.mayPanic", 11, 10, 200 * US, 20 * MS);
+}

@@ -970,6 +970,190 @@ int tachy_uret_s(struct pt_regs *ctx)
 }
 
 /*
+ * Go. A goroutine moves between threads and its stack moves when it grows,
+ * so its frames are kept by goroutine (g, in R14 in Go code), keyed by
+ * g.stack.hi - SP. Go never gets a uretprobe: the runtime walks and copies
+ * goroutine stacks, and a return address it does not know kills the
+ * program.
+ */
+const volatile __u32 go_stack_lo = 0; /* offsets in runtime.g */
+const volatile __u32 go_stack_hi = 8;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, TACHY_MAX_GOROUTINES);
+	__type(key, __u64);
+	__type(value, struct tachy_goroutine);
+} goroutines SEC(".maps");
+
+/* Never written: the first state of a goroutine. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_goroutine);
+} gzero SEC(".maps");
+
+struct gwalk_ctx {
+	struct tachy_goroutine *gr;
+	__u64 off;
+	__u64 now;
+	__u32 kind;
+};
+
+static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
+{
+	__u32 i = gr->depth - 1;
+
+	if (i >= TACHY_MAX_DEPTH)
+		return NULL;
+	return &gr->frames[i];
+}
+
+/*
+ * Pops the top frame if it is gone: at an entry, one at the same key or
+ * deeper (left by a panic); at a `ret`, a deeper one, and closes the one at
+ * the key; at the goroutine's end, every one.
+ */
+static long gpop_one(__u64 i, void *data)
+{
+	struct gwalk_ctx *c = data;
+	struct tachy_goroutine *gr = c->gr;
+	struct tachy_gframe *f = gtop(gr);
+
+	if (!f)
+		return 1;
+	if (c->kind == TACHY_GO_RET && f->off == c->off) {
+		record_ns(f->id, c->now - f->start_ns, (struct parts){}, false);
+		gr->depth--;
+		return 1;
+	}
+	if (c->kind != TACHY_GO_GOEXIT && f->off < c->off)
+		return 1;
+	count_unwound(f->id);
+	gr->depth--;
+	return 0;
+}
+
+/*
+ * Whether the top frame is the call of `id` at `off`, marked as restarting
+ * (the mark is taken off); with `mark`, marks it instead.
+ */
+static __always_inline bool restart(struct tachy_goroutine *gr, __u64 off,
+				    __u32 id, bool mark)
+{
+	__u32 i = gr->depth - 1;
+	struct tachy_gframe *f;
+
+	if (i >= TACHY_MAX_DEPTH)
+		return false;
+	f = &gr->frames[i];
+	if (f->off != off || f->id != id)
+		return false;
+	if (mark) {
+		f->flags |= TACHY_GFRAME_RESTART;
+		return false;
+	}
+	if (!(f->flags & TACHY_GFRAME_RESTART))
+		return false;
+	f->flags &= ~TACHY_GFRAME_RESTART;
+	return true;
+}
+
+static __always_inline void go_overflow(__u32 id)
+{
+	struct tachy_stats *s = stats_of(id);
+
+	if (s)
+		s->overflow++;
+}
+
+static __always_inline int do_go(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 id = cookie & TACHY_GO_ID_MASK, zero = 0, d;
+	__u32 kind = (cookie >> TACHY_GO_KIND_SHIFT) & 3;
+	__u64 g = ctx->r14, lo = 0, hi = 0;
+	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
+	struct gwalk_ctx c = {.kind = kind};
+	struct tachy_goroutine *gr;
+	struct tachy_gframe *f;
+	void *first;
+
+	if (!process_wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	gr = bpf_map_lookup_elem(&goroutines, &g);
+	if (!gr && kind != TACHY_GO_ENTRY)
+		return 0;
+	c.now = bpf_ktime_get_ns();
+	if (gr && kind == TACHY_GO_GOEXIT) {
+		c.gr = gr;
+		bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+		bpf_map_delete_elem(&goroutines, &g);
+		return 0;
+	}
+	/* SP outside g's stack: R14 holds no g here (cgo, a signal). */
+	if (bpf_probe_read_user(&lo, sizeof(lo), (void *)(g + go_stack_lo)) ||
+	    bpf_probe_read_user(&hi, sizeof(hi), (void *)(g + go_stack_hi)) ||
+	    sp < lo || sp >= hi)
+		return 0;
+	c.off = hi - sp;
+	if (gr) {
+		c.gr = gr;
+		if (kind == TACHY_GO_MORESTACK) {
+			restart(gr, c.off, id, true);
+			return 0;
+		}
+		if (kind == TACHY_GO_RET) {
+			bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+			if (!gr->depth)
+				bpf_map_delete_elem(&goroutines, &g);
+			return 0;
+		}
+		/* The entry again after morestack: the same call, restarted. */
+		if (restart(gr, c.off, id, false))
+			return 0;
+		bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+	} else {
+		first = bpf_map_lookup_elem(&gzero, &zero);
+		if (!first)
+			return 0;
+		if (bpf_map_update_elem(&goroutines, &g, first, BPF_NOEXIST)) {
+			go_overflow(id);
+			return 0;
+		}
+		gr = bpf_map_lookup_elem(&goroutines, &g);
+		if (!gr)
+			return 0;
+	}
+	d = gr->depth;
+	if (d >= TACHY_MAX_DEPTH) {
+		go_overflow(id);
+		return 0;
+	}
+	f = &gr->frames[d & (TACHY_MAX_DEPTH - 1)];
+	f->off = c.off;
+	f->start_ns = c.now;
+	f->id = id;
+	f->flags = 0;
+	gr->depth = d + 1;
+	return 0;
+}
+
+SEC("uprobe.multi")
+int tachy_go_m(struct pt_regs *ctx)
+{
+	return do_go(ctx);
+}
+
+SEC("uprobe")
+int tachy_go_s(struct pt_regs *ctx)
+{
+	return do_go(ctx);
+}
+
+/*
  * System call latency, enter to exit, through the raw syscall tracepoints.
  * `sys_ids` maps a syscall number to its id + 1 (0: not traced).
  */

@@ -202,6 +202,44 @@ struct tachy_thread {
 	__u32 pend_hist[TACHY_MAX_PENDING_HIST];
 };
 
+/*
+ * Go: frames are kept per goroutine (runtime.g, in R14 in Go code since Go
+ * 1.17 on amd64), keyed by g.stack.hi - SP, which stays the same when the
+ * runtime copies a growing stack. Goroutines with open traced frames at
+ * once: a call of one more is counted as overflow.
+ */
+#define TACHY_MAX_GOROUTINES 16384
+
+/*
+ * Go probe cookie: function id in bits 0-29, kind in bits 30-31, signed SP
+ * adjustment in bits 32-63. Kinds: the entry; a `ret`; the prologue's call
+ * to runtime.morestack (the function restarts from its entry on a bigger
+ * stack: one call); runtime.goexit1 (the goroutine ends: its open frames
+ * were left by runtime.Goexit or a panic).
+ */
+#define TACHY_GO_ID_MASK    0x3fffffffULL
+#define TACHY_GO_KIND_SHIFT 30
+#define TACHY_GO_ENTRY	    0
+#define TACHY_GO_RET	    1
+#define TACHY_GO_MORESTACK  2
+#define TACHY_GO_GOEXIT	    3
+
+#define TACHY_GFRAME_RESTART 0x1 /* its function calls morestack */
+
+struct tachy_gframe {
+	__u64 off; /* g.stack.hi - SP at entry */
+	__u64 start_ns;
+	__u32 id;
+	__u32 flags;
+};
+
+/* A goroutine's open traced frames: 1544 bytes, while it has any. */
+struct tachy_goroutine {
+	__u32 depth;
+	__u32 pad;
+	struct tachy_gframe frames[TACHY_MAX_DEPTH];
+};
+
 /* Per function id and per CPU; summed by user space. */
 struct tachy_stats {
 	__u64 count; /* completed calls recorded in buckets */

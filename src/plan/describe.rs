@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{ItemKind, Plan, ProbeKind, CHECKED_JUMP_US, TAIL_INDIRECT};
+use super::{GoProbe, ItemKind, Plan, ProbeKind, CHECKED_JUMP_US, TAIL_INDIRECT};
 
 /// What the indirect jumps checked at run time cost, in words: the kernel
 /// single-steps an indirect `jmp` under a probe, on every pass.
@@ -129,6 +129,16 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
         }
         ProbeKind::Tail { .. } => "tail".to_string(),
         ProbeKind::Jump { .. } => "indirect jump checked".to_string(),
+        ProbeKind::Go {
+            id,
+            kind,
+            sp_adjust,
+        } => match kind {
+            GoProbe::Entry => format!("go entry [{id}] sp{sp_adjust:+}"),
+            GoProbe::Ret => format!("go ret [{id}]"),
+            GoProbe::Morestack => format!("go morestack [{id}]"),
+            GoProbe::Goexit => "go goroutine end".to_string(),
+        },
     }
 }
 

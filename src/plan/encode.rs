@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::{Plan, ProbeKind};
+use super::{GoProbe, Plan, ProbeKind};
 use crate::disasm::{Base, CheckedJump, JumpOperand};
 
 /// Entry cookie: function id in bits 0-30 (TACHY_ENTRY_ID_MASK).
@@ -41,6 +41,14 @@ pub const JUMP_AFTER_SHIFT: u32 = 48;
 /// signed SP adjustment in bits 32-63.
 pub const EXIT_COND_MASK: u64 = 0x0f;
 pub const EXIT_CONDITIONAL: u64 = 0x10;
+/// Go cookie: function id in bits 0-29 (TACHY_GO_ID_MASK), kind in bits
+/// 30-31, signed SP adjustment in bits 32-63.
+pub const GO_ID_MASK: u64 = 0x3fff_ffff;
+pub const GO_KIND_SHIFT: u32 = 30;
+pub const GO_ENTRY: u64 = 0;
+pub const GO_RET: u64 = 1;
+pub const GO_MORESTACK: u64 = 2;
+pub const GO_GOEXIT: u64 = 3;
 /// Nodes of a nested tree, traced functions included (TACHY_MAX_NODES).
 pub const MAX_NODES: usize = 4096;
 
@@ -57,6 +65,8 @@ pub enum Program {
     SiteEnd,
     /// An indirect jump whose target is checked at run time.
     Jump,
+    /// A probe of Go code (frames kept per goroutine).
+    Go,
 }
 
 impl Program {
@@ -107,6 +117,22 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
         ),
         ProbeKind::SiteEnd { slot, sp_adjust } => {
             (Program::SiteEnd, u64::from(slot) | high(sp_adjust))
+        }
+        ProbeKind::Go {
+            id,
+            kind,
+            sp_adjust,
+        } => {
+            let k = match kind {
+                GoProbe::Entry => GO_ENTRY,
+                GoProbe::Ret => GO_RET,
+                GoProbe::Morestack => GO_MORESTACK,
+                GoProbe::Goexit => GO_GOEXIT,
+            };
+            (
+                Program::Go,
+                (u64::from(id) & GO_ID_MASK) | k << GO_KIND_SHIFT | high(sp_adjust),
+            )
         }
     }
 }
@@ -295,6 +321,25 @@ mod tests {
         assert!(Program::Uret.is_return() && !Program::Exit.is_return());
     }
 
+    #[test]
+    fn go_cookies() {
+        let go = |id, kind, sp_adjust| {
+            encode(ProbeKind::Go {
+                id,
+                kind,
+                sp_adjust,
+            })
+        };
+        assert_eq!(go(5, GoProbe::Entry, 0), (Program::Go, 5));
+        assert_eq!(go(5, GoProbe::Ret, 0), (Program::Go, 5 | 1 << 30));
+        assert_eq!(go(2, GoProbe::Morestack, 0).1, 2 | 2 << 30);
+        assert_eq!(go(0, GoProbe::Goexit, 0).1, 3 << 30);
+        assert_eq!(
+            go(1, GoProbe::Entry, -8).1,
+            1 | u64::from(-8i32 as u32) << 32
+        );
+    }
+
     /// The `#define`s of tachy.h with a number for a value.
     fn header_defines() -> HashMap<String, u64> {
         let text = include_str!("../bpf/tachy.h");
@@ -346,6 +391,12 @@ mod tests {
             ("TACHY_JUMP_RIP_SHIFT", JUMP_RIP_SHIFT.into()),
             ("TACHY_JUMP_BEFORE_SHIFT", JUMP_BEFORE_SHIFT.into()),
             ("TACHY_JUMP_AFTER_SHIFT", JUMP_AFTER_SHIFT.into()),
+            ("TACHY_GO_ID_MASK", GO_ID_MASK),
+            ("TACHY_GO_KIND_SHIFT", GO_KIND_SHIFT.into()),
+            ("TACHY_GO_ENTRY", GO_ENTRY),
+            ("TACHY_GO_RET", GO_RET),
+            ("TACHY_GO_MORESTACK", GO_MORESTACK),
+            ("TACHY_GO_GOEXIT", GO_GOEXIT),
         ] {
             assert_eq!(defines.get(name), Some(&value), "{name} in tachy.h");
         }

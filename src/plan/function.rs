@@ -30,6 +30,9 @@ pub enum ExitMode {
     UretprobeQuiet,
     /// A uretprobe because the user asked (`--uretprobe`).
     UretprobeForced,
+    /// Go code: probes on every `ret`, frames kept per goroutine; never a
+    /// uretprobe.
+    Go,
 }
 
 impl ExitMode {
@@ -44,6 +47,7 @@ impl ExitMode {
             ExitMode::UretprobeForced => {
                 "uretprobe (--uretprobe: an exception through it aborts the process)"
             }
+            ExitMode::Go => "probes on each ret, frames kept per goroutine (Go: never a uretprobe)",
         }
     }
 }
@@ -106,6 +110,9 @@ impl Plan {
             |t| matches!(&t.kind, ItemKind::Function(t) if t.object == object && t.addr == f.addr),
         ) {
             return Ok(i as u32);
+        }
+        if f.names.lang == crate::symbols::demangle::Lang::Go {
+            return self.add_go_function(obj, object, f, source);
         }
         let id = self.items.len() as u32;
         let decoded = super::decode_function(obj, f)?;

@@ -8,6 +8,7 @@
 mod describe;
 pub mod encode;
 mod function;
+mod golang;
 mod sites;
 pub mod unwind;
 
@@ -23,6 +24,7 @@ pub use crate::target::ObjectRef;
 pub use describe::checked_jumps_text;
 pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
 pub use function::{choose_entry, ExitMode, ExitSummary};
+pub use golang::NOT_URETPROBE;
 pub use sites::{Drill, Imported, SiteNode};
 
 /// What one pass through an indirect jump checked at run time costs, in
@@ -72,6 +74,28 @@ pub enum ProbeKind {
     /// plus `sp_adjust` (the probe may stand a few instructions after the
     /// return address, where the kernel can probe).
     SiteEnd { slot: u32, sp_adjust: i32 },
+    /// A probe of a Go function (`id`), whose frames are kept per
+    /// goroutine; SP plus `sp_adjust` is SP at the function's entry.
+    Go {
+        id: u32,
+        kind: GoProbe,
+        sp_adjust: i32,
+    },
+}
+
+/// What a probe of Go code marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GoProbe {
+    /// The function's entry.
+    Entry,
+    /// One of its `ret`s.
+    Ret,
+    /// Its prologue's call to `runtime.morestack`: the function starts
+    /// again from its entry once the stack has grown, in the same call.
+    Morestack,
+    /// `runtime.goexit1`: the goroutine ends; its open frames were left by
+    /// `runtime.Goexit` or a panic.
+    Goexit,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -144,6 +168,13 @@ pub struct Settings {
     pub cpu: bool,
     /// And a histogram of each part (`--cpu --hist`).
     pub cpu_hist: bool,
+}
+
+impl Item {
+    /// Whether the item is Go code (frames kept per goroutine).
+    pub fn is_go(&self) -> bool {
+        matches!(&self.kind, ItemKind::Function(t) if t.exits.mode == ExitMode::Go)
+    }
 }
 
 /// Everything `probe` needs to attach.
@@ -405,6 +436,7 @@ fn kind_rank(k: ProbeKind) -> (u8, u64) {
         ProbeKind::Site { slot, .. } => (4, slot as u64),
         ProbeKind::SiteEnd { slot, .. } => (5, slot as u64),
         ProbeKind::Jump { cookie } => (6, cookie),
+        ProbeKind::Go { kind, .. } => (7, kind as u64),
     }
 }
 

@@ -286,6 +286,7 @@ pub fn read(bytes: &[u8], unit: Option<Unit>) -> Result<Vec<Interval>> {
             name,
             raw_name: raw,
             object,
+            go: false,
             counts,
         };
         if last_key == Some(key) {

@@ -163,6 +163,8 @@ pub struct FuncReport {
     pub raw_name: String,
     /// The object as users know it (as in /proc/PID/maps).
     pub object: PathBuf,
+    /// Go code: calls not timed were left by a panic or runtime.Goexit.
+    pub go: bool,
     pub counts: Counts,
 }
 
@@ -207,12 +209,14 @@ mod golden {
             timestamp: false,
             funcs: vec![
                 FuncReport {
+                    go: false,
                     name: "db::Table::scan(db::Range const&) [clone .isra.0]".into(),
                     raw_name: "_ZN2db5Table4scanERKNS_5RangeE.isra.0".into(),
                     object: "/srv/db/bin/dbd".into(),
                     counts: a,
                 },
                 FuncReport {
+                    go: false,
                     name: "fast".into(),
                     raw_name: "fast".into(),
                     object: "/srv/db/bin/dbd".into(),
@@ -307,6 +311,7 @@ mod golden {
             unit: Unit::Nsec,
             timestamp: false,
             funcs: vec![FuncReport {
+                go: false,
                 name: "f".into(),
                 raw_name: "f".into(),
                 object: "/x".into(),
@@ -326,6 +331,7 @@ mod golden {
             unit: Unit::Msec,
             timestamp: false,
             funcs: vec![FuncReport {
+                go: false,
                 name: "f".into(),
                 raw_name: "f".into(),
                 object: "/x".into(),
@@ -348,6 +354,7 @@ mod golden {
             unit: Unit::Nsec,
             timestamp: false,
             funcs: vec![FuncReport {
+                go: false,
                 name: "syscall:read".into(),
                 raw_name: "read".into(),
                 object: "kernel".into(),

@@ -66,7 +66,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         render_split(split, c.count, unit, w)?;
     }
     // Kernel items (system calls, kernel functions) never unwind.
-    if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
+    if f.go {
+        writeln!(w, "left by panic: {}", c.unwound)?;
+    } else if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
         writeln!(w, "left by exception or unwind: {}", c.unwound)?;
     }
     if c.filtered > 0 {
@@ -75,7 +77,12 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     if c.overflow > 0 {
         writeln!(
             w,
-            "not timed, nested deeper than 64 traced frames: {}",
+            "not timed, nested deeper than 64 traced frames{}: {}",
+            if f.go {
+                " or past 16384 goroutines in traced calls"
+            } else {
+                ""
+            },
             c.overflow
         )?;
     }
@@ -270,6 +277,7 @@ usecs               : count     distribution
         c.min_ns = 3_000;
         c.max_ns = 4_999;
         let f = FuncReport {
+            go: false,
             name: "f".into(),
             raw_name: "f".into(),
             object: "/x".into(),

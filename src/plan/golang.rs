@@ -1,0 +1,163 @@
+//! A traced Go function: an entry probe, a probe on each `ret`, and one on
+//! the prologue's call to `runtime.morestack`; never a uretprobe. Frames are
+//! kept per goroutine on the BPF side (see `ProbeKind::Go`).
+
+use anyhow::{bail, Context, Result};
+
+use super::function::{choose_entry, ExitMode, ExitSummary};
+use super::{GoProbe, Item, ItemKind, Plan, ProbeKind, TracedFunc};
+use crate::disasm::Target;
+use crate::symbols::{ElfObject, Function, Pattern, SymSource};
+
+/// Why a Go function never gets a uretprobe, as tachy says it when
+/// `--uretprobe` is given.
+pub const NOT_URETPROBE: &str = "a uretprobe replaces the return address on the stack, and the Go runtime, which walks and copies goroutine stacks as they grow, kills the program when it meets one it does not know";
+
+/// Function of the Go runtime where a goroutine ends (after it returned,
+/// or called `runtime.Goexit`).
+const GOEXIT: &str = "runtime.goexit1";
+
+impl Plan {
+    /// Adds a Go function as item `id`: its entry, its `ret`s and its calls
+    /// to `runtime.morestack`, and once per object the end of goroutines.
+    pub(super) fn add_go_function(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        f: &Function,
+        source: SymSource,
+    ) -> Result<u32> {
+        let id = self.items.len() as u32;
+        let go = obj
+            .go()
+            .with_context(|| format!("{} is not a Go binary", obj.display.display()))?;
+        if let Err(why) = go.g_in_r14() {
+            bail!(
+                "cannot time the Go function {} of {}: {why}",
+                f.display_name(),
+                obj.display.display()
+            );
+        }
+        let decoded = super::decode_function(obj, f)?;
+        let index = obj.symbols()?;
+        let named = |a: u64| index.name_starting_at(a).is_some();
+        let Some(entry) = choose_entry(&decoded, &named) else {
+            bail!(
+                "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
+                f.display_name(),
+                decoded.first.as_ref().map_or("?", |i| i.text.as_str())
+            );
+        };
+        // Go code leaves a function only by `ret`: its one jump out is the
+        // jump back to the entry after morestack.
+        if let Some(t) = decoded
+            .tails
+            .iter()
+            .find(|t| !matches!(t.target, Target::Direct(a) if a == f.addr))
+        {
+            bail!(
+                "{} leaves by a jump at +{:#x}, which tachy does not follow in Go code",
+                f.display_name(),
+                t.addr - f.addr
+            );
+        }
+        let go_probe = |kind, sp_adjust| ProbeKind::Go {
+            id,
+            kind,
+            sp_adjust,
+        };
+        self.push(
+            obj,
+            object,
+            entry.addr,
+            go_probe(GoProbe::Entry, entry.sp_offset),
+        )?;
+        for &r in &decoded.rets {
+            self.push(obj, object, r, go_probe(GoProbe::Ret, 0))?;
+        }
+        // The prologue calls morestack with SP as at the entry.
+        for c in &decoded.calls {
+            if let Target::Direct(a) = c.target {
+                if index
+                    .name_starting_at(a)
+                    .is_some_and(|n| n.starts_with("runtime.morestack"))
+                {
+                    self.push(obj, object, c.addr, go_probe(GoProbe::Morestack, 0))?;
+                }
+            }
+        }
+        self.add_goexit(obj, object)?;
+        self.items.push(Item {
+            name: f.display_name(),
+            raw_name: f.raw.clone(),
+            kind: ItemKind::Function(TracedFunc {
+                object,
+                addr: f.addr,
+                size: f.size,
+                fragments: f.fragments.len(),
+                source,
+                source_text: obj.describe_source(source),
+                entry_addr: entry.addr,
+                entry_insn: entry.text,
+                entry_cost: entry.cost,
+                exits: ExitSummary {
+                    mode: ExitMode::Go,
+                    why_rets: None,
+                    rets: decoded.rets.len(),
+                    early_rets: 0,
+                    early_points: 0,
+                    early_stepped: 0,
+                    tail_callees: Vec::new(),
+                    unknown_tails: 0,
+                    internal_jumps: decoded.internal_jumps.len(),
+                    checked_jumps: 0,
+                    unchecked_jumps: decoded.checked_jumps.len(),
+                    unnamed_fragments: 0,
+                },
+            }),
+        });
+        Ok(id)
+    }
+
+    /// A probe where the goroutines of `obj` end, once per object: frames
+    /// they left open were left by `runtime.Goexit` or a panic.
+    fn add_goexit(&mut self, obj: &ElfObject, object: usize) -> Result<()> {
+        if self.probes.iter().any(|p| {
+            p.object == object
+                && matches!(
+                    p.kind,
+                    ProbeKind::Go {
+                        kind: GoProbe::Goexit,
+                        ..
+                    }
+                )
+        }) {
+            return Ok(());
+        }
+        let index = obj.symbols()?;
+        let Some(g) = index
+            .find(&Pattern::parse(GOEXIT)?)
+            .into_iter()
+            .find(|g| g.raw == GOEXIT)
+        else {
+            // Frames left open by a goroutine that ends are then counted
+            // when another goroutine reuses its g.
+            return Ok(());
+        };
+        let decoded = super::decode_function(obj, &g)?;
+        let named = |a: u64| index.name_starting_at(a).is_some();
+        if let Some(e) = choose_entry(&decoded, &named) {
+            self.push(
+                obj,
+                object,
+                e.addr,
+                ProbeKind::Go {
+                    id: 0,
+                    kind: GoProbe::Goexit,
+                    sp_adjust: e.sp_offset,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
