@@ -121,6 +121,7 @@ bench: build
 	fi
 	/usr/bin/python3 bench/run.py
 	/usr/bin/python3 bench/why.py
+	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
 # making >= 100k calls/s for SOAK_MINUTES (default 10; SOAK_MINUTES=1 for a

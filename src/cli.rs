@@ -215,6 +215,11 @@ pub struct TraceArgs {
     #[arg(short = 'u', long = "microseconds", conflicts_with = "milliseconds")]
     pub microseconds: bool,
 
+    /// Report durations as the probes measure them: do not subtract the
+    /// probes' own time (measured at start-up on this machine)
+    #[arg(long)]
+    pub raw: bool,
+
     /// Print durations in milliseconds
     #[arg(short = 'm', long = "milliseconds")]
     pub milliseconds: bool,
@@ -409,6 +414,8 @@ pub struct TraceSettings {
     pub cpu: bool,
     /// `--cpu --hist` of `tachy latency`: a histogram of each part.
     pub cpu_hist: bool,
+    /// Durations as measured, the probes' own time left in.
+    pub raw: bool,
     pub dry_run: bool,
     pub verbose: bool,
     /// `--hlog`: the HdrHistogram interval log to write.
@@ -524,6 +531,7 @@ impl TraceArgs {
             follow: self.follow,
             cpu: self.cpu,
             cpu_hist: false,
+            raw: self.raw,
             dry_run: self.dry_run,
             verbose: self.verbose,
             hlog: None,

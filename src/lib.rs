@@ -7,6 +7,7 @@
 //! and renderers), driven by `session`. Everything but `probe` and
 //! `session` is pure and needs no privilege; the fuzz targets use it.
 
+pub mod calibrate;
 pub mod callsites;
 pub mod cli;
 pub mod disasm;

@@ -416,6 +416,39 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         plan.pid = Some(sp.pid);
     }
     raise_fd_limit();
+    if !s.raw
+        && plan
+            .items
+            .iter()
+            .any(|i| matches!(i.kind, ItemKind::Function(_)))
+    {
+        let started = Instant::now();
+        use crate::calibrate::Source;
+        match crate::calibrate::load_or_measure(s.verbose) {
+            Ok((cal, source)) => {
+                plan.probe_time = cal.probe_time(&plan);
+                if s.verbose {
+                    eprintln!(
+                        "tachy: {} ({} in {} ms)",
+                        cal.describe(),
+                        match source {
+                            Source::Cached => "cached, read",
+                            Source::CachedBusy =>
+                                "measured within the hour on a busy machine: may be off by a tenth or more",
+                            Source::Measured => "measured and cached",
+                            Source::Busy =>
+                                "measured on a busy machine, cached for an hour: may be off by a tenth or more",
+                        },
+                        started.elapsed().as_millis()
+                    );
+                }
+            }
+            // Tracing goes on without the correction, as with --raw.
+            Err(e) => eprintln!(
+                "tachy: cannot measure the probes' own time ({e:#}): durations include it"
+            ),
+        }
+    }
     let mut storage = MaybeUninit::uninit();
     let mut tracer = attach(&mut storage, &plan, s.verbose)?;
     if let Some(pid) = s.pid {
@@ -608,7 +641,8 @@ fn run(
         let due = next_report.is_some_and(|t| now >= t);
         let interim = INTERIM.swap(false, Ordering::SeqCst);
         if interim || due || done {
-            for (c, n) in carry.iter_mut().zip(tracer.take()?) {
+            for (i, (c, mut n)) in carry.iter_mut().zip(tracer.take()?).enumerate() {
+                n.probe_ns = plan.probe_time.get(i).map_or(0, |p| p.in_ns);
                 c.merge(&n);
             }
         }
@@ -898,6 +932,8 @@ fn tree_node(
         hist: (hist && kind != "function").then(|| c.hist.clone()),
         hist_early: c.hist_early,
         cpu: c.cpu.clone(),
+        probe_ns: c.probe_ns,
+        under: c.under,
         children: kids,
     }
 }

@@ -1380,12 +1380,16 @@ fn nested_text() {
     );
     assert_eq!(
         tree.len(),
-        1 + (listed.len() - 1) + 1,
-        "self, one line per site that ran, and one for the site hidden\n{out}"
+        1 + (listed.len() - 1) + 2,
+        "self, one line per site that ran, one for the site hidden and one for the probe time\n{out}"
     );
     assert_eq!(
-        tree.last().copied(),
-        Some("  (1 call site that never ran is hidden: --all-sites shows them)"),
+        tree[tree.len() - 2],
+        "  (1 call site that never ran is hidden: --all-sites shows them)",
+        "{out}"
+    );
+    assert!(
+        tree[tree.len() - 1].starts_with("  probe time subtracted from each call: ~"),
         "{out}"
     );
     for (kind, location, name) in &listed {

@@ -191,6 +191,9 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 overflow: overflow & MAX_COUNT,
                 indirect_tail: indirect_tail & MAX_COUNT,
                 hist_early: unwound.rotate_left(7) & MAX_COUNT,
+                under: 0,
+                probe_ns: 0,
+                cpu: None,
                 hist: hist_of(buckets, unit),
             }
         }
@@ -243,6 +246,9 @@ fn build(
         filtered: n.filtered & MAX_COUNT,
         hist: n.hist.as_ref().map(|h| hist_of(h, unit)),
         hist_early: n.filtered.rotate_left(7) & MAX_COUNT,
+        probe_ns: 0,
+        under: 0,
+        cpu: None,
         children,
     })
 }

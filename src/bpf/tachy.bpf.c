@@ -104,6 +104,14 @@ struct {
 	__type(value, struct tachy_stats);
 } stats SEC(".maps");
 
+/* Per id: the probe time subtracted (all zero with --raw). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* nfuncs, set by user space */
+	__type(key, __u32);
+	__type(value, struct tachy_corr);
+} corr SEC(".maps");
+
 static __always_inline struct tachy_stats *stats_of(__u32 id)
 {
 	__u32 key = (generation & 1) * nfuncs + id;
@@ -265,14 +273,6 @@ static __always_inline struct parts parts_since(struct tachy_cpu *c,
 	return p;
 }
 
-static __always_inline void record(struct tachy_thread *t,
-				   struct tachy_frame *f, __u64 now,
-				   bool indirect_tail)
-{
-	record_ns(f->id, now - f->start_ns,
-		  parts_since(&t->cpu, f->blocked0, f->runq0), indirect_tail);
-}
-
 struct flush_ctx {
 	struct tachy_thread *t;
 	bool keep;
@@ -381,15 +381,73 @@ static __always_inline struct parts site_parts(struct tachy_thread *t,
 }
 
 /*
+ * The frame below the top one, which a call closing at the top of the
+ * stack ran inside of.
+ */
+static __always_inline struct tachy_frame *below_top(struct tachy_thread *t)
+{
+	__u32 i = t->depth - 2;
+
+	if (t->depth < 2 || i >= TACHY_MAX_DEPTH)
+		return NULL;
+	return &t->frames[i & (TACHY_MAX_DEPTH - 1)];
+}
+
+/* The top frame took `ns` (corrected) inside the frame below it. */
+static __always_inline void add_inner(struct tachy_thread *t, __u64 ns)
+{
+	__u32 i = t->depth - 2;
+
+	if (t->depth >= 2 && i < TACHY_MAX_DEPTH)
+		t->frames[i].inner_ns += ns;
+}
+
+/*
+ * The top frame ends: its probes' time, and that of the calls inside it,
+ * lies inside the frame below it too.
+ */
+static __always_inline void pass_probe_time(struct tachy_thread *t,
+					    struct tachy_frame *f,
+					    struct tachy_corr *c)
+{
+	struct tachy_frame *up = below_top(t);
+
+	if (up)
+		up->probe_ns += f->probe_ns + (c ? c->add_ns : 0);
+}
+
+/*
  * A frame ends normally at `now` (a traced function's: by a return, or by
- * an indirect tail jump, to which it is timed).
+ * an indirect tail jump, to which it is timed). Its duration is without the
+ * probes' own time (never below zero).
  */
 static __always_inline void close_frame(struct tachy_thread *t,
 					struct tachy_frame *f, __u64 now,
 					bool indirect_tail)
 {
-	__u64 d = now - f->start_ns;
 	__u32 id = f->id;
+	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
+	__u64 d = now - f->start_ns;
+	__u64 sub = f->probe_ns + (c ? c->in_ns : 0);
+
+	pass_probe_time(t, f, c);
+	if (d < sub) {
+		struct tachy_stats *s = stats_of(id);
+
+		if (s)
+			s->under++;
+		d = 0;
+	} else {
+		d -= sub;
+	}
+	/*
+	 * A call lasts at least as long as the calls timed inside it: where
+	 * the probe time subtracted drifted above the real one, the calls
+	 * inside keep their time and this one is not read shorter.
+	 */
+	if (d < f->inner_ns)
+		d = f->inner_ns;
+	add_inner(t, d);
 
 	if (f->flags & TACHY_FRAME_SITE) {
 		struct tachy_pending *p = pending_of(t, id);
@@ -429,14 +487,17 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
 		bool keep = !(d < min_ns || (max_ns && d > max_ns));
 
-		record(t, f, now, indirect_tail);
+		record_ns(id, d,
+			  parts_since(&t->cpu, f->blocked0, f->runq0),
+			  indirect_tail);
 		if (t->roots)
 			t->roots--;
 		if (!t->roots)
 			flush_pending(t, keep);
 		return;
 	}
-	record(t, f, now, indirect_tail);
+	record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
+		  indirect_tail);
 }
 
 /*
@@ -449,23 +510,29 @@ static __always_inline void drop_frame(struct tachy_thread *t,
 				       struct tachy_frame *f, __u64 now)
 {
 	__u32 id = f->id;
+	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
+	__u64 d = now - f->start_ns;
 
+	pass_probe_time(t, f, c);
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
 		struct tachy_pending *p = pending_of(t, id);
-		__u64 d = now - f->start_ns;
-		struct parts pp = site_parts(t, f, d);
+		__u64 own = d > f->probe_ns ? d - f->probe_ns : 0;
+		struct parts pp = site_parts(t, f, own);
 		struct tachy_stats *s;
 
+		/* Its time counts inside its parent's, as a closed one's. */
+		add_inner(t, own);
+
 		if (p) {
-			p->ns += d;
+			p->ns += own;
 			p->unw++;
 			p->blocked += pp.blocked;
 			p->runq += pp.runq;
 		} else if ((s = stats_of(id))) {
-			s->total_ns += d;
+			s->total_ns += own;
 			s->unwound++;
 			if (cpu)
-				add_parts(s, d, pp);
+				add_parts(s, own, pp);
 		}
 		return;
 	}
@@ -516,7 +583,8 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f = &t->frames[t->depth & (TACHY_MAX_DEPTH - 1)];
 	f->sp = sp;
 	f->start_ns = now;
-	f->child_ns = 0;
+	f->probe_ns = 0;
+	f->inner_ns = 0;
 	f->blocked0 = t->cpu.blocked_ns;
 	f->runq0 = t->cpu.runq_ns;
 	f->id = id;
@@ -592,12 +660,25 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
 			if (i >= t->depth)
 				break;
-			if (t->frames[i].id == id)
+			if (t->frames[i].id == id) {
+				struct tachy_corr *c =
+					bpf_map_lookup_elem(&corr, &id);
+				__u32 top_i = t->depth - 1;
+
+				/* This call's probes run inside the outer
+				 * one. */
+				if (c && top_i < TACHY_MAX_DEPTH)
+					t->frames[top_i].probe_ns += c->add_ns;
 				return 0;
+			}
 		}
 	}
 
-	push(t, sp, now, id,
+	/*
+	 * The clock is read again last: what this program did before is not
+	 * the call's time.
+	 */
+	push(t, sp, bpf_ktime_get_ns(), id,
 	     TACHY_FRAME_ROOT |
 		     ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING : 0),
 	     0);
@@ -768,7 +849,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		if (!f || !node || sp > f->sp || f->sp - sp > 8)
 			return 0;
 		f->flags |= TACHY_FRAME_TAILING;
-		push(t, sp, now, *node,
+		push(t, sp, bpf_ktime_get_ns(), *node,
 		     TACHY_FRAME_SITE | TACHY_FRAME_TAILSITE |
 			     TACHY_FRAME_TAILING,
 		     slot);
@@ -778,8 +859,11 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	node = node_of(slot, top(t));
 	if (!node)
 		return 0;
-	/* A site followed only by the function's epilogue ends with it. */
-	push(t, sp, now, *node,
+	/*
+	 * A site followed only by the function's epilogue ends with it. Its
+	 * clock starts last, as a function's does.
+	 */
+	push(t, sp, bpf_ktime_get_ns(), *node,
 	     TACHY_FRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
 					 ? TACHY_FRAME_TAILSITE
 					 : 0),

@@ -133,7 +133,10 @@
 struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */
 	__u64 start_ns;
-	__u64 child_ns;
+	/* time the probes of calls inside this one took, within it */
+	__u64 probe_ns;
+	/* time of the timed calls inside this one, probe time subtracted */
+	__u64 inner_ns;
 	/* --cpu: the thread's tachy_cpu.blocked_ns and runq_ns at entry */
 	__u64 blocked0;
 	__u64 runq0;
@@ -183,7 +186,7 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: 31288 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 31800 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {
@@ -240,6 +243,15 @@ struct tachy_goroutine {
 	struct tachy_gframe frames[TACHY_MAX_DEPTH];
 };
 
+/*
+ * The probes' own time, per id, measured by user space at start-up and
+ * subtracted from every duration before it is bucketed.
+ */
+struct tachy_corr {
+	__u64 in_ns;  /* of this call's own probes, inside its interval */
+	__u64 add_ns; /* of its probes, inside its caller's interval */
+};
+
 /* Per function id and per CPU; summed by user space. */
 struct tachy_stats {
 	__u64 count; /* completed calls recorded in buckets */
@@ -257,6 +269,8 @@ struct tachy_stats {
 	__u64 oncpu_ns;
 	__u64 blocked_ns;
 	__u64 runq_ns;
+	/* calls shorter than the probe time subtracted (bucketed as 0) */
+	__u64 under;
 	__u64 buckets[TACHY_NBUCKETS];
 };
 

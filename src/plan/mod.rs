@@ -98,6 +98,15 @@ pub enum GoProbe {
     Goexit,
 }
 
+/// The probes' own time in one timed call (mirror of tachy_corr).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeTime {
+    /// Inside the call's own interval: subtracted from its duration.
+    pub in_ns: u64,
+    /// Inside its caller's interval: subtracted from the caller's.
+    pub add_ns: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Probe {
     /// Index into `Plan::objects`.
@@ -189,6 +198,12 @@ pub struct Plan {
     /// `tachy nested` only: the probed site addresses, (object, vaddr),
     /// indexed by slot. A function's sites have consecutive slots.
     pub slots: Vec<(usize, u64)>,
+    /// Per id: the probes' own time the kernel subtracts (empty: none,
+    /// as with `--raw`). See `crate::calibrate`.
+    pub probe_time: Vec<ProbeTime>,
+    /// `tachy nested` only: per slot with a probe of its own where the
+    /// call returns, what a hit there costs.
+    pub slot_ends: std::collections::BTreeMap<u32, ProbeCost>,
     pub probes: Vec<Probe>,
     /// `ret`s observed by early exits, kept to put their own probe back
     /// where an early exit shares its address with another probe.

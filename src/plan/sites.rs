@@ -112,15 +112,18 @@ impl Plan {
                     match site_end(decoded, ret, next_call) {
                         SiteEnd::NextCall => merge_prev = true,
                         SiteEnd::WithParent => ends_with_parent = true,
-                        SiteEnd::At(p) => self.push(
-                            obj,
-                            object,
-                            p.addr,
-                            ProbeKind::SiteEnd {
-                                slot,
-                                sp_adjust: p.sp_adjust,
-                            },
-                        )?,
+                        SiteEnd::At(p) => {
+                            self.slot_ends.insert(slot, p.cost);
+                            self.push(
+                                obj,
+                                object,
+                                p.addr,
+                                ProbeKind::SiteEnd {
+                                    slot,
+                                    sp_adjust: p.sp_adjust,
+                                },
+                            )?
+                        }
                         SiteEnd::Nowhere => {}
                     }
                 }

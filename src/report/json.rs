@@ -86,6 +86,10 @@ pub fn value(r: &Report) -> Value {
             if let Some(split) = &c.cpu {
                 v["cpu"] = cpu_json(split);
             }
+            if c.probe_ns > 0 {
+                v["probe_ns_per_call"] = json!(c.probe_ns);
+                v["shorter_than_probe_time"] = json!(c.under);
+            }
             v
         })
         .collect();

@@ -79,6 +79,12 @@ pub struct Counts {
     /// had decided on their traced call (beyond 512 site calls, or 512
     /// distinct sites, in one call; for the latter, count and total too).
     pub hist_early: u64,
+    /// Calls shorter than the probe time subtracted from them (counted as
+    /// 0 ns).
+    pub under: u64,
+    /// The probes' own time subtracted from each call, in ns (0: none,
+    /// as with `--raw`).
+    pub probe_ns: u64,
     /// Durations in display units, in the kernel's log2 x 16 buckets.
     pub hist: Hist,
     /// `--cpu`: where the time of the calls counted went.
@@ -148,11 +154,32 @@ impl Counts {
         self.overflow += o.overflow;
         self.indirect_tail += o.indirect_tail;
         self.hist_early += o.hist_early;
+        self.under += o.under;
+        self.probe_ns = self.probe_ns.max(o.probe_ns);
         self.hist.merge(&o.hist);
         if let Some(oc) = &o.cpu {
             self.cpu.get_or_insert_with(Default::default).merge(oc);
         }
     }
+}
+
+/// The line saying how much probe time was subtracted from each call, and
+/// how many calls were shorter than that; None when nothing was.
+pub fn probe_time_note(probe_ns: u64, under: u64) -> Option<String> {
+    if probe_ns == 0 {
+        return None;
+    }
+    let mut s = format!(
+        "probe time subtracted from each call: ~{:.2} us",
+        probe_ns as f64 / 1000.0
+    );
+    if under > 0 {
+        s.push_str(&format!(
+            " ({under} call{} shorter than that, read as 0: the correction is larger than the measured time)",
+            if under == 1 { " was" } else { "s were" }
+        ));
+    }
+    Some(s)
 }
 
 /// One traced function's part of a report.

@@ -71,6 +71,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     } else if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
         writeln!(w, "left by exception or unwind: {}", c.unwound)?;
     }
+    if let Some(note) = super::probe_time_note(c.probe_ns, c.under) {
+        writeln!(w, "{note}")?;
+    }
     if c.filtered > 0 {
         writeln!(w, "filtered out by duration: {}", c.filtered)?;
     }

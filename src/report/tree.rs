@@ -41,6 +41,10 @@ pub struct TreeNode {
     pub hist_early: u64,
     /// `--cpu`: where `total_ns` went (no part histograms here).
     pub cpu: Option<CpuSplit>,
+    /// The probes' own time subtracted from each call (0: none), and the
+    /// calls shorter than that.
+    pub probe_ns: u64,
+    pub under: u64,
     pub children: Vec<TreeNode>,
 }
 
@@ -227,6 +231,9 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             };
             writeln!(w, "  ({what}: --all-sites shows them)")?;
         }
+        if let Some(note) = super::probe_time_note(root.probe_ns, root.under) {
+            writeln!(w, "  {note}")?;
+        }
     }
     Ok(())
 }
@@ -372,6 +379,10 @@ fn node_json(n: &TreeNode) -> Value {
         v["cpu"] = cpu_json(split);
         v["self_cpu"] = cpu_json(&own);
     }
+    if n.probe_ns > 0 {
+        v["probe_ns_per_call"] = json!(n.probe_ns);
+        v["shorter_than_probe_time"] = json!(n.under);
+    }
     if let Some(h) = &n.hist {
         v["log2_buckets"] = json!(h.log2_slots());
         v["hist_early"] = json!(n.hist_early);
@@ -462,6 +473,8 @@ mod tests {
             hist: None,
             hist_early: 0,
             cpu: None,
+            probe_ns: 0,
+            under: 0,
             children,
         }
     }
