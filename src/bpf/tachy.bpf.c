@@ -487,8 +487,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
 		bool keep = !(d < min_ns || (max_ns && d > max_ns));
 
-		record_ns(id, d,
-			  parts_since(&t->cpu, f->blocked0, f->runq0),
+		record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 			  indirect_tail);
 		if (t->roots)
 			t->roots--;
