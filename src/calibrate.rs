@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::callsites::{Site, SiteKind};
 use crate::disasm::ProbeCost;
@@ -323,31 +323,27 @@ fn plan(exe: &Path) -> Result<Plan> {
             expanded: false,
         });
         plan.slots.push((object, call));
-        let offset = |v: u64| {
-            obj.vaddr_to_offset(v)
-                .ok_or_else(|| anyhow!("calibration code is not in a segment"))
-        };
-        plan.probes.push(crate::plan::Probe {
+        plan.push(
+            &obj,
             object,
-            vaddr: call,
-            offset: offset(call)?,
-            kind: ProbeKind::Site {
+            call,
+            ProbeKind::Site {
                 slot: k as u32,
                 tail: false,
                 exit_first: false,
                 ends_with_parent: k == 2,
             },
-        });
+        )?;
         if k < 2 {
-            plan.probes.push(crate::plan::Probe {
+            plan.push(
+                &obj,
                 object,
-                vaddr: ret,
-                offset: offset(ret)?,
-                kind: ProbeKind::SiteEnd {
+                ret,
+                ProbeKind::SiteEnd {
                     slot: k as u32,
                     sp_adjust: 0,
                 },
-            });
+            )?;
         }
     }
     plan.finish();

@@ -285,7 +285,13 @@ impl Plan {
         self.objects.len() - 1
     }
 
-    fn push(&mut self, obj: &ElfObject, object: usize, vaddr: u64, kind: ProbeKind) -> Result<()> {
+    pub(crate) fn push(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        vaddr: u64,
+        kind: ProbeKind,
+    ) -> Result<()> {
         let p = self.probe(obj, object, vaddr, kind)?;
         self.probes.push(p);
         Ok(())
