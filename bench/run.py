@@ -99,6 +99,10 @@ WORKLOADS = [
     dict(name="cppthrow", label="(i) C++ helper may throw", src="cppexits.cpp", cc="g++",
          flags=["-fno-omit-frame-pointer", "-fcf-protection=none", "-DHELPER_MAY_THROW"],
          sym="_ZN5bench6tracedEi", spec="bench::traced", n=200_000, mode="latency"),
+    # Go: each call runs on a new goroutine whose stack grows (is copied)
+    # while the traced function is open; the runtime walks its frames.
+    dict(name="go", label="(j) Go, stack grows", src="gogrow.go", cc="go", flags=[],
+         sym="main.traced", spec="main.traced", n=20_000, mode="latency"),
 ]
 
 ONLY = [x for x in os.environ.get("BENCH_ONLY", "").split(",") if x]
@@ -204,6 +208,9 @@ def check_shape(w, insns):
         return sum(1 for x in t if x.startswith("call")) == 8
     if name == "cblib":
         return any(x.startswith("call *") for x in t)
+    if name == "go":
+        return any(x.startswith("call") and "morestack" in x for x in t) and any(
+            x.startswith("call") and "main.deep" in x for x in t)
     if name in ("cppquiet", "cppthrow"):
         return t[0].startswith("push ") and any(
             x.startswith("call") and "helper" in x for x in t)
@@ -223,9 +230,15 @@ def build():
                            check=True)
             link = [w["obj"], "-Wl,-rpath," + OUT]
             w["spec"] = f"{w['obj']}:{w['sym']}"
-        subprocess.run([w["cc"]] + COMMON + w["flags"] + ["-I", SRC, "-o", w["bin"],
-                                                          os.path.join(SRC, w["src"])] + link,
-                       check=True)
+        if w["cc"] == "go":
+            env = dict(os.environ, GOCACHE=os.path.join(OUT, ".gocache"), GO111MODULE="off",
+                       GOPATH=os.path.join(OUT, ".gopath"))
+            subprocess.run(["go", "build", "-o", w["bin"], os.path.join(SRC, w["src"])],
+                           check=True, env=env)
+        else:
+            subprocess.run([w["cc"]] + COMMON + w["flags"] + ["-I", SRC, "-o", w["bin"],
+                                                              os.path.join(SRC, w["src"])]
+                           + link, check=True)
         w["insns"] = function_insns(w["obj"], w["sym"])
         if not w["insns"]:
             sys.exit(f"bench: {w['sym']} not found in {w['obj']}")
@@ -498,7 +511,7 @@ def run_once(w, variant):
             res["calls"], res["ns"] = int(f[1]), float(f[3])
         if wp.returncode != 0:
             err = werr.text().strip().splitlines()
-            why = [l for l in err if "terminate" in l] or err[-1:]
+            why = [l for l in err if "terminate" in l or "fatal error" in l] or err[-1:]
             res["died"] = sig_name(wp.returncode) + (f" ({why[0].strip()})" if why else "")
         if tp is not None:
             code, by_itself, _ = stop_tracer(tp, 3.0 if variant.startswith("tachy") else 0.2)
@@ -783,7 +796,8 @@ def main():
     for w in WORKLOADS:
         w["entry_off"] = vaddr_to_off(w["obj"], w["insns"][0][0])
         say(f"{w['label']}: {os.path.relpath(w['obj'], ROOT)} {w['sym']}, "
-            f"{w['cc']} {' '.join(COMMON + w['flags'])}"
+            + (sh(["go", "version"]).strip() if w["cc"] == "go"
+               else f"{w['cc']} {' '.join(COMMON + w['flags'])}")
             + (f" (library: gcc, {w['lib']})" if w.get("lib") else "")
             + f", N={int(w['n'] * SCALE)}")
         for a, t in w["insns"][:6]:
