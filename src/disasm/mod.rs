@@ -6,7 +6,7 @@
 mod flow;
 mod x86;
 
-pub use x86::{decode, decode_in};
+pub use x86::{decode, decode_in, written_registers};
 
 /// What decoding needs of the object beyond the function's own bytes: its
 /// data (jump tables), code outside the function's named ranges (fragments

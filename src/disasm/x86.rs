@@ -416,9 +416,48 @@ fn probe_cost(insn: &Instruction) -> ProbeCost {
     }
 }
 
+/// The general-purpose registers (bit N: x86 encoding number N, as in
+/// `tachy.h`) that the instructions of `code`, decoded from `addr`, may
+/// write. What a probe placed after them reads of an argument register is
+/// the caller's value only where its bit is clear.
+pub fn written_registers(code: &[u8], addr: u64) -> u16 {
+    let mut info = iced_x86::InstructionInfoFactory::new();
+    let mut mask = 0u16;
+    let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    while d.can_decode() {
+        let insn = d.decode();
+        if insn.is_invalid() {
+            return u16::MAX;
+        }
+        for u in info.info(&insn).used_registers() {
+            if !matches!(
+                u.access(),
+                iced_x86::OpAccess::Write
+                    | iced_x86::OpAccess::CondWrite
+                    | iced_x86::OpAccess::ReadWrite
+                    | iced_x86::OpAccess::ReadCondWrite
+            ) {
+                continue;
+            }
+            let r = u.register().full_register();
+            if r.is_gpr64() {
+                mask |= 1 << (r.number() as u16 & 15);
+            }
+        }
+    }
+    mask
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `mov %rdi,%rbx; xor %esi,%esi; push %rbp`: rbx, rsi and rsp.
+    #[test]
+    fn registers_written_before_an_address() {
+        let m = written_registers(&[0x48, 0x89, 0xfb, 0x31, 0xf6, 0x55], 0x1000);
+        assert_eq!(m, 1 << 3 | 1 << 6 | 1 << 4);
+    }
     use crate::disasm::EarlyExit;
 
     fn range(addr: u64, bytes: &[u8]) -> Range<'_> {

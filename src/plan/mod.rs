@@ -5,8 +5,10 @@
 //! (`encode`) and turned into links by `probe`.
 //! Nothing here touches the kernel.
 
+pub mod args;
 mod describe;
 pub mod encode;
+pub mod filter;
 mod function;
 mod golang;
 mod sites;

@@ -12,6 +12,7 @@ pub mod imports;
 pub mod index;
 pub mod lines;
 mod near;
+pub mod params;
 pub mod pattern;
 pub mod relocs;
 

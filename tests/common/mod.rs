@@ -30,6 +30,8 @@
 //! | `wide`          | wide.c                      | gcc -O2 -g                              |
 //! | `ijump`         | ijump.c                     | gcc -O2 -g -pthread                     |
 //! | `why`           | why.c (modes: see the source) | gcc -O2 -g -pthread                   |
+//! | `args`          | args.cpp                    | g++ -std=c++17 -O2 -g                   |
+//! | `args_nodebug`  | args.cpp                    | g++ -std=c++17 -O2 (no DWARF)           |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -207,6 +209,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["why.c"],
             deps: &[],
         },
+        "args" | "args_nodebug" => Recipe {
+            sources: &["args.cpp"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -221,7 +227,8 @@ fn recipe(name: &str) -> Recipe {
         },
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
-             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, rust_app, \
+             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, args, \
+             args_nodebug, rust_app, \
              rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
         ),
     }
@@ -268,6 +275,15 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg("-Wl,-rpath,$ORIGIN")
                 .arg("-o")
                 .arg(tmp_out);
+            c
+        }
+        "args" | "args_nodebug" => {
+            let mut c = cxx();
+            c.args(["-std=c++17", "-O2", "-Wall", "-Wextra"]);
+            if name == "args" {
+                c.arg("-g");
+            }
+            c.arg(src.join("args.cpp")).arg("-o").arg(tmp_out);
             c
         }
         "why" => {

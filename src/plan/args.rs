@@ -1,0 +1,659 @@
+//! Argument operands: what `--filter` (and any other feature that reads a
+//! traced call's arguments at its entry) means by `argN`, a DWARF parameter
+//! name, `tid` or `pid`, resolved per function to a place the BPF entry
+//! program can read.
+//!
+//! The API, in the order it is used:
+//!
+//! 1. [`ArgRef::parse`] turns the text (`arg1`, `key`, `tid`, `pid`) into an
+//!    [`ArgRef`]; nothing is looked up yet.
+//! 2. [`FuncArgs::for_functions`] reads, in one DWARF pass per object, what
+//!    each function's own subprogram DIE says about its parameters (a
+//!    compiler clone has its own); [`FuncArgs::for_syscall`] does the same
+//!    for a system call (registers of the syscall ABI, no names).
+//! 3. [`FuncArgs::resolve`] gives an [`Operand`]: a register, a stack slot
+//!    at the entry SP, the thread id or the process id, with the width and
+//!    signedness to compare it with, a description for messages, and a
+//!    note to print where the meaning deserves one (`argN` of a clone). It
+//!    fails with one line saying why (no DWARF, no such parameter and the
+//!    names there are, a float or struct by value, optimized out of a
+//!    clone, a location that is not a register or stack slot at the entry).
+//!
+//! `argN` counts from 0 as the SysV x86-64 ABI passes integer arguments:
+//! arg0..arg5 are rdi, rsi, rdx, rcx, r8, r9, so `this` is arg0 of a C++
+//! method. Of a system call they are rdi, rsi, rdx, r10, r8, r9. A clone
+//! (`.isra`, `.constprop`, `.part`) is called with its own convention:
+//! there `argN` is still the Nth register, and the note says so. Names are
+//! read where the clone's DWARF says they live at its entry. Pure: no
+//! kernel, no privilege.
+
+use std::collections::HashMap;
+
+use anyhow::{bail, Result};
+
+use crate::symbols::params::{self, EntryLoc, FuncParams, ParamType, REG_NAMES};
+use crate::symbols::{ElfObject, Function};
+
+/// Integer argument registers of the SysV x86-64 function call ABI, as
+/// x86 encoding numbers: rdi, rsi, rdx, rcx, r8, r9.
+pub const ABI_REGS: [u8; 6] = [7, 6, 2, 1, 8, 9];
+
+/// Argument registers of the x86-64 system call ABI: rdi, rsi, rdx, r10,
+/// r8, r9.
+pub const SYSCALL_REGS: [u8; 6] = [7, 6, 2, 10, 8, 9];
+
+/// An operand as the user wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ArgRef {
+    /// `argN`: the Nth integer argument register (from 0).
+    Index(u8),
+    /// A parameter's name, from DWARF.
+    Name(String),
+    /// The thread id (as `-t` and `gettid()`).
+    Tid,
+    /// The process id (the thread group id).
+    Pid,
+}
+
+impl ArgRef {
+    /// `argN` (N from 0 to 5), `tid`, `pid`, or a parameter name (a C
+    /// identifier).
+    pub fn parse(s: &str) -> Result<ArgRef> {
+        match s {
+            "tid" => return Ok(ArgRef::Tid),
+            "pid" => return Ok(ArgRef::Pid),
+            _ => {}
+        }
+        if let Some(n) = s.strip_prefix("arg") {
+            if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) {
+                return match n.parse::<u8>() {
+                    Ok(i) if (i as usize) < ABI_REGS.len() => Ok(ArgRef::Index(i)),
+                    _ => bail!(
+                        "{s}: only arg0 to arg5 (the six integer argument registers) can be read; name a later parameter by its DWARF name"
+                    ),
+                };
+            }
+        }
+        let mut b = s.bytes();
+        let ok = b
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+            && b.all(|c| c.is_ascii_alphanumeric() || c == b'_');
+        if !ok {
+            bail!("{s:?} is not an argument: expected argN, tid, pid or a parameter name");
+        }
+        Ok(ArgRef::Name(s.to_string()))
+    }
+}
+
+impl std::fmt::Display for ArgRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArgRef::Index(i) => write!(f, "arg{i}"),
+            ArgRef::Name(n) => f.write_str(n),
+            ArgRef::Tid => f.write_str("tid"),
+            ArgRef::Pid => f.write_str("pid"),
+        }
+    }
+}
+
+/// Where an operand's value is read at the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// A register (x86 encoding number: 0 rax, 1 rcx, 2 rdx, 3 rbx, 4 rsp,
+    /// 5 rbp, 6 rsi, 7 rdi, 8-15 r8-r15).
+    Reg(u8),
+    /// 8 bytes of the traced thread's stack at the entry SP (the address of
+    /// the return address) plus this offset.
+    Stack(i32),
+    /// The calling thread's id.
+    Tid,
+    /// The calling thread's process id.
+    Pid,
+}
+
+/// An operand resolved for one function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operand {
+    pub source: Source,
+    /// Bytes of the value that count (1, 2, 4 or 8): the ABI leaves the
+    /// bits of a register above a narrower argument undefined.
+    pub size: u8,
+    /// Compare as signed (sign-extended from `size`).
+    pub signed: bool,
+    /// For messages and `--dry-run`: `key (rsi, int)`, `arg0 (rdi)`.
+    pub what: String,
+    /// Something the user should know about this operand on this function
+    /// (printed once on stderr), e.g. what `argN` of a clone is.
+    pub note: Option<String>,
+}
+
+impl Operand {
+    fn plain(source: Source, what: String) -> Operand {
+        Operand {
+            source,
+            size: if matches!(source, Source::Tid | Source::Pid) {
+                4
+            } else {
+                8
+            },
+            signed: !matches!(source, Source::Tid | Source::Pid),
+            what,
+            note: None,
+        }
+    }
+
+    /// Whether `v` is a value this operand can hold (as its type reads).
+    pub fn holds(&self, v: i128) -> bool {
+        let bits = u32::from(self.size) * 8;
+        if self.signed {
+            // A full 64-bit register also compares with 64-bit unsigned
+            // literals (addresses), by their bits.
+            let lo = -(1i128 << (bits - 1));
+            let hi = if bits == 64 {
+                (1i128 << 64) - 1
+            } else {
+                (1i128 << (bits - 1)) - 1
+            };
+            (lo..=hi).contains(&v)
+        } else {
+            (0..(1i128 << bits)).contains(&v)
+        }
+    }
+}
+
+/// How a function receives its arguments.
+#[derive(Clone, Debug)]
+enum Convention {
+    /// The SysV ABI (a symbol anyone may call).
+    Abi,
+    /// A compiler clone or a function DWARF marks as not following the
+    /// ABI: what it is, for messages (`clone .isra.0`).
+    Own(String),
+    /// A system call.
+    Syscall,
+    /// Go's register ABI: not read.
+    Go,
+}
+
+/// What one traced function (or system call) knows of its arguments.
+#[derive(Clone, Debug)]
+pub struct FuncArgs {
+    /// As users know it (demangled, with any clone suffix).
+    pub name: String,
+    convention: Convention,
+    /// Its own DWARF parameters; None when the object has no DWARF or no
+    /// subprogram DIE starts at the function.
+    params: Option<FuncParams>,
+    /// Registers (bit per x86 number) that instructions before the entry
+    /// probe may write: their values there are no longer the arguments.
+    clobbered: u16,
+}
+
+impl FuncArgs {
+    /// The argument knowledge of `funcs`, all of `obj`, in one DWARF pass.
+    /// `entries[i]` is where the entry probe of `funcs[i]` stands (its
+    /// address when the probe is on the first instruction).
+    pub fn for_functions(obj: &ElfObject, funcs: &[(&Function, u64)]) -> Vec<FuncArgs> {
+        let addrs: Vec<u64> = funcs.iter().map(|(f, _)| f.addr).collect();
+        let mut found: HashMap<u64, FuncParams> =
+            params::params_at(obj, &addrs).unwrap_or_default();
+        funcs
+            .iter()
+            .map(|(f, entry)| {
+                let clobbered = if *entry > f.addr {
+                    obj.code(f.addr, entry - f.addr)
+                        .map_or(u16::MAX, |c| crate::disasm::written_registers(c, f.addr))
+                } else {
+                    0
+                };
+                let params = found.remove(&f.addr);
+                let convention = if f.names.lang == crate::symbols::demangle::Lang::Go {
+                    Convention::Go
+                } else if !f.names.suffix.is_empty() {
+                    Convention::Own(format!("clone {}", f.names.suffix))
+                } else if params.as_ref().is_some_and(|p| p.nocall) {
+                    Convention::Own(
+                        "a function the compiler gave its own calling convention".into(),
+                    )
+                } else {
+                    Convention::Abi
+                };
+                FuncArgs {
+                    name: f.display_name(),
+                    convention,
+                    params,
+                    clobbered,
+                }
+            })
+            .collect()
+    }
+
+    /// A system call `name`: arguments in the syscall ABI's registers.
+    pub fn for_syscall(name: &str) -> FuncArgs {
+        FuncArgs {
+            name: name.to_string(),
+            convention: Convention::Syscall,
+            params: None,
+            clobbered: 0,
+        }
+    }
+
+    /// A function known by what its DWARF says (for tests and tools that
+    /// have no object at hand).
+    pub fn from_params(name: &str, clone_suffix: &str, params: Option<FuncParams>) -> FuncArgs {
+        FuncArgs {
+            name: name.to_string(),
+            convention: if clone_suffix.is_empty() {
+                Convention::Abi
+            } else {
+                Convention::Own(format!("clone {clone_suffix}"))
+            },
+            params,
+            clobbered: 0,
+        }
+    }
+
+    /// Where `arg` is at this function's entry, or one line saying why it
+    /// cannot be read there.
+    pub fn resolve(&self, arg: &ArgRef) -> Result<Operand> {
+        let name = &self.name;
+        match (arg, &self.convention) {
+            (ArgRef::Tid, _) => return Ok(Operand::plain(Source::Tid, "tid".into())),
+            (ArgRef::Pid, _) => return Ok(Operand::plain(Source::Pid, "pid".into())),
+            (_, Convention::Go) => {
+                bail!("{name}: arguments of Go functions cannot be read yet (Go passes them in its own registers)")
+            }
+            _ => {}
+        }
+        let op = match arg {
+            ArgRef::Index(i) => self.index(*i)?,
+            ArgRef::Name(n) => self.named(n)?,
+            ArgRef::Tid | ArgRef::Pid => unreachable!("handled above"),
+        };
+        if let Source::Reg(r) = op.source {
+            if self.clobbered & (1 << r) != 0 {
+                bail!(
+                    "{name}: the entry probe stands after an instruction that may overwrite {} ({arg}), so its value there is not the argument",
+                    REG_NAMES[r as usize]
+                );
+            }
+        }
+        Ok(op)
+    }
+
+    fn index(&self, i: u8) -> Result<Operand> {
+        let name = &self.name;
+        let reg = match self.convention {
+            Convention::Syscall => SYSCALL_REGS[i as usize],
+            _ => ABI_REGS[i as usize],
+        };
+        let rn = REG_NAMES[reg as usize];
+        let mut op = Operand::plain(Source::Reg(reg), format!("arg{i} ({rn})"));
+        // The parameter that DWARF (or the ABI) puts in that register
+        // gives the width and sign.
+        let holder = self.params.as_ref().and_then(|ps| {
+            ps.params.iter().enumerate().find(|(k, p)| {
+                p.at_entry == EntryLoc::Reg(reg)
+                    || (matches!(self.convention, Convention::Abi)
+                        && !matches!(p.at_entry, EntryLoc::Reg(_) | EntryLoc::Stack(_))
+                        && abi_reg(ps, *k) == Some(reg))
+            })
+        });
+        if let Some((_, p)) = holder {
+            if let Some((size, signed)) = width(&p.ty) {
+                op.size = size;
+                op.signed = signed;
+            }
+            if let Some(pn) = &p.name {
+                op.what = format!("arg{i} ({rn}, {pn}: {})", p.ty.name());
+            }
+        }
+        if let Convention::Own(what) = &self.convention {
+            let holds = match holder.and_then(|(_, p)| p.name.as_deref()) {
+                Some(pn) => format!("its DWARF puts parameter {pn} there"),
+                None if self.params.is_some() => "its DWARF puts no parameter there".to_string(),
+                None => "no DWARF says which parameter that is".to_string(),
+            };
+            op.note = Some(format!(
+                "{name}: arg{i} is register {rn} of the {what}, which may drop or reorder parameters ({holds})"
+            ));
+        }
+        Ok(op)
+    }
+
+    fn named(&self, n: &str) -> Result<Operand> {
+        let name = &self.name;
+        let Some(ps) = &self.params else {
+            match self.convention {
+                Convention::Syscall => bail!(
+                    "{n}: system call arguments have no names here; use arg0 to arg5 ({name})"
+                ),
+                _ => bail!(
+                    "{n}: {name} has no DWARF parameter information (built without -g?); name its arguments arg0 to arg5"
+                ),
+            }
+        };
+        let Some((k, p)) = ps
+            .params
+            .iter()
+            .enumerate()
+            .find(|(_, p)| p.name.as_deref() == Some(n))
+        else {
+            let names = ps.names();
+            if names.is_empty() {
+                bail!("{name} has no parameter named {n} (DWARF names none)");
+            }
+            bail!(
+                "{name} has no parameter named {n} (its parameters: {})",
+                names.join(", ")
+            );
+        };
+        let ty = p.ty.name();
+        let Some((size, signed)) = width(&p.ty) else {
+            match &p.ty {
+                ParamType::Float { .. } => bail!(
+                    "{n} of {name} is floating point ({ty}): filters compare integers and pointers"
+                ),
+                ParamType::Aggregate { .. } => bail!(
+                    "{n} of {name} is passed by value as {ty}: filters compare integers and pointers"
+                ),
+                _ => bail!(
+                    "{n} of {name} is a {ty}: filters compare integers and pointers of up to 8 bytes"
+                ),
+            }
+        };
+        let own = match &self.convention {
+            Convention::Own(what) => Some(what.as_str()),
+            _ => None,
+        };
+        let source = match (&p.at_entry, own) {
+            (EntryLoc::Reg(r), _) => Source::Reg(*r),
+            (EntryLoc::Stack(off), _) => match i32::try_from(*off) {
+                Ok(o) if o >= 8 => Source::Stack(o),
+                _ => bail!("{n} of {name} is on the stack at an offset tachy does not read ({off})"),
+            },
+            (EntryLoc::Const(c), Some(what)) => bail!(
+                "{n} of {name} is the constant {c} in this {what}: a comparison with it is always true or always false"
+            ),
+            (EntryLoc::Absent, Some(what)) => bail!(
+                "{n} of {name} was optimized out of this {what}: it has no value at the entry"
+            ),
+            (EntryLoc::Unsupported(how), Some(what)) => bail!(
+                "{n} of {name} lives in {how} at the entry of this {what}: tachy reads registers and stack slots only"
+            ),
+            (EntryLoc::NotAtEntry | EntryLoc::Frame, Some(what)) => bail!(
+                "{n} of {name}: the DWARF of this {what} gives no location at its entry"
+            ),
+            // A function that follows the ABI has its arguments where the
+            // ABI puts them at its first instruction, whatever DWARF says
+            // of later instructions (-O0 code stores them in its frame).
+            (_, None) => match abi_reg(ps, k) {
+                Some(r) => Source::Reg(r),
+                None => bail!(
+                    "{n} of {name} is not passed in an integer register (after floating-point or struct parameters): tachy cannot place it"
+                ),
+            },
+        };
+        let place = match source {
+            Source::Reg(r) => REG_NAMES[r as usize].to_string(),
+            Source::Stack(o) => format!("stack +{o}"),
+            _ => unreachable!("a parameter is in a register or on the stack"),
+        };
+        Ok(Operand {
+            source,
+            size,
+            signed,
+            what: format!("{n} ({place}, {ty})"),
+            note: None,
+        })
+    }
+}
+
+/// Width and signedness of a parameter compared as an integer.
+fn width(ty: &ParamType) -> Option<(u8, bool)> {
+    match ty {
+        ParamType::Int { size, signed, .. } => Some((*size, *signed)),
+        ParamType::Pointer { .. } => Some((8, false)),
+        _ => None,
+    }
+}
+
+/// The register the SysV ABI passes parameter `k` in, counting the integer
+/// and pointer parameters before it; None past the sixth, or after a
+/// parameter whose class takes more thought (a struct by value, a type
+/// DWARF does not give).
+fn abi_reg(ps: &FuncParams, k: usize) -> Option<u8> {
+    let mut n = 0usize;
+    for (i, p) in ps.params.iter().enumerate() {
+        let int = match &p.ty {
+            ParamType::Int { .. } | ParamType::Pointer { .. } => true,
+            ParamType::Float { .. } => false,
+            _ => return None,
+        };
+        if i == k {
+            return int.then(|| ABI_REGS.get(n).copied()).flatten();
+        }
+        if int {
+            n += 1;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::params::Param;
+
+    fn int(name: &str, size: u8, signed: bool) -> ParamType {
+        ParamType::Int {
+            size,
+            signed,
+            name: name.into(),
+        }
+    }
+
+    fn param(name: &str, ty: ParamType, at: EntryLoc) -> Param {
+        Param {
+            name: Some(name.into()),
+            ty,
+            at_entry: at,
+            artificial: name == "this",
+        }
+    }
+
+    /// `long Store::get(int key, double w, Point p, unsigned char* buf)` at
+    /// -O0: every location is in the frame.
+    fn method_o0() -> FuncParams {
+        FuncParams {
+            params: vec![
+                param(
+                    "this",
+                    ParamType::Pointer {
+                        name: "Store*".into(),
+                    },
+                    EntryLoc::Frame,
+                ),
+                param("key", int("int", 4, true), EntryLoc::Frame),
+                param(
+                    "w",
+                    ParamType::Float {
+                        name: "double".into(),
+                    },
+                    EntryLoc::Frame,
+                ),
+                param(
+                    "buf",
+                    ParamType::Pointer {
+                        name: "unsigned char*".into(),
+                    },
+                    EntryLoc::Frame,
+                ),
+                param(
+                    "p",
+                    ParamType::Aggregate {
+                        name: "struct Point".into(),
+                    },
+                    EntryLoc::Frame,
+                ),
+            ],
+            nocall: false,
+        }
+    }
+
+    fn name(s: &str) -> ArgRef {
+        ArgRef::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parses_operands() {
+        assert_eq!(name("arg0"), ArgRef::Index(0));
+        assert_eq!(name("arg5"), ArgRef::Index(5));
+        assert_eq!(name("tid"), ArgRef::Tid);
+        assert_eq!(name("pid"), ArgRef::Pid);
+        assert_eq!(name("key"), ArgRef::Name("key".into()));
+        assert_eq!(name("argv"), ArgRef::Name("argv".into()));
+        assert_eq!(name("_x1"), ArgRef::Name("_x1".into()));
+        let e = ArgRef::parse("arg6").unwrap_err().to_string();
+        assert!(e.starts_with("arg6: only arg0 to arg5"), "{e}");
+        assert!(ArgRef::parse("1x").is_err());
+        assert!(ArgRef::parse("").is_err());
+        assert!(ArgRef::parse("a-b").is_err());
+    }
+
+    #[test]
+    fn abi_places_named_parameters_at_the_entry() {
+        let f = FuncArgs::from_params("Store::get(int)", "", Some(method_o0()));
+        let op = f.resolve(&name("this")).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Reg(7), 8, false));
+        let op = f.resolve(&name("key")).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Reg(6), 4, true));
+        assert_eq!(op.what, "key (rsi, int)");
+        // The double goes to xmm0: buf is the third integer argument.
+        let op = f.resolve(&name("buf")).unwrap();
+        assert_eq!(op.source, Source::Reg(2));
+        assert_eq!(op.note, None);
+    }
+
+    #[test]
+    fn arg_n_takes_the_width_of_the_parameter_there() {
+        let f = FuncArgs::from_params("Store::get(int)", "", Some(method_o0()));
+        let op = f.resolve(&ArgRef::Index(1)).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Reg(6), 4, true));
+        assert_eq!(op.what, "arg1 (rsi, key: int)");
+        let op = f.resolve(&ArgRef::Index(0)).unwrap();
+        assert_eq!(op.what, "arg0 (rdi, this: Store*)");
+        // No DWARF: the whole register, signed.
+        let bare = FuncArgs::from_params("f", "", None);
+        let op = bare.resolve(&ArgRef::Index(3)).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Reg(1), 8, true));
+        assert_eq!(op.what, "arg3 (rcx)");
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_integer() {
+        let f = FuncArgs::from_params("Store::get(int)", "", Some(method_o0()));
+        let err = |a: &str| f.resolve(&name(a)).unwrap_err().to_string();
+        assert_eq!(
+            err("w"),
+            "w of Store::get(int) is floating point (double): filters compare integers and pointers"
+        );
+        assert_eq!(
+            err("p"),
+            "p of Store::get(int) is passed by value as struct Point: filters compare integers and pointers"
+        );
+        assert_eq!(
+            err("nope"),
+            "Store::get(int) has no parameter named nope (its parameters: this, key, w, buf, p)"
+        );
+        let bare = FuncArgs::from_params("f", "", None);
+        assert_eq!(
+            bare.resolve(&name("key")).unwrap_err().to_string(),
+            "key: f has no DWARF parameter information (built without -g?); name its arguments arg0 to arg5"
+        );
+    }
+
+    /// A clone that dropped `this`: `key` is in rdi, as its DWARF says, and
+    /// `this` is refused.
+    #[test]
+    fn clones_are_read_where_their_dwarf_says() {
+        let ps = FuncParams {
+            params: vec![
+                param("key", int("int", 4, true), EntryLoc::Reg(7)),
+                param("limit", int("long", 8, true), EntryLoc::Const(100)),
+                param(
+                    "this",
+                    ParamType::Pointer {
+                        name: "Store*".into(),
+                    },
+                    EntryLoc::Absent,
+                ),
+                param(
+                    "p",
+                    int("int", 4, true),
+                    EntryLoc::Unsupported("a computed location (a DWARF expression)".into()),
+                ),
+            ],
+            nocall: false,
+        };
+        let f = FuncArgs::from_params("Store::get(int) [clone .isra.0]", ".isra.0", Some(ps));
+        let op = f.resolve(&name("key")).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Reg(7), 4, true));
+        let err = |a: &str| f.resolve(&name(a)).unwrap_err().to_string();
+        assert_eq!(
+            err("this"),
+            "this of Store::get(int) [clone .isra.0] was optimized out of this clone .isra.0: it has no value at the entry"
+        );
+        assert_eq!(
+            err("limit"),
+            "limit of Store::get(int) [clone .isra.0] is the constant 100 in this clone .isra.0: a comparison with it is always true or always false"
+        );
+        assert!(
+            err("p").contains("lives in a computed location"),
+            "{}",
+            err("p")
+        );
+        let op = f.resolve(&ArgRef::Index(0)).unwrap();
+        assert_eq!(op.source, Source::Reg(7));
+        assert_eq!(
+            op.note.as_deref(),
+            Some("Store::get(int) [clone .isra.0]: arg0 is register rdi of the clone .isra.0, which may drop or reorder parameters (its DWARF puts parameter key there)")
+        );
+        let op = f.resolve(&ArgRef::Index(1)).unwrap();
+        assert!(op
+            .note
+            .unwrap()
+            .ends_with("(its DWARF puts no parameter there)"));
+    }
+
+    #[test]
+    fn system_calls_use_the_syscall_registers() {
+        let f = FuncArgs::for_syscall("syscall:read");
+        let op = f.resolve(&ArgRef::Index(3)).unwrap();
+        assert_eq!(op.source, Source::Reg(10));
+        assert_eq!(op.what, "arg3 (r10)");
+        assert!(f.resolve(&name("fd")).is_err());
+        let op = f.resolve(&ArgRef::Tid).unwrap();
+        assert_eq!((op.source, op.size, op.signed), (Source::Tid, 4, false));
+    }
+
+    #[test]
+    fn clobbered_registers_are_refused() {
+        let mut f = FuncArgs::from_params("f", "", None);
+        f.clobbered = 1 << 6;
+        assert!(f.resolve(&ArgRef::Index(0)).is_ok());
+        let e = f.resolve(&ArgRef::Index(1)).unwrap_err().to_string();
+        assert!(e.contains("may overwrite rsi (arg1)"), "{e}");
+    }
+
+    #[test]
+    fn operands_hold_values_of_their_type() {
+        let mut op = Operand::plain(Source::Reg(7), "x".into());
+        assert!(op.holds(-1) && op.holds(u64::MAX as i128) && !op.holds(1 << 64));
+        op.size = 4;
+        assert!(op.holds(i32::MIN as i128) && !op.holds(1 << 31));
+        op.signed = false;
+        assert!(op.holds(u32::MAX as i128) && !op.holds(-1));
+    }
+}
