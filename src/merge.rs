@@ -300,22 +300,17 @@ pub fn run_merge(a: MergeArgs) -> Result<i32> {
         }
         Ok(())
     };
-    match &a.output {
-        Some(path) => {
-            let f = std::fs::File::create(path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            let mut f = std::io::BufWriter::new(f);
-            draw(&mut f)
-                .and_then(|_| f.flush())
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        None => {
-            let mut out = std::io::stdout().lock();
-            draw(&mut out)
-                .and_then(|_| out.flush())
-                .context("cannot write the report")?;
-        }
-    }
+    let mut file = match &a.output {
+        Some(path) => Some((
+            path.as_path(),
+            std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+            ),
+        )),
+        None => None,
+    };
+    crate::report::draw_to(file.as_mut().map(|(p, f)| (*p, f as &mut dyn Write)), draw)?;
     Ok(0)
 }
 
@@ -437,6 +432,18 @@ fn figures(c: &Counts, unit: Unit) -> Vec<(&'static str, Option<u64>)> {
     out
 }
 
+/// The figures of `a` and `b` side by side.
+fn paired(
+    a: &Counts,
+    b: &Counts,
+    unit: Unit,
+) -> impl Iterator<Item = (&'static str, Option<u64>, Option<u64>)> {
+    figures(a, unit)
+        .into_iter()
+        .zip(figures(b, unit))
+        .map(|((label, va), (_, vb))| (label, va, vb))
+}
+
 fn change(a: Option<u64>, b: Option<u64>) -> Option<f64> {
     match (a, b) {
         (Some(a), Some(b)) if a > 0 => Some((b as f64 - a as f64) / a as f64 * 100.0),
@@ -470,7 +477,7 @@ pub fn render_diff(
             }
         };
         writeln!(w, "  {:<8} {:>14} {:>14} {:>10}", "", "A", "B", "change")?;
-        for ((label, va), (_, vb)) in figures(ca, unit).into_iter().zip(figures(cb, unit)) {
+        for (label, va, vb) in paired(ca, cb, unit) {
             let show = |v: Option<u64>| match (v, label) {
                 (None, _) => "-".to_string(),
                 (Some(n), "count") => n.to_string(),
@@ -517,7 +524,7 @@ pub fn render_diff_json(
         .map(|r| {
             let mut change = serde_json::Map::new();
             if let (Some(ca), Some(cb)) = (&r.a, &r.b) {
-                for ((label, va), (_, vb)) in figures(ca, unit).into_iter().zip(figures(cb, unit)) {
+                for (label, va, vb) in paired(ca, cb, unit) {
                     change.insert(label.to_string(), serde_json::json!(change_of(va, vb)));
                 }
             }

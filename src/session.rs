@@ -847,20 +847,11 @@ impl Reports {
                 }
             }
         };
-        match &mut self.file {
-            Some((path, f)) => {
-                draw(f)
-                    .and_then(|_| f.flush())
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-            }
-            None => {
-                let mut out = std::io::stdout().lock();
-                draw(&mut out)
-                    .and_then(|_| out.flush())
-                    .context("cannot write the report")?;
-            }
-        }
-        Ok(())
+        let file = self
+            .file
+            .as_mut()
+            .map(|(p, f)| (p.as_path(), f as &mut dyn Write));
+        report::draw_to(file, draw)
     }
 
     /// Draws the flame graph of the whole run, for `--svg`.

@@ -118,13 +118,7 @@ impl Plan {
         let decoded = super::decode_function(obj, f)?;
         let index = obj.symbols()?;
         let known_callee = |a: u64| index.name_starting_at(a).is_some();
-        let Some(entry) = choose_entry(&decoded, &known_callee) else {
-            bail!(
-                "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
-                f.display_name(),
-                decoded.first.as_ref().map_or("?", |i| i.text.as_str())
-            );
-        };
+        let entry = entry_of(f, &decoded, &known_callee)?;
         let entry_tail = decoded.tails.iter().find(|t| t.addr == entry.addr).copied();
         let tailing =
             entry_tail.is_some_and(|t| t.cond.is_none() && matches!(t.target, Target::Direct(_)));
@@ -197,6 +191,21 @@ impl Plan {
                 }
             }
         };
+        self.push_function_item(obj, object, f, source, entry, exits);
+        Ok(id)
+    }
+
+    /// Records `f`, probed at `entry` and left as `exits` says, as the next
+    /// item.
+    pub(super) fn push_function_item(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        f: &Function,
+        source: SymSource,
+        entry: EntryCandidate,
+        exits: ExitSummary,
+    ) {
         self.items.push(Item {
             name: f.display_name(),
             raw_name: f.raw.clone(),
@@ -213,7 +222,6 @@ impl Plan {
                 exits,
             }),
         });
-        Ok(id)
     }
 
     /// Probes on the `ret`s and tail jumps of a function, and on the `ret`s
@@ -379,6 +387,22 @@ fn checks_start_at_entry(d: &mut Decoded, start: u64, entry: u64) {
 /// the straight-line start is cheaper (emulated rather than single-stepped)
 /// or the first cannot be probed. A later one must run exactly once per
 /// call: no branch may reach it, and the stack offset up to it is known.
+/// The entry of `f` (see [`choose_entry`]), or why it has none.
+pub fn entry_of(
+    f: &Function,
+    d: &Decoded,
+    known_callee: &dyn Fn(u64) -> bool,
+) -> Result<EntryCandidate> {
+    match choose_entry(d, known_callee) {
+        Some(entry) => Ok(entry),
+        None => bail!(
+            "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
+            f.display_name(),
+            d.first.as_ref().map_or("?", |i| i.text.as_str())
+        ),
+    }
+}
+
 pub fn choose_entry(d: &Decoded, known_callee: &dyn Fn(u64) -> bool) -> Option<EntryCandidate> {
     // A direct tail jump can be the entry: the entry probe then opens the
     // frame as already left (see add_function). Any other would need its

@@ -4,8 +4,8 @@
 
 use anyhow::{bail, Context, Result};
 
-use super::function::{choose_entry, ExitMode, ExitSummary};
-use super::{GoProbe, Item, ItemKind, Plan, ProbeKind, TracedFunc};
+use super::function::{choose_entry, entry_of, ExitMode, ExitSummary};
+use super::{GoProbe, Plan, ProbeKind};
 use crate::disasm::Target;
 use crate::symbols::{ElfObject, Function, Pattern, SymSource};
 
@@ -41,13 +41,7 @@ impl Plan {
         let decoded = super::decode_function(obj, f)?;
         let index = obj.symbols()?;
         let named = |a: u64| index.name_starting_at(a).is_some();
-        let Some(entry) = choose_entry(&decoded, &named) else {
-            bail!(
-                "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
-                f.display_name(),
-                decoded.first.as_ref().map_or("?", |i| i.text.as_str())
-            );
-        };
+        let entry = entry_of(f, &decoded, &named)?;
         // Go code leaves a function only by `ret`: its one jump out is the
         // jump back to the entry after morestack.
         if let Some(t) = decoded
@@ -87,35 +81,21 @@ impl Plan {
             }
         }
         self.add_goexit(obj, object)?;
-        self.items.push(Item {
-            name: f.display_name(),
-            raw_name: f.raw.clone(),
-            kind: ItemKind::Function(TracedFunc {
-                object,
-                addr: f.addr,
-                size: f.size,
-                fragments: f.fragments.len(),
-                source,
-                source_text: obj.describe_source(source),
-                entry_addr: entry.addr,
-                entry_insn: entry.text,
-                entry_cost: entry.cost,
-                exits: ExitSummary {
-                    mode: ExitMode::Go,
-                    why_rets: None,
-                    rets: decoded.rets.len(),
-                    early_rets: 0,
-                    early_points: 0,
-                    early_stepped: 0,
-                    tail_callees: Vec::new(),
-                    unknown_tails: 0,
-                    internal_jumps: decoded.internal_jumps.len(),
-                    checked_jumps: 0,
-                    unchecked_jumps: decoded.checked_jumps.len(),
-                    unnamed_fragments: 0,
-                },
-            }),
-        });
+        let exits = ExitSummary {
+            mode: ExitMode::Go,
+            why_rets: None,
+            rets: decoded.rets.len(),
+            early_rets: 0,
+            early_points: 0,
+            early_stepped: 0,
+            tail_callees: Vec::new(),
+            unknown_tails: 0,
+            internal_jumps: decoded.internal_jumps.len(),
+            checked_jumps: 0,
+            unchecked_jumps: decoded.checked_jumps.len(),
+            unnamed_fragments: 0,
+        };
+        self.push_function_item(obj, object, f, source, entry, exits);
         Ok(id)
     }
 

@@ -204,6 +204,27 @@ pub struct Report {
     pub funcs: Vec<FuncReport>,
 }
 
+/// Runs `draw` on `file` (named by its path in errors) or, without one, on
+/// stdout, and flushes what it wrote.
+pub fn draw_to(
+    file: Option<(&std::path::Path, &mut dyn std::io::Write)>,
+    draw: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::io::Write;
+    match file {
+        Some((path, f)) => draw(&mut *f)
+            .and_then(|_| f.flush())
+            .with_context(|| format!("cannot write {}", path.display())),
+        None => {
+            let mut out = std::io::stdout().lock();
+            draw(&mut out)
+                .and_then(|_| out.flush())
+                .context("cannot write the report")
+        }
+    }
+}
+
 #[cfg(test)]
 mod golden {
     //! Golden files for every renderer. `TACHY_BLESS=1 cargo test` rewrites them.
