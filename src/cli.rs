@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::plan::filter::Filter;
 use crate::report::Unit;
 use crate::symbols::Pattern;
 
@@ -20,9 +21,16 @@ Examples:
   tachy latency -m -i 5 -T -p 4242 'ns::Class::*'  a report every 5 s, with times
   tachy latency --slower-than 1ms -p 4242 read_page        only calls over 1 ms
   tachy latency -u --cpu -p 4242 'db::Table::scan'  on-CPU, blocked and runnable time
+  tachy latency -p 4242 'kv::Store::get' --filter 'key == 42'   only calls with key 42
+  tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000 && tid != 4250'
+  tachy latency -p 4242 syscall:read --filter 'arg0 == 5'      reads of fd 5
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
+
+--filter: argN counts from 0 (arg0 is rdi, `this` of a C++ method); a
+compiler clone (.isra, .constprop) takes its own registers, so prefer the
+parameter's name there, which is read where the clone's DWARF puts it.
 
 Functions are matched by demangled name: `ns::Class::read` matches every
 overload and compiler clone (.isra, .constprop, .part); add parameters to pick
@@ -40,6 +48,7 @@ Examples:
   tachy nested -p 4242 'db::Table::scan' --depth 2        and the call sites of its callees
   tachy nested -p 4242 'db::Table::scan' --expand 'db::Page::load'
   tachy nested -p 4242 'db::Table::scan' --slower-than 1ms   only the slow calls
+  tachy nested -p 4242 'db::Table::scan' --filter 'key == 42'   only calls with key 42
   tachy nested --folded -d 10 -p 4242 scan > scan.folded
   tachy nested --svg scan.svg -d 10 -p 4242 scan
   tachy nested 'kv::Store::read' -- ./kvdemo
@@ -262,6 +271,17 @@ pub struct TraceArgs {
     #[arg(long)]
     pub cpu: bool,
 
+    /// Time only calls whose arguments match EXPR, decided in the kernel at
+    /// each call's entry; the others are counted as filtered out. EXPR
+    /// compares argN (from 0: arg0..arg5 are rdi, rsi, rdx, rcx, r8, r9; a
+    /// C++ method's `this` is arg0; of a system call: rdi, rsi, rdx, r10,
+    /// r8, r9), a parameter's DWARF name, tid or pid with an integer
+    /// (decimal, 0x hex, negative) by == != < <= > >=, joined by && and
+    /// ||, with parentheses. Names are read where each function (each
+    /// compiler clone) has them at its entry
+    #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
+    pub filter: Option<Filter>,
+
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
@@ -422,6 +442,8 @@ pub struct TraceSettings {
     pub hlog: Option<PathBuf>,
     /// `tachy nested`: the tree to time.
     pub nested: Option<NestedOpts>,
+    /// `--filter`: which calls to time, by their arguments.
+    pub filter: Option<Filter>,
 }
 
 /// Bad usage found after clap parsed the arguments (arguments that do
@@ -536,6 +558,7 @@ impl TraceArgs {
             verbose: self.verbose,
             hlog: None,
             nested: None,
+            filter: self.filter,
         })
     }
 }
@@ -676,6 +699,11 @@ impl FuncSpec {
 /// A function pattern, as a clap value parser.
 fn parse_pattern(s: &str) -> std::result::Result<Pattern, String> {
     Pattern::parse(s).map_err(|e| format!("{e:#}"))
+}
+
+/// A `--filter` expression, as a clap value parser.
+fn parse_filter(s: &str) -> std::result::Result<Filter, String> {
+    Filter::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 /// A process or thread id: a positive number.

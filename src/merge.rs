@@ -204,6 +204,7 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
         filtered: n("filtered"),
         overflow: n("overflow"),
         indirect_tail: n("indirect_tail"),
+        arg_filtered: f.get("filtered_by_args").and_then(Value::as_u64),
         hist,
         ..Counts::default()
     };

@@ -31,6 +31,25 @@ unsafe impl plain::Plain for types::tachy_stats {}
 unsafe impl plain::Plain for types::tachy_parts {}
 // SAFETY: as tachy_stats: two u64s.
 unsafe impl plain::Plain for types::tachy_corr {}
+// SAFETY: as tachy_stats: integers only (explicit padding fields).
+unsafe impl plain::Plain for types::tachy_filter {}
+
+/// One item's `--filter` as the BPF side reads it.
+fn filter_value(r: &crate::plan::filter::Resolved) -> types::tachy_filter {
+    let mut v = types::tachy_filter::default();
+    let terms = r.encode();
+    for (slot, t) in v.terms.iter_mut().zip(&terms) {
+        slot.value = t.value;
+        slot.off = t.off;
+        slot.kind = t.kind;
+        slot.reg = t.reg;
+        slot.cmp = t.cmp;
+        slot.size = t.size;
+        slot.flags = t.flags;
+    }
+    v.nterms = terms.len().min(v.terms.len()) as u32;
+    v
+}
 
 // Array sizes of tachy.h, as the skeleton has them, are those of the Rust
 // side: these do not compile otherwise.
@@ -44,6 +63,8 @@ pub struct Tracer<'obj> {
     /// --cpu, and --cpu --hist: what `take` reads besides the counters.
     cpu: bool,
     cpu_hist: bool,
+    /// Per id: whether it has a `--filter` (its rejected calls are read).
+    filtered: Vec<bool>,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
@@ -95,6 +116,7 @@ impl<'obj> Tracer<'obj> {
             nfuncs: plan.ids(),
             cpu: plan.settings.cpu,
             cpu_hist: plan.settings.cpu_hist,
+            filtered: vec![false; plan.ids() as usize],
             multi,
             thread_exit: false,
             kernel_with: None,
@@ -106,6 +128,7 @@ impl<'obj> Tracer<'obj> {
         }
         t.fill_site_nodes(plan)?;
         t.fill_probe_time(plan)?;
+        t.fill_filters(plan)?;
         t.attach_uprobes(plan, &groups, attached)?;
         if plan.syscalls().next().is_some() {
             t.attach_syscalls(plan)?;
@@ -281,6 +304,22 @@ impl<'obj> Tracer<'obj> {
         Ok(())
     }
 
+    /// Tells the kernel each item's `--filter` terms.
+    fn fill_filters(&mut self, plan: &Plan) -> Result<()> {
+        for (id, r) in &plan.arg_filters {
+            let v = filter_value(r);
+            // SAFETY: tachy_filter is integers only, generated from tachy.h.
+            let bytes = unsafe { plain::as_bytes(&v) };
+            self.skel
+                .maps
+                .filters
+                .update(&id.to_ne_bytes(), bytes, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up --filter: {e}"))?;
+            self.filtered[*id as usize] = true;
+        }
+        Ok(())
+    }
+
     /// Tells the kernel the probes' own time to subtract, per id.
     fn fill_probe_time(&mut self, plan: &Plan) -> Result<()> {
         for (id, p) in plan.probe_time.iter().enumerate() {
@@ -432,6 +471,12 @@ impl<'obj> Tracer<'obj> {
                     under: s.under,
                     probe_ns: 0,
                     hist: Hist::from_buckets(&s.buckets),
+                    arg_filtered: self
+                        .filtered
+                        .get(id as usize)
+                        .copied()
+                        .unwrap_or(false)
+                        .then_some(s.argfilt),
                     cpu: self.cpu.then_some(CpuSplit {
                         oncpu_ns: s.oncpu_ns,
                         blocked_ns: s.blocked_ns,
@@ -589,6 +634,12 @@ fn load<'obj>(
         .corr
         .set_max_entries(plan.ids().max(1))
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    if !plan.arg_filters.is_empty() {
+        open.maps
+            .filters
+            .set_max_entries(plan.ids().max(1))
+            .map_err(|e| anyhow!("cannot size the --filter map: {e}"))?;
+    }
     for mut prog in open.open_object_mut().progs_mut() {
         prog.set_autoload(false);
     }
@@ -704,6 +755,7 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
     ro.cpu_hist = plan.settings.cpu_hist;
     ro.cpu_sys = plan.settings.cpu && plan.syscalls().next().is_some();
     ro.kfunc_id = kfunc_id;
+    ro.arg_filter = !plan.arg_filters.is_empty();
     Ok(())
 }
 
@@ -839,7 +891,7 @@ mod tests {
     #[test]
     fn counters_fit_an_eighth_of_memory() {
         let size = std::mem::size_of::<types::tachy_stats>();
-        assert_eq!(size, 7912);
+        assert_eq!(size, 7920);
         // sqlite3_step at --depth 2 (513 nodes) on 2 CPUs of 24 GiB: 16 MiB.
         assert!(counters_fit(513, 2, size, Some(24 << 30)).is_ok());
         // The same on 64 CPUs and 2 GiB: 496 MiB, more than 256 MiB.

@@ -7,12 +7,14 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::callsites;
-use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings};
+use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings, UsageError};
 use crate::disasm::ProbeCost;
 use crate::kernel;
+use crate::plan::args::FuncArgs;
+use crate::plan::filter::Filter;
 use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
 use crate::report::hlog::HlogWriter;
@@ -137,6 +139,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             );
         }
     }
+    if let Some(f) = &s.filter {
+        add_filters(&mut plan, f, &roots)?;
+    }
     if let Some(n) = &s.nested {
         let expand = &n.expand;
         let matches_expand = |raw: &str| {
@@ -174,6 +179,71 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         );
     }
     Ok(plan)
+}
+
+/// Resolves `--filter` for every traced item: each function's operands
+/// where its own DWARF (or the ABI) puts them, each system call's in the
+/// syscall registers. What cannot be resolved is a usage error; notes
+/// (what argN means on a clone) go to stderr once each.
+fn add_filters(
+    plan: &mut Plan,
+    f: &Filter,
+    roots: &[(&resolve::Resolved, &Function, u32)],
+) -> Result<()> {
+    let bad = |e: anyhow::Error| -> anyhow::Error { UsageError(format!("{e:#}")).into() };
+    let mut resolved = Vec::new();
+    for (i, item) in plan.items.iter().enumerate() {
+        match &item.kind {
+            ItemKind::Syscall { .. } => {
+                let r = f.resolve(&FuncArgs::for_syscall(&item.name)).map_err(bad)?;
+                resolved.push((i as u32, r));
+            }
+            ItemKind::KernelFunction => {
+                return Err(bad(anyhow!(
+                    "--filter reads the arguments of user functions and system calls; {} is a kernel function",
+                    item.name
+                )))
+            }
+            ItemKind::Function(_) if item.is_go() => {
+                return Err(bad(anyhow!(
+                    "--filter does not read the arguments of Go functions yet ({})",
+                    item.name
+                )))
+            }
+            ItemKind::Function(_) => {}
+        }
+    }
+    // One DWARF pass per object, for all its functions.
+    // (function, its entry probe's address, its id), per object.
+    type Traced<'a> = Vec<(&'a Function, u64, u32)>;
+    let mut by_object: Vec<(&resolve::Resolved, Traced)> = Vec::new();
+    for (r, func, id) in roots {
+        let entry = match &plan.items[*id as usize].kind {
+            ItemKind::Function(t) => t.entry_addr,
+            _ => func.addr,
+        };
+        match by_object.iter_mut().find(|(o, _)| std::ptr::eq(*o, *r)) {
+            Some((_, v)) => v.push((func, entry, *id)),
+            None => by_object.push((r, vec![(func, entry, *id)])),
+        }
+    }
+    for (r, funcs) in by_object {
+        let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, e, _)| (*f, *e)).collect();
+        let args = FuncArgs::for_functions(&r.obj, &pairs);
+        for (a, (_, _, id)) in args.iter().zip(&funcs) {
+            resolved.push((*id, f.resolve(a).map_err(bad)?));
+        }
+    }
+    let mut noted = std::collections::BTreeSet::new();
+    for (id, r) in resolved {
+        for n in &r.notes {
+            if noted.insert(n.clone()) {
+                eprintln!("tachy: note: {n}");
+            }
+        }
+        plan.arg_filters.insert(id, r);
+    }
+    Ok(())
 }
 
 /// The function a PLT call to `raw` reaches in the traced process: the

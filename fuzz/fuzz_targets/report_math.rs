@@ -194,6 +194,7 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 under: 0,
                 probe_ns: 0,
                 cpu: None,
+                arg_filtered: None,
                 hist: hist_of(buckets, unit),
             }
         }

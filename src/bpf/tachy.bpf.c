@@ -637,6 +637,121 @@ static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp,
 	bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
 }
 
+/* --filter: whether any function or system call has an expression. */
+const volatile bool arg_filter = false;
+
+/* Per id (nfuncs entries, set by user space; 1 otherwise). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_filter);
+} filters SEC(".maps");
+
+/*
+ * The general registers saved at the probe, numbered as x86 encodes them.
+ * Copied out with constant offsets: the verifier refuses a context read at
+ * a computed one, which a switch on the number compiles to.
+ */
+static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
+{
+	r[0] = ctx->ax;
+	r[1] = ctx->cx;
+	r[2] = ctx->dx;
+	r[3] = ctx->bx;
+	r[4] = ctx->sp;
+	r[5] = ctx->bp;
+	r[6] = ctx->si;
+	r[7] = ctx->di;
+	r[8] = ctx->r8;
+	r[9] = ctx->r9;
+	r[10] = ctx->r10;
+	r[11] = ctx->r11;
+	r[12] = ctx->r12;
+	r[13] = ctx->r13;
+	r[14] = ctx->r14;
+	r[15] = ctx->r15;
+}
+
+static __always_inline bool term_holds(struct tachy_term *t, __u64 r[16],
+				       __u64 sp, __u64 pid_tgid)
+{
+	__u32 shift = 64 - 8 * (t->size & 15);
+	__u64 v = 0;
+	bool sgn = t->flags & TACHY_TERM_SIGNED;
+
+	switch (t->kind) {
+	case TACHY_OPND_REG:
+		v = r[t->reg & 15];
+		break;
+	case TACHY_OPND_STACK:
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(sp + t->off)))
+			return false;
+		break;
+	case TACHY_OPND_TID:
+		v = (__u32)pid_tgid;
+		break;
+	default:
+		v = pid_tgid >> 32;
+	}
+	/* The ABI leaves the bits above a narrower argument undefined. */
+	if (shift && shift < 64) {
+		v <<= shift;
+		v = sgn ? (__u64)((__s64)v >> shift) : v >> shift;
+	}
+	switch (t->cmp) {
+	case TACHY_CMP_EQ:
+		return v == t->value;
+	case TACHY_CMP_NE:
+		return v != t->value;
+	case TACHY_CMP_LT:
+		return sgn ? (__s64)v < (__s64)t->value : v < t->value;
+	case TACHY_CMP_LE:
+		return sgn ? (__s64)v <= (__s64)t->value : v <= t->value;
+	case TACHY_CMP_GT:
+		return sgn ? (__s64)v > (__s64)t->value : v > t->value;
+	default:
+		return sgn ? (__s64)v >= (__s64)t->value : v >= t->value;
+	}
+}
+
+/*
+ * --filter: whether call `id`, entered with registers `r` and SP `sp`,
+ * passes its expression (true when it has none). A rejected call is
+ * counted here. An OR of AND groups: the terms of a group are evaluated
+ * until one fails; the first group whose terms all hold passes the call.
+ */
+static __always_inline bool args_pass(__u32 id, struct pt_regs *r, __u64 sp,
+				      __u64 pid_tgid)
+{
+	struct tachy_filter *f = bpf_map_lookup_elem(&filters, &id);
+	struct tachy_stats *s;
+	bool ok = true;
+	__u64 regs[16];
+	int i;
+
+	if (!f || !f->nterms)
+		return true;
+	save_regs(r, regs);
+	for (i = 0; i < TACHY_MAX_TERMS; i++) {
+		struct tachy_term *t = &f->terms[i];
+
+		if (i >= f->nterms)
+			break;
+		if (ok)
+			ok = term_holds(t, regs, sp, pid_tgid);
+		if (t->flags & TACHY_TERM_LAST) {
+			if (ok)
+				return true;
+			ok = true;
+		}
+	}
+	s = stats_of(id);
+	if (s)
+		s->argfilt++;
+	return false;
+}
+
 static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -647,6 +762,8 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	int i;
 
 	if (!process_wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid()))
 		return 0;
 	now = bpf_ktime_get_ns();
 	t = current_thread(true);
@@ -903,31 +1020,6 @@ static __always_inline int do_tail(struct pt_regs *ctx)
 	    !cond_taken(ctx->flags, cookie & TACHY_TAIL_COND_MASK))
 		return 0;
 	return leave_frame(ctx, cookie & TACHY_TAIL_INDIRECT);
-}
-
-/*
- * The general registers saved at the probe, numbered as x86 encodes them.
- * Copied out with constant offsets: the verifier refuses a context read at
- * a computed one, which a switch on the number compiles to.
- */
-static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
-{
-	r[0] = ctx->ax;
-	r[1] = ctx->cx;
-	r[2] = ctx->dx;
-	r[3] = ctx->bx;
-	r[4] = ctx->sp;
-	r[5] = ctx->bp;
-	r[6] = ctx->si;
-	r[7] = ctx->di;
-	r[8] = ctx->r8;
-	r[9] = ctx->r9;
-	r[10] = ctx->r10;
-	r[11] = ctx->r11;
-	r[12] = ctx->r12;
-	r[13] = ctx->r13;
-	r[14] = ctx->r14;
-	r[15] = ctx->r15;
 }
 
 /*
@@ -1283,6 +1375,9 @@ int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
 		return 0;
 	id = bpf_map_lookup_elem(&sys_ids, &key);
 	if (!id || !*id)
+		return 0;
+	if (arg_filter &&
+	    !args_pass(*id - 1, regs, 0, bpf_get_current_pid_tgid()))
 		return 0;
 	sc = bpf_task_storage_get(&sys_start, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);

@@ -271,7 +271,49 @@ struct tachy_stats {
 	__u64 runq_ns;
 	/* calls shorter than the probe time subtracted (bucketed as 0) */
 	__u64 under;
+	/* --filter: calls its expression rejected at their entry */
+	__u64 argfilt;
 	__u64 buckets[TACHY_NBUCKETS];
+};
+
+/*
+ * --filter: per function (or system call) id, an OR of AND groups of
+ * comparisons of the call's arguments, evaluated at its entry. A call it
+ * rejects is counted (tachy_stats.argfilt) and never timed. The terms of
+ * one AND group are consecutive; the last has TACHY_TERM_LAST.
+ */
+#define TACHY_MAX_TERMS 16
+
+#define TACHY_OPND_REG	 0 /* register `reg` (x86 number, as above) */
+#define TACHY_OPND_STACK 1 /* 8 bytes at the entry SP + off */
+#define TACHY_OPND_TID	 2
+#define TACHY_OPND_PID	 3
+
+#define TACHY_CMP_EQ 0
+#define TACHY_CMP_NE 1
+#define TACHY_CMP_LT 2
+#define TACHY_CMP_LE 3
+#define TACHY_CMP_GT 4
+#define TACHY_CMP_GE 5
+
+#define TACHY_TERM_SIGNED 0x1 /* sign-extend from size, compare signed */
+#define TACHY_TERM_LAST	  0x2 /* the last term of its AND group */
+
+struct tachy_term {
+	__u64 value; /* as the operand reads it, extended to 64 bits */
+	__s32 off;   /* TACHY_OPND_STACK */
+	__u8 kind;   /* TACHY_OPND_* */
+	__u8 reg;    /* TACHY_OPND_REG */
+	__u8 cmp;    /* TACHY_CMP_* */
+	__u8 size;   /* bytes of the operand that count: 1, 2, 4 or 8 */
+	__u8 flags;  /* TACHY_TERM_* */
+	__u8 pad[7];
+};
+
+struct tachy_filter {
+	__u32 nterms; /* 0: every call passes */
+	__u32 pad;
+	struct tachy_term terms[TACHY_MAX_TERMS];
 };
 
 #endif /* __TACHY_H */

@@ -61,6 +61,9 @@ impl Plan {
                 ),
             };
         }
+        for (id, f) in &self.arg_filters {
+            let _ = writeln!(s, "  [{id}] --filter, at entry: {}", f.describe());
+        }
         for p in &self.probes {
             let _ = writeln!(
                 s,

@@ -253,6 +253,7 @@ pub fn link_groups(plan: &Plan) -> Vec<LinkGroup> {
 mod tests {
     use super::super::Probe;
     use super::*;
+    use crate::plan::filter::{self, Cmp};
 
     #[test]
     fn entry_cookie() {
@@ -397,6 +398,19 @@ mod tests {
             ("TACHY_GO_RET", GO_RET),
             ("TACHY_GO_MORESTACK", GO_MORESTACK),
             ("TACHY_GO_GOEXIT", GO_GOEXIT),
+            ("TACHY_MAX_TERMS", filter::MAX_TERMS as u64),
+            ("TACHY_OPND_REG", filter::OPND_REG.into()),
+            ("TACHY_OPND_STACK", filter::OPND_STACK.into()),
+            ("TACHY_OPND_TID", filter::OPND_TID.into()),
+            ("TACHY_OPND_PID", filter::OPND_PID.into()),
+            ("TACHY_TERM_SIGNED", filter::TERM_SIGNED.into()),
+            ("TACHY_TERM_LAST", filter::TERM_LAST.into()),
+            ("TACHY_CMP_EQ", Cmp::Eq.code().into()),
+            ("TACHY_CMP_NE", Cmp::Ne.code().into()),
+            ("TACHY_CMP_LT", Cmp::Lt.code().into()),
+            ("TACHY_CMP_LE", Cmp::Le.code().into()),
+            ("TACHY_CMP_GT", Cmp::Gt.code().into()),
+            ("TACHY_CMP_GE", Cmp::Ge.code().into()),
         ] {
             assert_eq!(defines.get(name), Some(&value), "{name} in tachy.h");
         }

@@ -7,10 +7,30 @@
 
 use anyhow::{anyhow, bail, Result};
 
-use super::args::{ArgRef, FuncArgs, Operand};
+use super::args::{ArgRef, FuncArgs, Operand, Source};
 
 /// Terms one function's filter may have after expansion (TACHY_MAX_TERMS).
 pub const MAX_TERMS: usize = 16;
+/// Operand kinds of a term (TACHY_OPND_*).
+pub const OPND_REG: u8 = 0;
+pub const OPND_STACK: u8 = 1;
+pub const OPND_TID: u8 = 2;
+pub const OPND_PID: u8 = 3;
+/// Term flags (TACHY_TERM_*): compare signed; the last of its AND group.
+pub const TERM_SIGNED: u8 = 0x1;
+pub const TERM_LAST: u8 = 0x2;
+
+/// One term as the BPF side reads it (`struct tachy_term`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Encoded {
+    pub value: u64,
+    pub off: i32,
+    pub kind: u8,
+    pub reg: u8,
+    pub cmp: u8,
+    pub size: u8,
+    pub flags: u8,
+}
 
 /// A comparison operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +111,39 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// The terms in order, each AND group's last one flagged, as the BPF
+    /// entry program evaluates them.
+    pub fn encode(&self) -> Vec<Encoded> {
+        let mut out = Vec::new();
+        for g in &self.groups {
+            for (i, t) in g.iter().enumerate() {
+                let (kind, reg, off) = match t.operand.source {
+                    Source::Reg(r) => (OPND_REG, r, 0),
+                    Source::Stack(o) => (OPND_STACK, 0, o),
+                    Source::Tid => (OPND_TID, 0, 0),
+                    Source::Pid => (OPND_PID, 0, 0),
+                };
+                let mut flags = 0;
+                if t.operand.signed {
+                    flags |= TERM_SIGNED;
+                }
+                if i + 1 == g.len() {
+                    flags |= TERM_LAST;
+                }
+                out.push(Encoded {
+                    value: t.value,
+                    off,
+                    kind,
+                    reg,
+                    cmp: t.op.code(),
+                    size: t.operand.size,
+                    flags,
+                });
+            }
+        }
+        out
+    }
+
     /// As `--dry-run` shows it.
     pub fn describe(&self) -> String {
         self.groups
@@ -429,7 +482,6 @@ fn dnf(e: &Expr) -> Vec<Vec<Comparison>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::args::Source;
 
     fn shown(f: &Filter) -> String {
         f.groups
@@ -527,5 +579,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(e, "--filter: tid cannot be -1 (tid is unsigned, 32 bits)");
+    }
+
+    #[test]
+    fn encodes_groups_with_their_last_term_flagged() {
+        let f = Filter::parse("arg1 < -2 && pid >= 3 || tid == 9").unwrap();
+        let r = f.resolve(&FuncArgs::from_params("f", "", None)).unwrap();
+        let e = r.encode();
+        assert_eq!(
+            e,
+            [
+                Encoded {
+                    value: -2i64 as u64,
+                    kind: OPND_REG,
+                    reg: 6,
+                    cmp: 2,
+                    size: 8,
+                    flags: TERM_SIGNED,
+                    off: 0
+                },
+                Encoded {
+                    value: 3,
+                    kind: OPND_PID,
+                    cmp: 5,
+                    size: 4,
+                    flags: TERM_LAST,
+                    ..Encoded::default()
+                },
+                Encoded {
+                    value: 9,
+                    kind: OPND_TID,
+                    cmp: 0,
+                    size: 4,
+                    flags: TERM_LAST,
+                    ..Encoded::default()
+                },
+            ]
+        );
     }
 }

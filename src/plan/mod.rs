@@ -214,6 +214,8 @@ pub struct Plan {
     /// process.
     pub pid: Option<u32>,
     pub settings: Settings,
+    /// `--filter`, resolved per item id (a function's own registers).
+    pub arg_filters: std::collections::BTreeMap<u32, filter::Resolved>,
 }
 
 /// A probe on a `ret`.

@@ -86,6 +86,9 @@ pub fn value(r: &Report) -> Value {
             if let Some(split) = &c.cpu {
                 v["cpu"] = cpu_json(split);
             }
+            if let Some(n) = c.arg_filtered {
+                v["filtered_by_args"] = json!(n);
+            }
             if c.probe_ns > 0 {
                 v["probe_ns_per_call"] = json!(c.probe_ns);
                 v["shorter_than_probe_time"] = json!(c.under);

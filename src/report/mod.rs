@@ -89,6 +89,9 @@ pub struct Counts {
     pub hist: Hist,
     /// `--cpu`: where the time of the calls counted went.
     pub cpu: Option<CpuSplit>,
+    /// `--filter`: calls its expression rejected at their entry (None:
+    /// no filter on this function).
+    pub arg_filtered: Option<u64>,
 }
 
 /// The time of the calls counted, split by what the thread was doing; the
@@ -159,6 +162,9 @@ impl Counts {
         self.hist.merge(&o.hist);
         if let Some(oc) = &o.cpu {
             self.cpu.get_or_insert_with(Default::default).merge(oc);
+        }
+        if let Some(n) = o.arg_filtered {
+            *self.arg_filtered.get_or_insert(0) += n;
         }
     }
 }

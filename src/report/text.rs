@@ -77,6 +77,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     if c.filtered > 0 {
         writeln!(w, "filtered out by duration: {}", c.filtered)?;
     }
+    if let Some(n) = c.arg_filtered {
+        writeln!(w, "filtered out by --filter: {n}")?;
+    }
     if c.overflow > 0 {
         writeln!(
             w,
