@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -27,6 +28,9 @@ Examples:
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
+  tachy latency --prometheus 9464 --label service=kv -p 4242 'kv::Store::*'
+                                   histograms at http://127.0.0.1:9464/metrics until Ctrl-C
+  tachy latency --textfile /var/lib/node_exporter/textfile/tachy.prom -p 4242 read_page
 
 --filter: argN counts from 0 (arg0 is rdi, `this` of a C++ method); a
 compiler clone (.isra, .constprop) takes its own registers, so prefer the
@@ -52,6 +56,7 @@ Examples:
   tachy nested --folded -d 10 -p 4242 scan > scan.folded
   tachy nested --svg scan.svg -d 10 -p 4242 scan
   tachy nested 'kv::Store::read' -- ./kvdemo
+  tachy nested --prometheus 0.0.0.0:9464 -p 4242 'db::Table::scan'   each site as a metric
 
 Each call site (`call`, through the PLT, indirect, or a tail jump) is timed
 from the call to its return while the function is the innermost traced frame
@@ -281,6 +286,22 @@ pub struct TraceArgs {
     /// compiler clone) has them at its entry
     #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
     pub filter: Option<Filter>,
+    /// Serve cumulative histograms at http://ADDR:PORT/metrics for
+    /// Prometheus (OpenMetrics), tracing until stopped; a port alone listens
+    /// on 127.0.0.1; -u and -m do not apply (metrics are in seconds)
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub prometheus: Option<SocketAddr>,
+
+    /// Write the same metrics to FILE for node_exporter's textfile
+    /// collector, replaced atomically every interval (-i, 15 s if not
+    /// given) and when tracing ends; created before any probe is attached
+    #[arg(long, value_name = "FILE")]
+    pub textfile: Option<PathBuf>,
+
+    /// Add the label NAME=VALUE to every metric of --prometheus and
+    /// --textfile (repeatable)
+    #[arg(long = "label", value_name = "NAME=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
 
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
@@ -444,7 +465,24 @@ pub struct TraceSettings {
     pub nested: Option<NestedOpts>,
     /// `--filter`: which calls to time, by their arguments.
     pub filter: Option<Filter>,
+    /// `--prometheus`, `--textfile`: metrics for Prometheus.
+    pub export: Option<ExportSettings>,
 }
+
+/// Where metrics for Prometheus go, and their user labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportSettings {
+    /// `--prometheus`: the address `/metrics` is served on.
+    pub listen: Option<SocketAddr>,
+    /// `--textfile`: the file rewritten every `every`.
+    pub textfile: Option<PathBuf>,
+    pub every: Duration,
+    /// `--label NAME=VALUE`, in order, names checked and distinct.
+    pub labels: Vec<(String, String)>,
+}
+
+/// How often `--textfile` is rewritten without `-i`.
+pub const TEXTFILE_EVERY: Duration = Duration::from_secs(15);
 
 /// Bad usage found after clap parsed the arguments (arguments that do
 /// not go together): printed as clap prints its own, and exit status 2.
@@ -522,6 +560,32 @@ impl TraceArgs {
                 "-t and a command after -- do not go together: the command's threads have no ids before it starts (trace it with -p PID)",
             ));
         }
+        let export = match (self.prometheus, self.textfile) {
+            (None, None) if !self.labels.is_empty() => {
+                return Err(usage(
+                    "--label labels metrics: give --prometheus or --textfile",
+                ))
+            }
+            (None, None) => None,
+            (listen, textfile) => {
+                if self.microseconds || self.milliseconds {
+                    return Err(usage(
+                        "-u and -m do not go with --prometheus or --textfile: metrics are in seconds, from nanosecond buckets that every host shares",
+                    ));
+                }
+                for (i, (name, _)) in self.labels.iter().enumerate() {
+                    if self.labels[..i].iter().any(|(n, _)| n == name) {
+                        return Err(usage(format!("--label {name} is given twice")));
+                    }
+                }
+                Some(ExportSettings {
+                    listen,
+                    textfile,
+                    every: self.interval.unwrap_or(TEXTFILE_EVERY),
+                    labels: self.labels,
+                })
+            }
+        };
         if matches!((self.slower_than, self.faster_than), (Some(lo), Some(hi)) if lo > hi) {
             return Err(usage(
                 "--slower-than is above --faster-than: no call can match",
@@ -559,6 +623,7 @@ impl TraceArgs {
             hlog: None,
             nested: None,
             filter: self.filter,
+            export,
         })
     }
 }
@@ -715,6 +780,50 @@ fn parse_id(s: &str) -> std::result::Result<u32, String> {
     }
 }
 
+/// The address of `--prometheus`: `ADDR:PORT`, `[V6ADDR]:PORT`,
+/// `HOST:PORT`, or a port alone (on 127.0.0.1).
+fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
+    use std::net::{Ipv4Addr, ToSocketAddrs};
+    let t = s.trim();
+    if let Ok(port) = t.trim_start_matches(':').parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    if let Ok(addr) = t.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if !t.contains(':') {
+        return Err(format!(
+            "{s:?} is not ADDR:PORT or a port (e.g. 127.0.0.1:9464)"
+        ));
+    }
+    match t.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => Ok(addr),
+        _ => Err(format!(
+            "{s:?} is not ADDR:PORT or a port (e.g. 127.0.0.1:9464)"
+        )),
+    }
+}
+
+/// `--label NAME=VALUE`: a Prometheus label name tachy does not set itself.
+fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
+    use crate::report::prom::{valid_label_name, RESERVED_LABELS};
+    let Some((name, value)) = s.split_once('=') else {
+        return Err(format!("{s:?} is not NAME=VALUE"));
+    };
+    if !valid_label_name(name) {
+        return Err(format!(
+            "{name:?} is not a label name: letters, digits and _, not first a digit, not starting with __"
+        ));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(format!(
+            "{name:?} is a label tachy sets itself ({})",
+            RESERVED_LABELS.join(", ")
+        ));
+    }
+    Ok((name.to_string(), value.to_string()))
+}
+
 /// A duration with its unit, as a clap value parser.
 fn parse_duration_arg(s: &str) -> std::result::Result<u64, String> {
     parse_duration(s).map_err(|e| format!("{e:#}"))
@@ -825,6 +934,30 @@ mod tests {
         assert_eq!(parse_id("4242"), Ok(4242));
         for bad in ["0", "-1", "x", "4294967295", ""] {
             assert!(parse_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn listen_addresses() {
+        let a = |s: &str| parse_listen(s).map(|a| a.to_string());
+        assert_eq!(a("9464"), Ok("127.0.0.1:9464".into()));
+        assert_eq!(a(":9464"), Ok("127.0.0.1:9464".into()));
+        assert_eq!(a("0.0.0.0:9464"), Ok("0.0.0.0:9464".into()));
+        assert_eq!(a("[::1]:9464"), Ok("[::1]:9464".into()));
+        for bad in ["", "x", "70000", "1.2.3.4", "1.2.3.4:x"] {
+            assert!(parse_listen(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(
+            parse_label("env=prod=1"),
+            Ok(("env".into(), "prod=1".into()))
+        );
+        assert_eq!(parse_label("dc="), Ok(("dc".into(), String::new())));
+        for bad in ["env", "=x", "1x=y", "a-b=c", "__x=y", "function=f", "le=1"] {
+            assert!(parse_label(bad).is_err(), "{bad}");
         }
     }
 

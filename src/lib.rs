@@ -12,6 +12,7 @@ pub mod callsites;
 pub mod cli;
 pub mod disasm;
 pub mod docs;
+pub mod export;
 #[cfg(test)]
 mod golden;
 pub mod kernel;

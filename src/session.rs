@@ -10,8 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::callsites;
-use crate::cli::{Format, ListSettings, NestedOpts, TraceSettings, UsageError};
+use crate::cli::{ExportSettings, Format, ListSettings, NestedOpts, TraceSettings, UsageError};
 use crate::disasm::ProbeCost;
+use crate::export::Exporter;
 use crate::kernel;
 use crate::plan::args::FuncArgs;
 use crate::plan::filter::Filter;
@@ -19,6 +20,7 @@ use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
 use crate::report::hlog::HlogWriter;
 use crate::report::list as listing;
+use crate::report::prom;
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
@@ -446,6 +448,20 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     // must not cost a whole run.
     let mut reports = Reports::open(&s, plan.ids() as usize)?;
     probe::check_environment()?;
+    // Also before attaching: a busy port or an unwritable textfile.
+    let mut exporter = match &s.export {
+        Some(e) => {
+            let zeros = vec![Counts::default(); plan.ids() as usize];
+            let initial = prom::render_openmetrics(&metric_series(&plan, e, &zeros));
+            Some(Exporter::start(
+                e.listen,
+                e.textfile.as_deref(),
+                e.every,
+                initial,
+            )?)
+        }
+        None => None,
+    };
     if s.uretprobe {
         if plan.items.iter().any(|i| !i.is_go()) {
             eprintln!(
@@ -552,11 +568,22 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     }
     let whom = target.whom(&s, &plan, spawned.as_ref());
     reports.header(&header(&s, &plan, &whom))?;
+    if let Some(addr) = exporter.as_ref().and_then(|e| e.address()) {
+        eprintln!("tachy: serving metrics at http://{addr}/metrics");
+    }
     if let Some(sp) = spawned.as_mut() {
         sp.release()?;
     }
-    let end = run(&plan, &s, &mut tracer, spawned.as_mut(), &mut reports)?;
+    let end = run(
+        &plan,
+        &s,
+        &mut tracer,
+        spawned.as_mut(),
+        &mut reports,
+        exporter.as_mut(),
+    )?;
     drop(tracer);
+    drop(exporter);
     reports.finish(&plan, &s)?;
     let Some(sp) = spawned.as_mut() else {
         return Ok(0);
@@ -673,6 +700,7 @@ fn run(
     tracer: &mut Tracer,
     mut spawned: Option<&mut Spawned>,
     reports: &mut Reports,
+    mut exporter: Option<&mut Exporter>,
 ) -> Result<RunEnd> {
     let ids = plan.ids() as usize;
     let start = Instant::now();
@@ -686,6 +714,8 @@ fn run(
     // What was read from the kernel but not yet part of an interval's
     // report (read for a SIGUSR1 interim report).
     let mut carry: Vec<Counts> = vec![Counts::default(); ids];
+    // `--prometheus`, `--textfile`: everything since tracing began.
+    let mut cumulative: Vec<Counts> = vec![Counts::default(); ids];
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let now = Instant::now();
@@ -710,10 +740,20 @@ fn run(
         }
         let due = next_report.is_some_and(|t| now >= t);
         let interim = INTERIM.swap(false, Ordering::SeqCst);
-        if interim || due || done {
+        let export = exporter.as_deref().is_some_and(|e| e.due(now));
+        if interim || due || done || export {
             for (i, (c, mut n)) in carry.iter_mut().zip(tracer.take()?).enumerate() {
                 n.probe_ns = plan.probe_time.get(i).map_or(0, |p| p.in_ns);
                 c.merge(&n);
+                if exporter.is_some() {
+                    cumulative[i].merge(&n);
+                }
+            }
+        }
+        if let (Some(e), Some(settings)) = (exporter.as_deref_mut(), &s.export) {
+            if export || done {
+                let om = prom::render_openmetrics(&metric_series(plan, settings, &cumulative));
+                e.publish(om, now, done)?;
             }
         }
         if interim && !(due || done) {
@@ -957,6 +997,78 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
             })
             .collect(),
     }
+}
+
+/// The series of `--prometheus` and `--textfile`: one per traced function
+/// and one per call site of `tachy nested`, labelled with names as the
+/// reports show them and the user's labels. (A `--by` group would add its
+/// key as one more label to each of its function's series here.)
+fn metric_series(plan: &Plan, e: &ExportSettings, counts: &[Counts]) -> Vec<prom::Series> {
+    let nf = plan.items.len();
+    let name_of = |id: u32| match (id as usize).checked_sub(nf) {
+        None => plan.items.get(id as usize).map(|f| f.name.as_str()),
+        Some(i) => plan.sites.get(i).map(|x| x.site.name.as_str()),
+    };
+    // The traced function a site belongs to: its ancestor among the items.
+    let root_of = |mut id: u32| {
+        for _ in 0..=plan.sites.len() {
+            match (id as usize).checked_sub(nf) {
+                None => break,
+                Some(i) => id = plan.sites[i].parent,
+            }
+        }
+        name_of(id).unwrap_or("")
+    };
+    let series = |kind, mut labels: Vec<(String, String)>, c: &Counts| {
+        labels.extend(e.labels.iter().cloned());
+        prom::Series {
+            kind,
+            labels,
+            hist: c.hist.clone(),
+            count: c.count,
+            total_ns: c.total_ns,
+            unwound: c.unwound,
+            filtered: c.filtered,
+        }
+    };
+    let mut out: Vec<prom::Series> = Vec::with_capacity(counts.len());
+    for (f, c) in plan.items.iter().zip(counts) {
+        let labels = vec![
+            ("function".into(), f.name.clone()),
+            ("object".into(), plan.object_of(f).display().to_string()),
+        ];
+        out.push(series(prom::SeriesKind::Function, labels, c));
+    }
+    for (x, c) in plan.sites.iter().zip(counts.iter().skip(nf)) {
+        let location = match &x.site.location {
+            Some(l) => l.clone(),
+            None => format!("{:#x}", x.site.addr),
+        };
+        let labels = vec![
+            ("function".into(), root_of(x.parent).to_string()),
+            ("caller".into(), name_of(x.parent).unwrap_or("").to_string()),
+            ("site".into(), x.site.name.clone()),
+            ("location".into(), location),
+        ];
+        out.push(series(prom::SeriesKind::Site, labels, c));
+    }
+    // Two series may not share their labels: the same function name in one
+    // object twice, or one line calling the same function twice. The
+    // second gets `(2)` after its last own label.
+    let own = |s: &prom::Series| s.labels.len() - e.labels.len();
+    for i in 1..out.len() {
+        let mut n = 1;
+        while out[..i].iter().any(|o| o.labels == out[i].labels) {
+            n += 1;
+            let k = own(&out[i]) - 1;
+            let base = out[i].labels[k]
+                .1
+                .trim_end_matches(&format!(" ({})", n - 1))
+                .to_string();
+            out[i].labels[k].1 = format!("{base} ({n})");
+        }
+    }
+    out
 }
 
 /// The tree under node `id`; `children[id]` lists the sites whose parent it

@@ -417,3 +417,318 @@ fn merge_refuses_what_it_cannot_add_exactly() {
     assert_eq!(num(f, "total_ns"), 4000);
     assert_eq!(buckets_of(f), vec![(1, 4)]);
 }
+
+// ---------------------------------------------------------------------------
+// --prometheus and --textfile, read with Python's prometheus_client parsers
+// (Debian's python3-prometheus-client, installed by `make deps`).
+// ---------------------------------------------------------------------------
+
+/// One HTTP GET of `path` on `addr`: (status line, body).
+fn http_get(addr: &str, path: &str, openmetrics: bool) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let accept = if openmetrics {
+        "application/openmetrics-text; version=1.0.0"
+    } else {
+        "*/*"
+    };
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP response");
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// The families of an exposition as prometheus_client parses it
+/// (`openmetrics` or `text`); panics with the parser's message.
+fn parse_exposition(text: &str, format: &str) -> Value {
+    use std::io::Write;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/prom_parse.py");
+    let mut child = std::process::Command::new("/usr/bin/python3")
+        .arg(script)
+        .arg(format)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("/usr/bin/python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("No module named 'prometheus_client'"),
+        "python3-prometheus-client is missing (make deps installs it)"
+    );
+    assert!(out.status.success(), "{err}\n--- input ---\n{text}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A histogram of one function as parsed: (count, sum in seconds,
+/// cumulative buckets (le, count) in order, labels of its `_count`).
+fn parsed_histogram(fams: &Value, function: &str) -> (u64, f64, Vec<(f64, u64)>, Value) {
+    let fam = &fams["tachy_function_duration_seconds"];
+    assert_eq!(fam["type"], "histogram", "{fams}");
+    let mine = |s: &&Value| s[1]["function"] == function;
+    let samples: Vec<&Value> = fam["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(mine)
+        .collect();
+    let one = |suffix: &str| {
+        samples
+            .iter()
+            .find(|s| s[0] == format!("tachy_function_duration_seconds{suffix}"))
+            .unwrap_or_else(|| panic!("no {suffix} of {function} in {fams}"))
+    };
+    let count = one("_count")[2].as_f64().unwrap() as u64;
+    let sum = one("_sum")[2].as_f64().unwrap();
+    let labels = one("_count")[1].clone();
+    let buckets = samples
+        .iter()
+        .filter(|s| s[0] == "tachy_function_duration_seconds_bucket")
+        .map(|s| {
+            let le = s[1]["le"].as_str().unwrap();
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            (le, s[2].as_f64().unwrap() as u64)
+        })
+        .collect();
+    (count, sum, buckets, labels)
+}
+
+/// The value of counter `family` for `function`.
+fn parsed_counter(fams: &Value, family: &str, function: &str) -> u64 {
+    fams[family]["samples"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {family} in {fams}"))
+        .iter()
+        .find(|s| s[1]["function"] == function)
+        .unwrap_or_else(|| panic!("no {family} of {function}"))[2]
+        .as_f64()
+        .unwrap() as u64
+}
+
+/// Buckets cumulative and monotonic, `+Inf` last and equal to `_count`,
+/// and the fixed bounds 2^k ns, k = 7..=35.
+fn check_buckets(count: u64, buckets: &[(f64, u64)]) {
+    let bounds: Vec<f64> = (7..=35).map(|k| (1u64 << k) as f64 / 1e9).collect();
+    assert_eq!(buckets.len(), bounds.len() + 1, "{buckets:?}");
+    for (i, b) in bounds.iter().enumerate() {
+        assert!((buckets[i].0 - b).abs() <= b * 1e-12, "{buckets:?}");
+    }
+    assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{buckets:?}");
+    assert_eq!(buckets.last(), Some(&(f64::INFINITY, count)));
+}
+
+#[test]
+fn prometheus_scrapes_and_textfile_count_exactly() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let dir = scratch("prometheus");
+    let textfile = dir.join("tachy.prom");
+    let exe = common::build("plain");
+    let exe_s = exe.to_str().unwrap();
+    // A path target: tracing goes on until tachy is stopped, whichever
+    // processes come and go.
+    let mut t = Tachy::start(
+        &[
+            "latency",
+            "--json",
+            "-i",
+            "0.2",
+            "--prometheus",
+            "127.0.0.1:0",
+            "--textfile",
+            textfile.to_str().unwrap(),
+            "--label",
+            "env=ci",
+            "--label",
+            "host=h1",
+            &format!("{exe_s}:slow_sum"),
+            &format!("{exe_s}:fast_path"),
+        ],
+        &[],
+    );
+    let line = t.wait_for_lines(true, 1, Duration::from_secs(30), |l| {
+        l.starts_with("tachy: serving metrics at http://")
+    });
+    let addr = line[0]
+        .trim_start_matches("tachy: serving metrics at http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    assert_eq!(http_get(&addr, "/", false).0, "HTTP/1.1 404 Not Found");
+    let (status, before) = http_get(&addr, "/metrics", true);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let fams = parse_exposition(&before, "openmetrics");
+    assert_eq!(parsed_histogram(&fams, "slow_sum").0, 0);
+
+    // Read the textfile as fast as possible while it is rewritten: every
+    // read is a whole file, and its inode changes (renamed over).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, textfile) = (stop.clone(), textfile.clone());
+        std::thread::spawn(move || {
+            use std::io::Read;
+            use std::os::unix::fs::MetadataExt;
+            let (mut inodes, mut reads) = (std::collections::BTreeSet::new(), 0u64);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let mut f = std::fs::File::open(&textfile).unwrap();
+                inodes.insert(f.metadata().unwrap().ino());
+                let mut text = String::new();
+                f.read_to_string(&mut text).unwrap();
+                let last = text.lines().last().unwrap_or("");
+                assert!(
+                    text.ends_with('\n')
+                        && last.starts_with(
+                            "tachy_function_filtered_calls_total{function=\"fast_path\""
+                        ),
+                    "a partial textfile was read:\n{text}"
+                );
+                reads += 1;
+            }
+            (inodes, reads)
+        })
+    };
+    let mut fx = Fixture::spawn("plain", &["600", "1"]);
+    fx.go();
+    let (status, stdout) = fx.wait();
+    assert!(status.success());
+    let made = counts(&stdout);
+
+    // Scraped after the calls: exact counts, in both formats.
+    let (_, om) = http_get(&addr, "/metrics", true);
+    let (_, text) = http_get(&addr, "/metrics", false);
+    let scraped = parse_exposition(&om, "openmetrics");
+    for fams in [&scraped, &parse_exposition(&text, "text")] {
+        for (name, floor_ns) in [("slow_sum", 300_000u64), ("fast_path", 200_000)] {
+            let (count, sum, buckets, labels) = parsed_histogram(fams, name);
+            assert_eq!(count, made[name], "{name}\n{om}");
+            check_buckets(count, &buckets);
+            // Every call sleeps at least floor_ns: none is shorter than the
+            // bound below half of it, and the sum is at least floor x count.
+            let half = floor_ns as f64 / 2e9;
+            assert!(buckets.iter().filter(|b| b.0 < half).all(|b| b.1 == 0));
+            assert!(
+                sum >= 0.9 * (floor_ns * count) as f64 / 1e9,
+                "{name} sum {sum}"
+            );
+            assert_eq!(labels["object"], exe_s);
+            assert_eq!(labels["env"], "ci");
+            assert_eq!(labels["host"], "h1");
+            for counter in ["unwound", "filtered"] {
+                let fam = format!("tachy_function_{counter}_calls");
+                assert_eq!(parsed_counter(fams, &fam, name), 0);
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (inodes, reads) = watcher.join().unwrap();
+    // Rewritten every 0.2 s for a second or more.
+    assert!(
+        inodes.len() >= 3,
+        "{} inodes in {reads} reads",
+        inodes.len()
+    );
+
+    t.signal(libc::SIGINT);
+    let out = t.finish(RUN_TIMEOUT);
+    out.assert_success();
+    let reports = json_lines(&out.stdout);
+    let last = parse_exposition(&std::fs::read_to_string(&textfile).unwrap(), "text");
+    for name in ["slow_sum", "fast_path"] {
+        let (count, total_ns, _, _, _, kernel) = summed(&reports, name);
+        assert_eq!(count, made[name], "{out}");
+        for fams in [&scraped, &last] {
+            let (n, sum, buckets, _) = parsed_histogram(fams, name);
+            assert_eq!(n, count);
+            // The same calls as tachy's own reports, whose totals are
+            // whole nanoseconds.
+            assert!(
+                (sum * 1e9 - total_ns as f64).abs() < 1.0,
+                "{sum} s vs {total_ns} ns"
+            );
+            for (le, cum) in &buckets[..buckets.len() - 1] {
+                let below: u64 = kernel
+                    .iter()
+                    .filter(|(lo, _)| (*lo as f64) < le * 1e9 - 0.5)
+                    .map(|(_, n)| n)
+                    .sum();
+                assert_eq!(*cum, below, "{name} le={le}");
+            }
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(left.len(), 1, "temporary files left in {}", dir.display());
+}
+
+#[test]
+fn prometheus_bad_label_or_busy_port_attaches_nothing() {
+    let _lock = common::serial();
+    // Usage errors: exit 2, before anything else.
+    for (args, says) in [
+        (
+            vec!["--prometheus", "9464", "--label", "bad-name=x"],
+            "is not a label name",
+        ),
+        (
+            vec!["--prometheus", "9464", "--label", "function=x"],
+            "is a label tachy sets itself",
+        ),
+        (vec!["--label", "env=x"], "give --prometheus or --textfile"),
+        (
+            vec!["--textfile", "x.prom", "--label", "a=1", "--label", "a=2"],
+            "--label a is given twice",
+        ),
+        (vec!["--prometheus", "9464", "-u"], "metrics are in seconds"),
+        (vec!["--prometheus", "nowhere"], "is not ADDR:PORT"),
+    ] {
+        let mut all = vec!["latency"];
+        all.extend(args.iter().copied());
+        all.extend(["-p", "1", "slow_sum"]);
+        let out = tachy(&all);
+        assert_eq!(out.code(), Some(2), "{out}");
+        assert!(out.stderr.contains(says), "{out}");
+    }
+    if common::skip_unless_root() {
+        return;
+    }
+    // A busy port: one line, exit 1, and the process is never probed.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().to_string();
+    let mut fx = Fixture::spawn("plain", &["20", "1"]);
+    let pid = fx.pid().to_string();
+    let out = tachy(&["latency", "--prometheus", &port, "-p", &pid, "slow_sum"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(
+        out.stderr.trim_end(),
+        format!(
+            "tachy: cannot listen on {port} for --prometheus: Address already in use (os error 98)"
+        ),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("Tracing"), "{out}");
+    fx.go();
+    let (status, stdout) = fx.wait();
+    assert!(status.success());
+    assert_eq!(counts(&stdout)["slow_sum"], 20);
+}

@@ -6,6 +6,7 @@ pub mod hist;
 pub mod hlog;
 pub mod json;
 pub mod list;
+pub mod prom;
 pub mod text;
 pub mod tree;
 
