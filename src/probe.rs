@@ -756,6 +756,10 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
     ro.cpu_sys = plan.settings.cpu && plan.syscalls().next().is_some();
     ro.kfunc_id = kfunc_id;
     ro.arg_filter = !plan.arg_filters.is_empty();
+    if let Some(l) = plan.go_layout {
+        ro.go_stack_lo = l.stack_lo;
+        ro.go_stack_hi = l.stack_hi;
+    }
     Ok(())
 }
 

@@ -141,6 +141,38 @@ fn a_stripped_build_is_named_from_its_function_table() {
     );
 }
 
+/// Where runtime.g keeps its stack bounds and goid: from DWARF when the
+/// binary has it, else the layout of the Go version that built it; `list`
+/// (as `-v` and `--dry-run`) says which, with the exit plan.
+#[test]
+fn the_goroutine_layout_comes_from_dwarf() {
+    let _guard = common::serial();
+    if common::skip_without_go() {
+        return;
+    }
+    for (fixture, expected) in [
+        (
+            "gowork",
+            "runtime.g: stack.hi at +8, goid at +152, from DWARF",
+        ),
+        (
+            "gowork_stripped",
+            "runtime.g: stack.hi at +8, goid at +152, as go1.19",
+        ),
+    ] {
+        let bin = common::build(fixture);
+        let args = ["list", bin.to_str().unwrap(), "main.spin"];
+        let out = tachy(&args);
+        let all = text(&args, &out);
+        assert!(
+            all.contains(&format!(
+                "return: probes on each ret, frames kept per goroutine (Go: never a uretprobe); {expected}"
+            )),
+            "{all}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Tracing Go programs (root)
 // ---------------------------------------------------------------------------

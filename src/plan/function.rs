@@ -90,6 +90,7 @@ impl ExitSummary {
     pub fn describe(&self) -> String {
         match (&self.why_rets, self.mode) {
             (Some(why), ExitMode::Rets) => format!("probes on each ret: {why}"),
+            (Some(layout), ExitMode::Go) => format!("{}; {layout}", self.mode.describe()),
             _ => self.mode.describe().to_string(),
         }
     }

@@ -81,9 +81,22 @@ impl Plan {
             }
         }
         self.add_goexit(obj, object)?;
+        // Where runtime.g keeps its stack bounds and goid: one layout for
+        // every Go function of the plan (one Go runtime per process).
+        let layout = obj
+            .go_layout()
+            .with_context(|| format!("{} is not a Go binary", obj.display.display()))?;
+        match self.go_layout {
+            None => self.go_layout = Some(layout),
+            Some(l) if (l.stack_lo, l.stack_hi, l.goid) != (layout.stack_lo, layout.stack_hi, layout.goid) => bail!(
+                "{} lays out runtime.g unlike the Go binary traced before it; trace one Go binary at a time",
+                obj.display.display()
+            ),
+            Some(_) => {}
+        }
         let exits = ExitSummary {
             mode: ExitMode::Go,
-            why_rets: None,
+            why_rets: Some(layout.describe(go.version.as_deref())),
             rets: decoded.rets.len(),
             early_rets: 0,
             early_points: 0,

@@ -20,6 +20,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::disasm::{self, Decoded, ProbeCost, Range};
+use crate::symbols::golang::GLayout;
 use crate::symbols::{ElfObject, Function, SymSource};
 pub use crate::target::ObjectRef;
 
@@ -210,6 +211,10 @@ pub struct Plan {
     /// `ret`s observed by early exits, kept to put their own probe back
     /// where an early exit shares its address with another probe.
     pub early: Vec<EarlyGroup>,
+    /// Go: where `runtime.g` keeps its stack bounds and `goid`, from the
+    /// DWARF of the Go binary planned, or its Go version's layout; `None`
+    /// when the plan has no Go function.
+    pub go_layout: Option<GLayout>,
     /// The process the links and counts are limited to; `None` for every
     /// process.
     pub pid: Option<u32>,

@@ -1,6 +1,7 @@
-//! DWARF lookups: where a function that has no symbol of its own was inlined.
-//! Only consulted when a pattern matches no symbol, so its cost is paid on
-//! the error path alone.
+//! DWARF lookups: where a function that has no symbol of its own was inlined
+//! (only consulted when a pattern matches no symbol, so its cost is paid on
+//! the error path alone), and where Go's `runtime.g` keeps the fields the
+//! BPF side reads.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -9,6 +10,7 @@ use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
 use object::Object;
 
 use super::demangle::{demangle, Lang, Names, Part};
+use super::golang::GLayout;
 use super::{ElfObject, Pattern};
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -217,4 +219,86 @@ fn file_name(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, index: u64)
     attr_str(dwarf, unit, Some(f.path_name()))
         .map(|p| p.rsplit('/').next().unwrap_or(&p).to_string())
         .unwrap_or_default()
+}
+
+/// Where Go's `runtime.g` keeps `stack.lo`, `stack.hi` and `goid`, as the
+/// DWARF of a Go binary describes them (in the unit of package `runtime`),
+/// if it has DWARF that places the stack bounds at least.
+pub fn go_g_layout(obj: &ElfObject) -> Option<GLayout> {
+    let file = object::File::parse(obj.dwarf_data()).ok()?;
+    file.section_by_name(".debug_info")?;
+    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
+        Ok(file
+            .section_by_name(id.name())
+            .and_then(|s| super::section_data(&s))
+            .unwrap_or(Cow::Borrowed(&[])))
+    };
+    let sections = gimli::DwarfSections::load(load).ok()?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
+    let mut units = dwarf.units();
+    let mut budget: u64 = 5_000_000;
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
+        };
+        let mut entries = unit.entries();
+        let Ok(Some((_, root))) = entries.next_dfs() else {
+            continue;
+        };
+        if attr_str(&dwarf, &unit, root.attr_value(gimli::DW_AT_name).ok()?).as_deref()
+            != Some("runtime")
+        {
+            continue;
+        }
+        // Members of the structures runtime.g and runtime.stack, by name.
+        let (mut stack, mut lo, mut hi, mut goid) = (None, None, None, None);
+        let mut within: Option<(isize, String)> = None;
+        let mut depth: isize = 0;
+        while let Ok(Some((delta, e))) = entries.next_dfs() {
+            budget = budget.checked_sub(1)?;
+            depth += delta;
+            if within.as_ref().is_some_and(|(d, _)| depth <= *d) {
+                within = None;
+            }
+            let name = || attr_str(&dwarf, &unit, e.attr_value(gimli::DW_AT_name).ok()?);
+            if e.tag() == gimli::DW_TAG_structure_type {
+                within = name()
+                    .filter(|n| n == "runtime.g" || n == "runtime.stack")
+                    .map(|n| (depth, n));
+                continue;
+            }
+            let Some((_, owner)) = &within else { continue };
+            if e.tag() != gimli::DW_TAG_member {
+                continue;
+            }
+            let at = e
+                .attr_value(gimli::DW_AT_data_member_location)
+                .ok()
+                .flatten()
+                .and_then(|v| v.udata_value())
+                .and_then(|v| u32::try_from(v).ok());
+            match (owner.as_str(), name().as_deref()) {
+                ("runtime.g", Some("stack")) => stack = at,
+                ("runtime.g", Some("goid")) => goid = at,
+                ("runtime.stack", Some("lo")) => lo = at,
+                ("runtime.stack", Some("hi")) => hi = at,
+                _ => {}
+            }
+            if stack.is_some() && lo.is_some() && hi.is_some() && goid.is_some() {
+                break;
+            }
+        }
+        // The linker may emit more than one unit for package runtime;
+        // the types are in one of them.
+        let (Some(s), Some(l), Some(h)) = (stack, lo, hi) else {
+            continue;
+        };
+        return Some(GLayout {
+            stack_lo: s.checked_add(l)?,
+            stack_hi: s.checked_add(h)?,
+            goid,
+            from_dwarf: true,
+        });
+    }
+    None
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use super::debuginfo::{self, DebugData};
-use super::golang::{self, GoInfo};
+use super::golang::{self, GLayout, GoInfo};
 use super::imports::Imports;
 use super::index::SymbolIndex;
 use super::lines::LineTable;
@@ -113,6 +113,9 @@ pub struct ElfObject {
     starts: OnceCell<Vec<u64>>,
     /// What the Go sections say, if this is a Go binary (read once).
     go: OnceCell<Option<GoInfo>>,
+    /// Where runtime.g keeps what the BPF side reads, per DWARF (read
+    /// once).
+    go_layout: OnceCell<Option<GLayout>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -195,6 +198,7 @@ impl ElfObject {
             pointers: OnceCell::new(),
             starts: OnceCell::new(),
             go: OnceCell::new(),
+            go_layout: OnceCell::new(),
         })
     }
 
@@ -447,6 +451,16 @@ impl ElfObject {
     /// function (read on first use).
     pub fn go(&self) -> Option<&GoInfo> {
         self.go.get_or_init(|| self.read_go()).as_ref()
+    }
+
+    /// Where `runtime.g` keeps its stack bounds and `goid` in this Go
+    /// binary: from its DWARF (read on first use) where it has DWARF that
+    /// says, else as its Go version lays it out; `None` if it is not Go.
+    pub fn go_layout(&self) -> Option<GLayout> {
+        let dwarf = *self
+            .go_layout
+            .get_or_init(|| super::dwarf::go_g_layout(self));
+        dwarf.or_else(|| Some(self.go()?.known_layout()))
     }
 
     fn read_go(&self) -> Option<GoInfo> {

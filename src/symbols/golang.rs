@@ -56,6 +56,62 @@ impl GoInfo {
     }
 }
 
+/// Where `runtime.g` keeps the fields the BPF side reads (amd64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GLayout {
+    /// Offsets of `stack.lo` and `stack.hi`.
+    pub stack_lo: u32,
+    pub stack_hi: u32,
+    /// Offset of `goid`; `None` when neither DWARF nor the Go version says.
+    pub goid: Option<u32>,
+    /// Read from the binary's DWARF, rather than known for its Go version.
+    pub from_dwarf: bool,
+}
+
+impl GLayout {
+    /// `runtime.g: stack.hi at +8, goid at +152, from DWARF`, or where the
+    /// layout of `version` was assumed.
+    pub fn describe(&self, version: Option<&str>) -> String {
+        let goid = match self.goid {
+            Some(o) => format!("goid at +{o}"),
+            None => "goid unknown".to_string(),
+        };
+        let whence = if self.from_dwarf {
+            "from DWARF".to_string()
+        } else {
+            format!(
+                "as {} lays it out (no DWARF)",
+                version.unwrap_or("an unknown Go version")
+            )
+        };
+        format!(
+            "runtime.g: stack.hi at +{}, {goid}, {whence}",
+            self.stack_hi
+        )
+    }
+}
+
+impl GoInfo {
+    /// `runtime.g` as the Go version that built the binary lays it out on
+    /// amd64, for a binary without DWARF. `stack` has been first since Go
+    /// 1.0. `goid` followed 152 bytes of fields from Go 1.17 to 1.22; Go
+    /// 1.23 added `syscallbp` before it (160). Later versions are not
+    /// assumed.
+    pub fn known_layout(&self) -> GLayout {
+        let goid = match self.version_number() {
+            Some(v) if ((1, 17)..=(1, 22)).contains(&v) => Some(152),
+            Some(v) if ((1, 23)..=(1, 24)).contains(&v) => Some(160),
+            _ => None,
+        };
+        GLayout {
+            stack_lo: 0,
+            stack_hi: 8,
+            goid,
+            from_dwarf: false,
+        }
+    }
+}
+
 /// `go1.19.8` → (1, 19); `devel go1.22-abc` → (1, 22).
 pub fn parse_version(v: &str) -> Option<(u32, u32)> {
     let at = v.find("go1.")?;
@@ -320,6 +376,37 @@ pub fn matches(pat: &str, raw: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn goid_is_placed_for_the_go_versions_whose_layout_is_known() {
+        let at = |v: &str| {
+            GoInfo {
+                version: Some(v.to_string()),
+                ..GoInfo::default()
+            }
+            .known_layout()
+        };
+        let l = at("go1.19.8");
+        assert_eq!((l.stack_lo, l.stack_hi, l.goid), (0, 8, Some(152)));
+        assert!(!l.from_dwarf);
+        assert_eq!(at("go1.17").goid, Some(152));
+        assert_eq!(at("go1.22.3").goid, Some(152));
+        assert_eq!(at("go1.23.0").goid, Some(160));
+        assert_eq!(at("go1.26.1").goid, None);
+        assert_eq!(at("go1.26.1").stack_hi, 8);
+        assert_eq!(
+            at("go1.26.1").describe(Some("go1.26.1")),
+            "runtime.g: stack.hi at +8, goid unknown, as go1.26.1 lays it out (no DWARF)"
+        );
+        let dwarf = GLayout {
+            from_dwarf: true,
+            ..l
+        };
+        assert_eq!(
+            dwarf.describe(Some("go1.19.8")),
+            "runtime.g: stack.hi at +8, goid at +152, from DWARF"
+        );
+    }
 
     #[test]
     fn prints_generic_instances_as_go_does() {
