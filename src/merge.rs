@@ -68,6 +68,7 @@ fn key_of(object: &Path, name: &str) -> (String, String) {
 /// Adds `f` to `g`, the same function.
 fn add_to(g: &mut FuncReport, f: &FuncReport) {
     g.counts.merge(&f.counts);
+    g.go |= f.go;
     if g.object != f.object {
         // The same function of objects at different paths: name only what
         // they share.
@@ -222,8 +223,8 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
             raw_name: s("raw_name").unwrap_or_else(|_| name.clone()),
             object: PathBuf::from(s("object").unwrap_or_default()),
             name,
-            // JSON does not say which functions are Go code.
-            go: false,
+            // Go code, whose unwound calls were left by a panic.
+            go: f.get("go").and_then(Value::as_bool).unwrap_or(false),
             counts,
         },
     ))

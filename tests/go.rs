@@ -439,3 +439,32 @@ fn uretprobe_is_refused_for_go_with_a_reason() {
     assert!(!out.stderr.contains("C++ exception"), "{out}");
     assert_calls(&rep, &out, "main.mayPanic", 11, 10, 200 * US, 20 * MS);
 }
+
+/// `--json` marks Go functions, so `tachy merge` of two runs' reports says
+/// "left by panic" for them, as the live text report does.
+#[test]
+fn merged_go_reports_say_left_by_panic() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tachy-go-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for k in 0..2 {
+        let (out, rep) = trace("gowork", &["main.mayPanic"], "panic", 20);
+        assert_eq!(func(&rep, "main.mayPanic", &out)["go"], true, "{out}");
+        let path = dir.join(format!("run{k}.json"));
+        std::fs::write(&path, &out.stdout).unwrap();
+        files.push(path.to_str().unwrap().to_string());
+    }
+    let args = ["merge", &files[0], &files[1]];
+    let out = tachy(&args);
+    let all = text(&args, &out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("count: 22\n"), "{all}");
+    assert!(stdout.contains("\nleft by panic: 20\n"), "{all}");
+    assert!(!stdout.contains("exception"), "{all}");
+    std::fs::remove_dir_all(&dir).ok();
+}

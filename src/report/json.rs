@@ -83,6 +83,11 @@ pub fn value(r: &Report) -> Value {
                 "overflow": c.overflow,
                 "indirect_tail": c.indirect_tail,
             });
+            if f.go {
+                // Go code: `unwound` counts calls left by a panic or
+                // runtime.Goexit (tachy merge says so, as the text does).
+                v["go"] = json!(true);
+            }
             if let Some(split) = &c.cpu {
                 v["cpu"] = cpu_json(split);
             }
