@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
 use crate::report::Unit;
 use crate::symbols::Pattern;
@@ -25,6 +26,9 @@ Examples:
   tachy latency -p 4242 'kv::Store::get' --filter 'key == 42'   only calls with key 42
   tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000 && tid != 4250'
   tachy latency -p 4242 syscall:read --filter 'arg0 == 5'      reads of fd 5
+  tachy latency -u -p 4242 'db::Table::scan' --by caller   per call site, at file:line
+  tachy latency -p 4242 'kv::Store::get' --by tid --top 5  the 5 threads with most time
+  tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
@@ -350,6 +354,19 @@ pub struct LatencyArgs {
     #[arg(long, requires = "cpu")]
     pub hist: bool,
 
+    /// Break each function's calls down by KEY: caller (the call site it
+    /// was called from, as function at file:line), tid (thread, with its
+    /// name) or pid (process, with its command); repeat for two keys
+    /// (--by caller --by tid). Counted in the kernel
+    #[arg(long = "by", value_name = "KEY", value_parser = ByKey::parse)]
+    pub by: Vec<ByKey>,
+
+    /// With --by: show the N groups with the most total time, the others
+    /// as one "other" line
+    #[arg(long, value_name = "N", requires = "by",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub top: Option<u32>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
 }
@@ -467,6 +484,10 @@ pub struct TraceSettings {
     pub filter: Option<Filter>,
     /// `--prometheus`, `--textfile`: metrics for Prometheus.
     pub export: Option<ExportSettings>,
+    /// `--by`: the keys calls are grouped by (none: no groups).
+    pub by: Vec<ByKey>,
+    /// `--top`: groups shown per function; the rest are one "other" line.
+    pub top: Option<usize>,
 }
 
 /// Where metrics for Prometheus go, and their user labels.
@@ -513,6 +534,11 @@ impl LatencyArgs {
         s.uretprobe = self.uretprobe;
         s.hlog = self.hlog;
         s.cpu_hist = self.hist;
+        if let Err(e) = crate::plan::by::check(&self.by, Default::default()) {
+            return Err(usage(e));
+        }
+        s.by = self.by;
+        s.top = self.top.map(|n| n as usize);
         Ok(s)
     }
 }
@@ -624,6 +650,8 @@ impl TraceArgs {
             nested: None,
             filter: self.filter,
             export,
+            by: Vec::new(),
+            top: None,
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod export;
 mod golden;
 pub mod kernel;
 pub mod merge;
+pub mod naming;
 pub mod plan;
 pub mod probe;
 pub mod report;

@@ -226,6 +226,7 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
             // Go code, whose unwound calls were left by a panic.
             go: f.get("go").and_then(Value::as_bool).unwrap_or(false),
             counts,
+            groups: None,
         },
     ))
 }

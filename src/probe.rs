@@ -14,6 +14,7 @@ use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts
 
 use crate::plan::encode::{self, LinkGroup, Program};
 use crate::plan::{Plan, MAX_NODES};
+use crate::report::groups::RawGroup;
 use crate::report::hist::NBUCKETS;
 use crate::report::{Counts, CpuSplit, Hist};
 
@@ -50,6 +51,10 @@ fn filter_value(r: &crate::plan::filter::Resolved) -> types::tachy_filter {
     v.nterms = terms.len().min(v.terms.len()) as u32;
     v
 }
+// SAFETY: as tachy_stats: integers only, no padding.
+unsafe impl plain::Plain for types::tachy_group_key {}
+// SAFETY: as tachy_stats: integers and a byte array.
+unsafe impl plain::Plain for types::tachy_group {}
 
 // Array sizes of tachy.h, as the skeleton has them, are those of the Rust
 // side: these do not compile otherwise.
@@ -65,6 +70,10 @@ pub struct Tracer<'obj> {
     cpu_hist: bool,
     /// Per id: whether it has a `--filter` (its rejected calls are read).
     filtered: Vec<bool>,
+    /// --by: groups kept in the kernel (0: none), and the generation the
+    /// last `take` read.
+    pub groups_max: u32,
+    last_gen: u32,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
@@ -117,6 +126,12 @@ impl<'obj> Tracer<'obj> {
             cpu: plan.settings.cpu,
             cpu_hist: plan.settings.cpu_hist,
             filtered: vec![false; plan.ids() as usize],
+            groups_max: if plan.settings.by.is_empty() {
+                0
+            } else {
+                groups_max()
+            },
+            last_gen: 0,
             multi,
             thread_exit: false,
             kernel_with: None,
@@ -129,6 +144,7 @@ impl<'obj> Tracer<'obj> {
         t.fill_site_nodes(plan)?;
         t.fill_probe_time(plan)?;
         t.fill_filters(plan)?;
+        t.fill_groups()?;
         t.attach_uprobes(plan, &groups, attached)?;
         if plan.syscalls().next().is_some() {
             t.attach_syscalls(plan)?;
@@ -338,6 +354,112 @@ impl<'obj> Tracer<'obj> {
         Ok(())
     }
 
+    /// --by: puts in each function's "other" group of both intervals,
+    /// where the kernel counts a call when the map has no room for its own.
+    fn fill_groups(&mut self) -> Result<()> {
+        if self.groups_max == 0 {
+            return Ok(());
+        }
+        let value = types::tachy_group::default();
+        // SAFETY: tachy_group is plain data generated from tachy.h.
+        let value = unsafe { plain::as_bytes(&value) };
+        for half in 0..2 {
+            for id in 0..self.nfuncs {
+                let key = types::tachy_group_key {
+                    id,
+                    r#gen: half,
+                    other: 1,
+                    ..Default::default()
+                };
+                // SAFETY: tachy_group_key is plain data generated from tachy.h.
+                let key = unsafe { plain::as_bytes(&key) };
+                self.skel
+                    .maps
+                    .groups
+                    .update(key, value, MapFlags::ANY)
+                    .map_err(|e| anyhow!("cannot set up the groups of --by: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// --by: reads and clears the groups of the interval the last `take`
+    /// ended. A function's "other" group is cleared, never removed, so the
+    /// kernel always finds it.
+    pub fn take_groups(&mut self) -> Result<Vec<RawGroup>> {
+        if self.groups_max == 0 {
+            return Ok(Vec::new());
+        }
+        let gen = (self.last_gen & 1) as u16;
+        let map = &self.skel.maps.groups;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut out = Vec::new();
+        let zero = types::tachy_group::default();
+        // SAFETY: tachy_group is plain data generated from tachy.h.
+        let zero = unsafe { plain::as_bytes(&zero) };
+        for k in keys {
+            let mut key = types::tachy_group_key::default();
+            if plain::copy_from_bytes(&mut key, &k).is_err() || key.r#gen != gen {
+                continue;
+            }
+            let Some(raw) = map
+                .lookup(&k, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot read the groups of --by: {e}"))?
+            else {
+                continue;
+            };
+            let mut g = types::tachy_group::default();
+            plain::copy_from_bytes(&mut g, &raw)
+                .map_err(|_| anyhow!("BPF groups have an unexpected size"))?;
+            let cleared = if key.other != 0 {
+                map.update(&k, zero, MapFlags::ANY)
+            } else {
+                map.delete(&k)
+            };
+            cleared.map_err(|e| anyhow!("cannot clear the groups of --by: {e}"))?;
+            if g.count == 0 {
+                continue;
+            }
+            let comm: Vec<u8> = g
+                .comm
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect();
+            out.push(RawGroup {
+                id: key.id,
+                other: key.other != 0,
+                tgid: key.tgid,
+                vals: key.val.to_vec(),
+                comm: String::from_utf8_lossy(&comm).into_owned(),
+                counts: Counts {
+                    count: g.count,
+                    total_ns: g.total_ns,
+                    hist: Hist::from_buckets(&g.buckets),
+                    ..Counts::default()
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// --by caller: the processes whose addresses the groups hold now
+    /// (read without clearing anything), so that their maps can be read
+    /// while they run.
+    pub fn group_processes(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for k in self.skel.maps.groups.keys() {
+            let mut key = types::tachy_group_key::default();
+            if plain::copy_from_bytes(&mut key, &k).is_ok()
+                && key.tgid != 0
+                && !out.contains(&key.tgid)
+            {
+                out.push(key.tgid);
+            }
+        }
+        out
+    }
+
     /// One link per group where the kernel has uprobe_multi, one per probe
     /// otherwise.
     fn attach_uprobes(
@@ -440,6 +562,7 @@ impl<'obj> Tracer<'obj> {
             bss.generation = old.wrapping_add(1);
             old
         };
+        self.last_gen = gen;
         // Let probes that read the old generation finish their update.
         std::thread::sleep(Duration::from_millis(2));
         let base = (gen & 1) * self.nfuncs;
@@ -624,6 +747,13 @@ fn load<'obj>(
         .stats
         .set_max_entries(2 * plan.ids())
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    if !plan.settings.by.is_empty() {
+        // Each function's "other" group of both intervals has its place.
+        open.maps
+            .groups
+            .set_max_entries(groups_max() + 2 * plan.ids())
+            .map_err(|e| anyhow!("cannot size the groups of --by: {e}"))?;
+    }
     if plan.settings.cpu_hist {
         open.maps
             .part_hist
@@ -717,6 +847,18 @@ fn uprobe_program<'a, 'obj>(
     }
 }
 
+/// Groups the kernel keeps for --by (besides each function's "other"):
+/// TACHY_BY_GROUPS, or TACHY_BY_GROUPS from the environment (a smaller map
+/// shows what happens when it fills). Each takes ~7.8 KiB, allocated when
+/// the group first counts a call.
+fn groups_max() -> u32 {
+    std::env::var("TACHY_BY_GROUPS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| (1..=1 << 20).contains(&n))
+        .unwrap_or(4096)
+}
+
 /// uprobe_multi links arrived in Linux 6.6.
 fn uprobe_multi_supported() -> bool {
     if std::env::var_os("TACHY_NO_UPROBE_MULTI").is_some() {
@@ -760,6 +902,10 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
         ro.go_stack_lo = l.stack_lo;
         ro.go_stack_hi = l.stack_hi;
     }
+    for (slot, key) in ro.by_kind.iter_mut().zip(&plan.settings.by) {
+        *slot = key.kind();
+    }
+    ro.by_entry = plan.settings.by.iter().any(|k| k.read_at_entry());
     Ok(())
 }
 

@@ -14,10 +14,13 @@ use crate::cli::{ExportSettings, Format, ListSettings, NestedOpts, TraceSettings
 use crate::disasm::ProbeCost;
 use crate::export::Exporter;
 use crate::kernel;
+use crate::naming::Namer;
 use crate::plan::args::FuncArgs;
+use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
 use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
 use crate::probe::{self, Tracer};
+use crate::report::groups::RawGroup;
 use crate::report::hlog::HlogWriter;
 use crate::report::list as listing;
 use crate::report::prom;
@@ -74,6 +77,7 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         unit_ns: s.unit.ns(),
         cpu: s.cpu,
         cpu_hist: s.cpu_hist,
+        by: s.by.clone(),
     });
     plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
@@ -143,6 +147,17 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
     }
     if let Some(f) = &s.filter {
         add_filters(&mut plan, f, &roots)?;
+    }
+    if !s.by.is_empty() {
+        let named = |want: fn(&plan::Item) -> bool| {
+            plan.items.iter().find(|i| want(i)).map(|i| i.name.as_str())
+        };
+        let traced = plan::by::Traced {
+            syscall: named(|i| matches!(i.kind, ItemKind::Syscall { .. })),
+            kernel: named(|i| matches!(i.kind, ItemKind::KernelFunction)),
+            go: named(|i| i.is_go()),
+        };
+        plan::by::check(&s.by, traced).map_err(anyhow::Error::msg)?;
     }
     if let Some(n) = &s.nested {
         let expand = &n.expand;
@@ -716,6 +731,14 @@ fn run(
     let mut carry: Vec<Counts> = vec![Counts::default(); ids];
     // `--prometheus`, `--textfile`: everything since tracing began.
     let mut cumulative: Vec<Counts> = vec![Counts::default(); ids];
+    // --by: the groups read so far, and the names of their keys.
+    let mut carry_groups: Vec<RawGroup> = Vec::new();
+    let mut namer = Namer::default();
+    let callers = s.by.contains(&ByKey::Caller);
+    if let (true, Some(pid)) = (callers, plan.pid) {
+        namer.watch(pid);
+    }
+    let mut next_watch = start;
     loop {
         std::thread::sleep(Duration::from_millis(50));
         let now = Instant::now();
@@ -740,6 +763,14 @@ fn run(
         }
         let due = next_report.is_some_and(|t| now >= t);
         let interim = INTERIM.swap(false, Ordering::SeqCst);
+        // A caller's address is named through its process's mappings,
+        // read while the process runs.
+        if callers && now >= next_watch {
+            for pid in tracer.group_processes() {
+                namer.watch(pid);
+            }
+            next_watch = now + Duration::from_millis(250);
+        }
         let export = exporter.as_deref().is_some_and(|e| e.due(now));
         if interim || due || done || export {
             for (i, (c, mut n)) in carry.iter_mut().zip(tracer.take()?).enumerate() {
@@ -749,6 +780,7 @@ fn run(
                     cumulative[i].merge(&n);
                 }
             }
+            report::groups::merge_raw(&mut carry_groups, tracer.take_groups()?);
         }
         if let (Some(e), Some(settings)) = (exporter.as_deref_mut(), &s.export) {
             if export || done {
@@ -756,17 +788,23 @@ fn run(
                 e.publish(om, now, done)?;
             }
         }
+        let mut groups = GroupsIn {
+            raw: &carry_groups,
+            namer: &mut namer,
+            max: tracer.groups_max,
+        };
         if interim && !(due || done) {
             // An interim report: everything since the last report, which
             // the next one still includes.
-            reports.emit(plan, s, &carry, false)?;
+            reports.emit(plan, s, &carry, &mut groups, false)?;
         }
         if due || done {
             let counts = std::mem::replace(&mut carry, vec![Counts::default(); ids]);
             end.nothing_counted &= counts[..plan.items.len()]
                 .iter()
                 .all(|c| c.count == 0 && c.unwound == 0 && c.filtered == 0);
-            reports.emit(plan, s, &counts, true)?;
+            reports.emit(plan, s, &counts, &mut groups, true)?;
+            carry_groups.clear();
             if let (Some(t), Some(i)) = (next_report.as_mut(), s.interval) {
                 while *t <= now {
                     *t += i;
@@ -915,6 +953,7 @@ impl Reports {
         plan: &Plan,
         s: &TraceSettings,
         counts: &[Counts],
+        groups: &mut GroupsIn<'_>,
         interval: bool,
     ) -> Result<()> {
         if let (true, Some((path, log, since))) = (interval, &mut self.hlog) {
@@ -932,6 +971,11 @@ impl Reports {
             return Ok(());
         }
         let format = self.format;
+        let flat = s.nested.is_none().then(|| {
+            let mut report = flat_report(plan, s, counts);
+            add_groups(&mut report, s, groups);
+            report
+        });
         let draw = |w: &mut dyn Write| -> std::io::Result<()> {
             let mut w = w;
             match &s.nested {
@@ -947,12 +991,14 @@ impl Reports {
                     }
                 }
                 None => {
-                    let report = flat_report(plan, s, counts);
+                    let Some(report) = &flat else {
+                        return Ok(());
+                    };
                     if format == Format::Json {
-                        report::json::render(&report, &mut w)
+                        report::json::render(report, &mut w)
                     } else {
                         writeln!(w)?;
-                        report::text::render(&report, &mut w)
+                        report::text::render(report, &mut w)
                     }
                 }
             }
@@ -979,6 +1025,44 @@ impl Reports {
     }
 }
 
+/// --by: the groups of an interval as the kernel counted them, how to
+/// name their keys, and how many the kernel keeps.
+struct GroupsIn<'a> {
+    raw: &'a [RawGroup],
+    namer: &'a mut Namer,
+    max: u32,
+}
+
+/// --by: each function's groups, named, sorted and folded by --top.
+fn add_groups(report: &mut Report, s: &TraceSettings, g: &mut GroupsIn<'_>) {
+    if s.by.is_empty() {
+        return;
+    }
+    let by: Vec<String> = s.by.iter().map(|k| k.name().to_string()).collect();
+    for (id, f) in report.funcs.iter_mut().enumerate() {
+        let mut named = Vec::new();
+        let mut full: Option<(u64, Counts)> = None;
+        for r in g.raw.iter().filter(|r| r.id as usize == id) {
+            if r.other {
+                full.get_or_insert_with(|| (g.max.into(), Counts::default()))
+                    .1
+                    .merge(&r.counts);
+            } else {
+                named.push(report::groups::Group {
+                    keys: g.namer.name(&s.by, r),
+                    counts: r.counts.clone(),
+                });
+            }
+        }
+        f.groups = Some(report::groups::Groups::build(
+            by.clone(),
+            named,
+            full,
+            s.top,
+        ));
+    }
+}
+
 fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
     Report {
         time: SystemTime::now(),
@@ -994,6 +1078,7 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
                 object: plan.object_of(f).to_path_buf(),
                 go: f.is_go(),
                 counts: counts.clone(),
+                groups: None,
             })
             .collect(),
     }

@@ -262,9 +262,46 @@ pub fn process_maps(pid: u32) -> Result<ProcessMaps> {
     })
 }
 
+/// An executable mapping of a file in a process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// The file offset mapped at `start`.
+    pub offset: u64,
+    pub object: ObjectRef,
+}
+
+/// The executable file mappings of process `pid`, from /proc/PID/maps; an
+/// address of the process in one of them is in its object at
+/// `addr - start + offset`.
+pub fn exec_mappings(pid: u32) -> Result<Vec<Mapping>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))
+        .with_context(|| format!("cannot read the memory map of process {pid}"))?;
+    Ok(maps
+        .lines()
+        .filter_map(parse_maps_line)
+        .filter(|m| m.perms.contains('x') && m.path.starts_with('/'))
+        .filter_map(|m| {
+            let (start, end) = m.range.split_once('-')?;
+            let display = PathBuf::from(m.path.trim_end_matches(" (deleted)"));
+            Some(Mapping {
+                start: u64::from_str_radix(start, 16).ok()?,
+                end: u64::from_str_radix(end, 16).ok()?,
+                offset: u64::from_str_radix(m.offset, 16).ok()?,
+                object: ObjectRef {
+                    open_path: PathBuf::from(format!("/proc/{pid}/map_files/{}", m.range)),
+                    display,
+                },
+            })
+        })
+        .collect())
+}
+
 struct MapsLine<'a> {
     range: &'a str,
     perms: &'a str,
+    offset: &'a str,
     inode: u64,
     path: &'a str,
 }
@@ -280,13 +317,14 @@ fn parse_maps_line(line: &str) -> Option<MapsLine<'_>> {
     };
     let range = field();
     let perms = field();
-    let _offset = field();
+    let offset = field();
     let _dev = field();
     let inode = field().parse().ok()?;
     let path = rest.trim_start();
     Some(MapsLine {
         range,
         perms,
+        offset,
         inode,
         path,
     })

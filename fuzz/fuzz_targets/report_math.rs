@@ -319,6 +319,7 @@ fuzz_target!(|input: Input| {
             counts: counts_of(&f.counts, unit),
             // Both wordings of calls not timed (exception, panic).
             go: f.name.len() % 2 == 1,
+            groups: None,
         })
         .collect();
     for f in &funcs {

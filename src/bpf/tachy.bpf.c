@@ -417,6 +417,180 @@ static __always_inline void pass_probe_time(struct tachy_thread *t,
 }
 
 /*
+ * --by: calls grouped by key (tachy.h). The key kinds, in the order of the
+ * group key's values; TACHY_BY_NONE past the last.
+ */
+const volatile __u32 by_kind[TACHY_BY_KEYS] = {};
+/* Some kind is read at entry (kept per frame in by_frames). */
+const volatile bool by_entry = false;
+
+/*
+ * (function, key values, interval) -> calls. Sized by user space, which
+ * also puts in each function's "other" group of both intervals, so that a
+ * call the full map has no room for is counted there.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1);
+	__type(key, struct tachy_group_key);
+	__type(value, struct tachy_group);
+} groups SEC(".maps");
+
+/* Never written: a new group's first value. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_group);
+} group_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tachy_by_frames);
+} by_frames SEC(".maps");
+
+/*
+ * The value of a key read at entry: `sp` is the address of the
+ * return-address slot (the entry probe's SP, adjusted for what the
+ * function pushed before it).
+ */
+static __always_inline __u64 by_entry_value(__u32 kind, __u64 sp)
+{
+	__u64 v = 0;
+
+	if (kind == TACHY_BY_CALLER)
+		bpf_probe_read_user(&v, sizeof(v), (const void *)sp);
+	return v;
+}
+
+/* At a traced function's entry: keeps the values of the frame about to
+ * open (index t->depth) that are read at entry. */
+static __always_inline void by_open(struct tachy_thread *t, __u64 sp)
+{
+	struct tachy_by_frames *bf;
+	__u32 i = t->depth, k;
+
+	if (!by_entry || i >= TACHY_MAX_DEPTH)
+		return;
+	bf = bpf_task_storage_get(&by_frames, bpf_get_current_task_btf(), 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!bf)
+		return;
+	barrier_var(i);
+	for (k = 0; k < TACHY_BY_KEYS; k++)
+		bf->val[i & (TACHY_MAX_DEPTH - 1)][k] =
+			by_entry_value(by_kind[k], sp);
+}
+
+/* The value of a key known when the call ends, on its own thread. */
+static __always_inline __u64 by_close_value(__u32 kind, __u64 pid_tgid)
+{
+	if (kind == TACHY_BY_TID)
+		return (__u32)pid_tgid;
+	if (kind == TACHY_BY_PID)
+		return pid_tgid >> 32;
+	return 0;
+}
+
+/* A new group's name: its thread's, or by pid only, its process's. */
+static __always_inline void group_name(struct tachy_group *g)
+{
+	struct task_struct *task;
+	__u32 k;
+
+	for (k = 0; k < TACHY_BY_KEYS; k++)
+		if (by_kind[k] == TACHY_BY_TID) {
+			bpf_get_current_comm(g->comm, sizeof(g->comm));
+			return;
+		}
+	task = bpf_get_current_task_btf();
+	BPF_CORE_READ_STR_INTO(&g->comm, task, group_leader, comm);
+}
+
+/*
+ * Adds a call of d ns to its group; when the map has no room for a new
+ * group, to the function's "other" group, which user space put in.
+ */
+static __always_inline void group_add(struct tachy_group_key *key, __u64 d)
+{
+	struct tachy_group *g, *zero;
+	__u32 z = 0;
+
+	key->gen = generation & 1;
+	g = bpf_map_lookup_elem(&groups, key);
+	if (!g) {
+		zero = bpf_map_lookup_elem(&group_zero, &z);
+		if (!zero)
+			return;
+		/* Fails when the map is full, or another CPU made it. */
+		if (!bpf_map_update_elem(&groups, key, zero, BPF_NOEXIST)) {
+			g = bpf_map_lookup_elem(&groups, key);
+			if (g)
+				group_name(g);
+		} else {
+			g = bpf_map_lookup_elem(&groups, key);
+		}
+	}
+	if (!g) {
+		__builtin_memset(key->val, 0, sizeof(key->val));
+		key->tgid = 0;
+		key->other = 1;
+		g = bpf_map_lookup_elem(&groups, key);
+		if (!g)
+			return;
+	}
+	__sync_fetch_and_add(&g->count, 1);
+	__sync_fetch_and_add(&g->total_ns, d);
+	__sync_fetch_and_add(&g->buckets[bucket_of_ns(d)], 1);
+}
+
+/*
+ * A call of function `id` that lasted d ns ends, with the key values read
+ * at its entry in `vals` (NULL when none were kept): counted in its group,
+ * unless --slower-than/--faster-than left it out.
+ */
+static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals)
+{
+	struct tachy_group_key key = {.id = id};
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 k, kind;
+
+	if (by_kind[0] == TACHY_BY_NONE || d < min_ns || (max_ns && d > max_ns))
+		return;
+	if (by_entry && !vals)
+		return;
+	for (k = 0; k < TACHY_BY_KEYS; k++) {
+		kind = by_kind[k];
+		if (kind == TACHY_BY_CALLER || kind == TACHY_BY_ARG) {
+			if (vals)
+				key.val[k] = vals[k];
+			/* An address means something in its process only. */
+			if (kind == TACHY_BY_CALLER)
+				key.tgid = pt >> 32;
+		} else {
+			key.val[k] = by_close_value(kind, pt);
+		}
+	}
+	group_add(&key, d);
+}
+
+/* The values frame i of this thread kept at entry, if any. */
+static __always_inline const __u64 *by_frame_vals(__u32 i)
+{
+	struct tachy_by_frames *bf;
+
+	if (!by_entry || i >= TACHY_MAX_DEPTH)
+		return NULL;
+	bf = bpf_task_storage_get(&by_frames, bpf_get_current_task_btf(), 0, 0);
+	/* Else the compiler drops the mask, which the verifier needs. */
+	barrier_var(i);
+	return bf ? bf->val[i & (TACHY_MAX_DEPTH - 1)] : NULL;
+}
+
+/*
  * A frame ends normally at `now` (a traced function's: by a return, or by
  * an indirect tail jump, to which it is timed). Its duration is without the
  * probes' own time (never below zero).
@@ -497,6 +671,9 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	}
 	record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 		  indirect_tail);
+	/* f is the top frame. */
+	if (by_kind[0] != TACHY_BY_NONE)
+		by_close(id, d, by_frame_vals(t->depth - 1));
 }
 
 /*
@@ -790,6 +967,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		}
 	}
 
+	by_open(t, sp);
 	/*
 	 * The clock is read again last: what this program did before is not
 	 * the call's time.
@@ -1395,6 +1573,7 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct tachy_syscall *sc;
 	__u32 id;
+	__u64 d;
 
 	if (!syscall_wanted())
 		return 0;
@@ -1403,8 +1582,9 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	id = sc->id - 1;
 	sc->id = 0;
-	record_ns(id, bpf_ktime_get_ns() - sc->start_ns,
-		  parts_since(&sc->cpu, sc->blocked0, sc->runq0), false);
+	d = bpf_ktime_get_ns() - sc->start_ns;
+	record_ns(id, d, parts_since(&sc->cpu, sc->blocked0, sc->runq0), false);
+	by_close(id, d, NULL);
 	return 0;
 }
 

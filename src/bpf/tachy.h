@@ -316,4 +316,46 @@ struct tachy_filter {
 	struct tachy_term terms[TACHY_MAX_TERMS];
 };
 
+/*
+ * --by: each traced function's calls grouped by up to TACHY_BY_KEYS keys,
+ * in a bounded hash map of the kernel (`groups`). A key kind is one of
+ * TACHY_BY_*; a kind whose value must be read at the function's entry
+ * (caller, argument) is kept per open frame in struct tachy_by_frames, a
+ * task-local storage of its own, so struct tachy_thread does not grow and
+ * runs without --by pay nothing. A new kind plugs in at three places: a
+ * number here, by_entry_value() (read at entry) or by_close_value() (known
+ * at the close) in tachy.bpf.c, and the Rust side's plan::by::ByKey.
+ */
+#define TACHY_BY_KEYS	2
+#define TACHY_BY_NONE	0
+#define TACHY_BY_CALLER 1 /* the return address, read at entry */
+#define TACHY_BY_TID	2
+#define TACHY_BY_PID	3
+#define TACHY_BY_ARG	4 /* an integer argument, read at entry */
+
+/* Groups the map holds unless user space sizes it otherwise. */
+#define TACHY_BY_GROUPS 4096
+
+struct tachy_group_key {
+	__u32 id;    /* function id */
+	__u16 gen;   /* generation & 1: which interval */
+	__u16 other; /* the function's "other" group: the map was full */
+	__u32 tgid;  /* the process a caller's address belongs to */
+	__u32 pad;
+	__u64 val[TACHY_BY_KEYS]; /* in the order of the kinds */
+};
+
+/* A group's calls: as tachy_stats, with the name of its thread or process. */
+struct tachy_group {
+	__u64 count;
+	__u64 total_ns;
+	char comm[16]; /* by tid: the thread's name; by pid: the process's */
+	__u64 buckets[TACHY_NBUCKETS];
+};
+
+/* --by: key values read at entry, per open frame (1 KiB per thread). */
+struct tachy_by_frames {
+	__u64 val[TACHY_MAX_DEPTH][TACHY_BY_KEYS];
+};
+
 #endif /* __TACHY_H */

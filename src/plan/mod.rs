@@ -6,6 +6,7 @@
 //! Nothing here touches the kernel.
 
 pub mod args;
+pub mod by;
 mod describe;
 pub mod encode;
 pub mod filter;
@@ -180,6 +181,8 @@ pub struct Settings {
     pub cpu: bool,
     /// And a histogram of each part (`--cpu --hist`).
     pub cpu_hist: bool,
+    /// `--by`: group each function's calls by these keys (none: no groups).
+    pub by: Vec<by::ByKey>,
 }
 
 impl Item {

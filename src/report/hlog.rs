@@ -288,6 +288,7 @@ pub fn read(bytes: &[u8], unit: Option<Unit>) -> Result<Vec<Interval>> {
             object,
             go: false,
             counts,
+            groups: None,
         };
         if last_key == Some(key) {
             if let Some(last) = out.last_mut() {

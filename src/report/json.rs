@@ -94,6 +94,9 @@ pub fn value(r: &Report) -> Value {
             if let Some(n) = c.arg_filtered {
                 v["filtered_by_args"] = json!(n);
             }
+            if let Some(g) = &f.groups {
+                super::groups::json_fields(g, r.unit, &mut v);
+            }
             if c.probe_ns > 0 {
                 v["probe_ns_per_call"] = json!(c.probe_ns);
                 v["shorter_than_probe_time"] = json!(c.under);

@@ -2,6 +2,7 @@
 //! the histogram math, and the renderers (`text`, `json`). Renderers take a
 //! `&Report` and a writer and print nothing else.
 
+pub mod groups;
 pub mod hist;
 pub mod hlog;
 pub mod json;
@@ -200,6 +201,8 @@ pub struct FuncReport {
     /// Go code: calls not timed were left by a panic or runtime.Goexit.
     pub go: bool,
     pub counts: Counts,
+    /// `--by`: the calls broken down by key.
+    pub groups: Option<groups::Groups>,
 }
 
 /// What one interval (or the whole run) measured.
@@ -269,6 +272,7 @@ mod golden {
                     raw_name: "_ZN2db5Table4scanERKNS_5RangeE.isra.0".into(),
                     object: "/srv/db/bin/dbd".into(),
                     counts: a,
+                    groups: None,
                 },
                 FuncReport {
                     go: false,
@@ -276,6 +280,7 @@ mod golden {
                     raw_name: "fast".into(),
                     object: "/srv/db/bin/dbd".into(),
                     counts: b,
+                    groups: None,
                 },
             ],
         }
@@ -350,6 +355,83 @@ mod golden {
         assert!(v["functions"][0]["cpu"].get("log2_buckets").is_none());
     }
 
+    /// The first function of the sample broken down by caller and thread,
+    /// three groups kept of four (--top 3), and calls the full map had no
+    /// room for.
+    fn groups_sample() -> Report {
+        use groups::{Group, Groups, KeyValue};
+        let mut r = sample(Unit::Usec);
+        r.funcs.truncate(1);
+        let calls = |n: u64, ns: u64| {
+            let mut c = Counts {
+                count: n,
+                total_ns: n * ns,
+                ..Counts::default()
+            };
+            c.hist.buckets[hist::bucket_of(ns / 1000)] += n;
+            c
+        };
+        let caller = |f: &str, loc: Option<&str>, off: u64| KeyValue::Caller {
+            object: "/srv/db/bin/dbd".into(),
+            offset: 0x41000 + off,
+            function: Some(f.into()),
+            function_offset: off,
+            location: loc.map(String::from),
+        };
+        let thread = |tid: u32, comm: &str| KeyValue::Thread {
+            tid,
+            comm: comm.into(),
+        };
+        let named = vec![
+            Group {
+                keys: vec![
+                    caller("db::Query::run()", Some("query.cc:112"), 0x4c),
+                    thread(4250, "worker-3"),
+                ],
+                counts: calls(600, 2_050_000),
+            },
+            Group {
+                keys: vec![
+                    caller("db::Compactor::step()", Some("compact.cc:48"), 0x1a),
+                    thread(4251, "compactor"),
+                ],
+                counts: calls(150, 172_000),
+            },
+            Group {
+                keys: vec![
+                    caller("db::Query::run()", Some("query.cc:112"), 0x4c),
+                    thread(4252, "worker-4"),
+                ],
+                counts: calls(40, 1_900_000),
+            },
+            Group {
+                keys: vec![caller("main", None, 0x2f), thread(4242, "dbd")],
+                counts: calls(7, 300_000),
+            },
+        ];
+        r.funcs[0].groups = Some(Groups::build(
+            vec!["caller".into(), "tid".into()],
+            named,
+            Some((4096, calls(3, 1_000_000))),
+            Some(3),
+        ));
+        r
+    }
+
+    #[test]
+    fn text_groups() {
+        let mut out = Vec::new();
+        text::render(&groups_sample(), &mut out).unwrap();
+        check("text_groups.txt", &out);
+    }
+
+    #[test]
+    fn json_groups() {
+        let mut out = Vec::new();
+        json::render(&groups_sample(), &mut out).unwrap();
+        check("json_groups.json", &out);
+    }
+
     #[test]
     fn a_zero_nanosecond_call_renders() {
         // Counters whose min exceeds max (as per-CPU sums of a broken
@@ -371,6 +453,7 @@ mod golden {
                 raw_name: "f".into(),
                 object: "/x".into(),
                 counts: c,
+                groups: None,
             }],
         };
         let mut out = Vec::new();
@@ -391,6 +474,7 @@ mod golden {
                 raw_name: "f".into(),
                 object: "/x".into(),
                 counts: Counts::default(),
+                groups: None,
             }],
         };
         let mut out = Vec::new();
@@ -414,6 +498,7 @@ mod golden {
                 raw_name: "read".into(),
                 object: "kernel".into(),
                 counts: Counts::default(),
+                groups: None,
             }],
         };
         let mut out = Vec::new();

@@ -102,6 +102,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     if let Some(hist) = c.cpu.as_ref().and_then(|s| s.hist.as_ref()) {
         render_split_hist(hist, unit, w)?;
     }
+    if let Some(g) = &f.groups {
+        super::groups::render_text(g, unit, w)?;
+    }
     Ok(())
 }
 
@@ -288,6 +291,7 @@ usecs               : count     distribution
             raw_name: "f".into(),
             object: "/x".into(),
             counts: c,
+            groups: None,
         };
         let mut out = Vec::new();
         render_func(&f, Unit::Usec, &mut out).unwrap();

@@ -265,6 +265,15 @@ impl ElfObject {
             .and_then(|l| (vaddr - l.vaddr).checked_add(l.offset))
     }
 
+    /// The address of a file offset in an executable segment: the inverse
+    /// of `vaddr_to_offset`, for addresses read in a running process.
+    pub fn offset_to_vaddr(&self, offset: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|l| l.exec && offset >= l.offset && offset - l.offset < l.filesz.min(l.memsz))
+            .and_then(|l| (offset - l.offset).checked_add(l.vaddr))
+    }
+
     /// The code bytes of `[vaddr, vaddr + len)`, if all are in the file.
     pub fn code(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
         let start = self.vaddr_to_offset(vaddr)?;

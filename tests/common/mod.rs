@@ -32,6 +32,7 @@
 //! | `why`           | why.c (modes: see the source) | gcc -O2 -g -pthread                   |
 //! | `args`          | args.cpp                    | g++ -std=c++17 -O2 -g                   |
 //! | `args_nodebug`  | args.cpp                    | g++ -std=c++17 -O2 (no DWARF)           |
+//! | `by`            | by.cpp                      | g++ -std=c++17 -O2 -g -pthread          |
 //! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
 //! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
 //! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
@@ -213,6 +214,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["args.cpp"],
             deps: &[],
         },
+        "by" => Recipe {
+            sources: &["by.cpp"],
+            deps: &[],
+        },
         "rust_app" | "rust_app_v0" => Recipe {
             sources: &["rust_app.rs"],
             deps: &[],
@@ -228,7 +233,7 @@ fn recipe(name: &str) -> Recipe {
         other => panic!(
             "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
              faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, args, \
-             args_nodebug, rust_app, \
+             args_nodebug, by, rust_app, \
              rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
         ),
     }
@@ -284,6 +289,14 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 c.arg("-g");
             }
             c.arg(src.join("args.cpp")).arg("-o").arg(tmp_out);
+            c
+        }
+        "by" => {
+            let mut c = cxx();
+            c.args(["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
+                .arg(src.join("by.cpp"))
+                .arg("-o")
+                .arg(tmp_out);
             c
         }
         "why" => {

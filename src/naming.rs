@@ -1,0 +1,154 @@
+//! Names the key values of `--by` groups: a caller's return address as the
+//! function and `file:line` of its call site (else function+offset, else
+//! object+offset), a thread or process with the name the kernel gave it.
+//! An address is found in its process's executable mappings, read while
+//! the process runs (`watch`) and kept, so the last report of a process
+//! that has exited still names its callers.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use crate::plan::by::ByKey;
+use crate::report::groups::{KeyValue, RawGroup};
+use crate::symbols::ElfObject;
+use crate::target::{self, Mapping, ObjectRef};
+
+#[derive(Default)]
+pub struct Namer {
+    /// Executable mappings by process, as last read.
+    maps: HashMap<u32, Vec<Mapping>>,
+    /// Objects by the path users know, opened once (None: unreadable).
+    objects: HashMap<PathBuf, Option<Rc<ElfObject>>>,
+    /// Callers named so far, by process and address.
+    callers: HashMap<(u32, u64), KeyValue>,
+}
+
+impl Namer {
+    /// Reads the mappings of process `pid` unless they are known already.
+    pub fn watch(&mut self, pid: u32) {
+        if !self.maps.contains_key(&pid) {
+            self.reread(pid);
+        }
+    }
+
+    fn reread(&mut self, pid: u32) {
+        if let Ok(m) = target::exec_mappings(pid) {
+            self.maps.insert(pid, m);
+        }
+    }
+
+    /// The mapping of process `pid` that holds `addr`; the mappings are
+    /// read again on a miss while the process runs (it loaded a library).
+    fn mapping(&mut self, pid: u32, addr: u64) -> Option<Mapping> {
+        let find = |maps: &HashMap<u32, Vec<Mapping>>| {
+            maps.get(&pid)?
+                .iter()
+                .find(|m| addr >= m.start && addr < m.end)
+                .cloned()
+        };
+        if let Some(m) = find(&self.maps) {
+            return Some(m);
+        }
+        if target::process_alive(pid) {
+            self.reread(pid);
+        }
+        find(&self.maps)
+    }
+
+    /// The object, opened through the process while it runs, else by the
+    /// path it was mapped from.
+    fn object(&mut self, r: &ObjectRef) -> Option<Rc<ElfObject>> {
+        self.objects
+            .entry(r.display.clone())
+            .or_insert_with(|| {
+                ElfObject::open(&r.display, &r.open_path)
+                    .or_else(|_| ElfObject::open(&r.display, &r.display))
+                    .ok()
+                    .map(Rc::new)
+            })
+            .clone()
+    }
+
+    /// The call site that return address `addr` of process `pid` comes
+    /// back to.
+    pub fn caller(&mut self, pid: u32, addr: u64) -> KeyValue {
+        if let Some(v) = self.callers.get(&(pid, addr)) {
+            return v.clone();
+        }
+        let v = self.name_caller(pid, addr);
+        self.callers.insert((pid, addr), v.clone());
+        v
+    }
+
+    fn name_caller(&mut self, pid: u32, addr: u64) -> KeyValue {
+        let Some(m) = self.mapping(pid, addr) else {
+            return KeyValue::Caller {
+                object: "[unknown]".into(),
+                offset: addr,
+                function: None,
+                function_offset: 0,
+                location: None,
+            };
+        };
+        let offset = addr - m.start + m.offset;
+        let mut v = KeyValue::Caller {
+            object: m.object.display.display().to_string(),
+            offset,
+            function: None,
+            function_offset: 0,
+            location: None,
+        };
+        let Some(obj) = self.object(&m.object) else {
+            return v;
+        };
+        let Some(vaddr) = obj.offset_to_vaddr(offset) else {
+            return v;
+        };
+        // The call instruction ends where the return address is: look up
+        // the byte before it (a call to a function that never returns may
+        // be the last instruction of its function).
+        let call = vaddr.saturating_sub(1);
+        let func = obj.symbols().ok().and_then(|s| s.function_containing(call));
+        let loc = obj.line_table().and_then(|t| t.locate(call));
+        if let KeyValue::Caller {
+            function,
+            function_offset,
+            location,
+            ..
+        } = &mut v
+        {
+            if let Some(f) = &func {
+                *function = Some(f.display_name());
+                *function_offset = vaddr - f.addr;
+            }
+            if let Some(l) = loc {
+                // The call site's line belongs to the function inlined
+                // there, if one was.
+                if let (Some(inl), Some(f)) = (l.inlined, function.as_mut()) {
+                    *f = format!("{inl} (inlined in {f})");
+                }
+                *location = Some(l.file_line);
+            }
+        }
+        v
+    }
+
+    /// The named key values of a group of the kernel.
+    pub fn name(&mut self, by: &[ByKey], g: &RawGroup) -> Vec<KeyValue> {
+        by.iter()
+            .zip(&g.vals)
+            .map(|(k, &v)| match k {
+                ByKey::Caller => self.caller(g.tgid, v),
+                ByKey::Tid => KeyValue::Thread {
+                    tid: v as u32,
+                    comm: g.comm.clone(),
+                },
+                ByKey::Pid => KeyValue::Process {
+                    pid: v as u32,
+                    comm: g.comm.clone(),
+                },
+            })
+            .collect()
+    }
+}
