@@ -108,7 +108,8 @@ clean:
 # workloads, and start-up on libLLVM; as root, about 5 minutes. Prints the
 # tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds;
 # BENCH_ONLY=push,cppquiet runs only the named workloads, without start-up).
-# Then bench/why.py: what --cpu adds to a context switch.
+# Then bench/why.py: what --cpu adds to a context switch; bench/by.py: what
+# --by caller and --by tid add to each call.
 BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
 
 bench: build
@@ -121,6 +122,7 @@ bench: build
 	fi
 	/usr/bin/python3 bench/run.py
 	/usr/bin/python3 bench/why.py
+	/usr/bin/python3 bench/by.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
