@@ -245,10 +245,22 @@ fn add_filters(
         }
     }
     for (r, funcs) in by_object {
-        let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, e, _)| (*f, *e)).collect();
+        // Operands as they are at the first instruction; an entry probe
+        // placed after an instruction that overwrites one moves back there.
+        let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, _, _)| (*f, f.addr)).collect();
         let args = FuncArgs::for_functions(&r.obj, &pairs);
-        for (a, (_, _, id)) in args.iter().zip(&funcs) {
-            resolved.push((*id, f.resolve(a).map_err(bad)?));
+        for (a, (func, entry, id)) in args.iter().zip(&funcs) {
+            let res = f.resolve(a).map_err(bad)?;
+            let written = match r.obj.code(func.addr, entry.saturating_sub(func.addr)) {
+                Some(code) if *entry > func.addr => {
+                    crate::disasm::written_registers(code, func.addr)
+                }
+                _ => 0,
+            };
+            if res.registers() & written != 0 {
+                plan.entry_at_start(&r.obj, func, *id)?;
+            }
+            resolved.push((*id, res));
         }
     }
     let mut noted = std::collections::BTreeSet::new();
@@ -1187,6 +1199,7 @@ fn tree_node(
         total_ns: c.total_ns,
         unwound: c.unwound,
         filtered: c.filtered,
+        arg_filtered: c.arg_filtered,
         hist: (hist && kind != "function").then(|| c.hist.clone()),
         hist_early: c.hist_early,
         cpu: c.cpu.clone(),

@@ -245,6 +245,7 @@ fn build(
         total_ns: n.total_ns % (MAX_NS / MAX_NODES as u64),
         unwound: n.unwound & MAX_COUNT,
         filtered: n.filtered & MAX_COUNT,
+        arg_filtered: None,
         hist: n.hist.as_ref().map(|h| hist_of(h, unit)),
         hist_early: n.filtered.rotate_left(7) & MAX_COUNT,
         probe_ns: 0,

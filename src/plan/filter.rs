@@ -144,6 +144,18 @@ impl Resolved {
         out
     }
 
+    /// The registers its terms read (bit per x86 number).
+    pub fn registers(&self) -> u16 {
+        self.groups
+            .iter()
+            .flatten()
+            .filter_map(|t| match t.operand.source {
+                Source::Reg(r) => Some(1u16 << (r & 15)),
+                _ => None,
+            })
+            .fold(0, |a, b| a | b)
+    }
+
     /// As `--dry-run` shows it.
     pub fn describe(&self) -> String {
         self.groups

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::encode::jump_cookie;
 use super::{unwind, Item, ItemKind, Plan, ProbeKind, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT};
@@ -223,6 +223,67 @@ impl Plan {
                 exits,
             }),
         });
+    }
+
+    /// Moves the entry probe of function `id` (`f` of `obj`) back to its
+    /// first instruction, where every argument is still where the caller
+    /// put it: `--filter` reads a register that an instruction before the
+    /// cheaper place overwrites. The first instruction may be
+    /// single-stepped (~11 us a call instead of ~0.6 us).
+    pub fn entry_at_start(&mut self, obj: &ElfObject, f: &Function, id: u32) -> Result<()> {
+        let d = super::decode_function(obj, f)?;
+        let Some(first) = d
+            .prologue
+            .first()
+            .filter(|c| c.probeable && c.addr == f.addr)
+        else {
+            bail!(
+                "{}: the kernel cannot probe its first instruction, and a later one comes after an argument register is overwritten",
+                f.display_name()
+            );
+        };
+        let Some(ItemKind::Function(t)) = self.items.get_mut(id as usize).map(|i| &mut i.kind)
+        else {
+            return Ok(());
+        };
+        if t.entry_addr == first.addr {
+            return Ok(());
+        }
+        let (old, object) = (t.entry_addr, t.object);
+        t.entry_addr = first.addr;
+        t.entry_insn = first.text.clone();
+        t.entry_cost = first.cost;
+        let offset = obj.vaddr_to_offset(first.addr).with_context(|| {
+            format!("address {:#x} is not in an executable segment", first.addr)
+        })?;
+        for p in &mut self.probes {
+            if let ProbeKind::Entry {
+                id: pid,
+                sp_adjust,
+                tailing,
+            } = &mut p.kind
+            {
+                if *pid == id {
+                    if *tailing {
+                        bail!(
+                            "{}: its entry is a tail jump, and an argument register is overwritten before it",
+                            f.display_name()
+                        );
+                    }
+                    p.vaddr = first.addr;
+                    p.offset = offset;
+                    *sp_adjust = first.sp_offset;
+                }
+            }
+        }
+        // A uretprobe shares the entry probe's trap (see add_function).
+        for p in &mut self.probes {
+            if p.kind == ProbeKind::Uret && p.object == object && p.vaddr == old {
+                p.vaddr = first.addr;
+                p.offset = offset;
+            }
+        }
+        Ok(())
     }
 
     /// Probes on the `ret`s and tail jumps of a function, and on the `ret`s

@@ -261,6 +261,7 @@ mod golden {
         record(&mut b, 7, 2);
         record(&mut b, 300, 5);
         b.filtered = 4;
+        b.arg_filtered = Some(11);
         Report {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             unit,

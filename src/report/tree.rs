@@ -35,6 +35,9 @@ pub struct TreeNode {
     pub unwound: u64,
     /// Calls of a traced function outside the duration filter.
     pub filtered: u64,
+    /// `--filter`: calls of a traced function its expression rejected at
+    /// their entry (None: no filter).
+    pub arg_filtered: Option<u64>,
     pub hist: Option<Hist>,
     /// Calls in `hist` bucketed before the duration filter had decided on
     /// their traced call: the histogram may hold some filtered-out calls.
@@ -200,6 +203,9 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
                 root.count + root.filtered,
                 root.filtered
             ));
+        }
+        if let Some(a) = root.arg_filtered {
+            head.push_str(&format!("; {a} filtered out by --filter"));
         }
         if root.count > 0 {
             head.push_str(&format!(
@@ -374,6 +380,9 @@ fn node_json(n: &TreeNode) -> Value {
     });
     if n.kind == "function" {
         v["filtered"] = json!(n.filtered);
+        if let Some(a) = n.arg_filtered {
+            v["filtered_by_args"] = json!(a);
+        }
     }
     if let (Some(split), Some(own)) = (&n.cpu, n.self_cpu()) {
         v["cpu"] = cpu_json(split);
@@ -470,6 +479,7 @@ mod tests {
             total_ns,
             unwound: 0,
             filtered: 0,
+            arg_filtered: None,
             hist: None,
             hist_early: 0,
             cpu: None,
@@ -522,6 +532,7 @@ mod tests {
             ],
         );
         root.filtered = 688;
+        root.arg_filtered = Some(112);
         root.children[0].unwound = 2;
         TreeReport {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
