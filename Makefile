@@ -109,7 +109,8 @@ clean:
 # tables and writes them to bench/RESULTS.md (BENCH_ROUNDS=N to change rounds;
 # BENCH_ONLY=push,cppquiet runs only the named workloads, without start-up).
 # Then bench/why.py: what --cpu adds to a context switch; bench/by.py: what
-# --by caller and --by tid add to each call.
+# --by caller and --by tid add to each call; bench/filter.py: what a
+# two-clause --filter adds to a call.
 BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
 
 bench: build
@@ -123,6 +124,7 @@ bench: build
 	/usr/bin/python3 bench/run.py
 	/usr/bin/python3 bench/why.py
 	/usr/bin/python3 bench/by.py
+	/usr/bin/python3 bench/filter.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
