@@ -1,6 +1,7 @@
-/* --filter: a function of two integer arguments, called with key = i % 10;
- * it starts with `push`, so the entry probe is emulated and what a filter
- * adds to it shows. */
+/* --filter: a function of two integer arguments, called with key = i % 10.
+ * Its entry probe stands on an emulated `je` (after `and $3,%esi`, so a
+ * filter on key, in rdi, keeps it there), and a leaf gets a uretprobe: the
+ * cheapest probes, against which what a filter adds shows most. */
 #include "harness.h"
 
 volatile long sink;
