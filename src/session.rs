@@ -459,7 +459,10 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
 }
 
 pub fn latency(s: TraceSettings) -> Result<i32> {
-    let mut objects = Objects::default();
+    // Never freed: the process ends when this returns, and freeing the
+    // symbol indexes and read caches of a large library (tens of thousands
+    // of names) costs more than the rest of the exit.
+    let mut objects = std::mem::ManuallyDrop::new(Objects::default());
     let target = Target::new(&s)?;
     let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&s, &mut objects)
@@ -1261,7 +1264,8 @@ pub fn list(a: ListSettings) -> Result<i32> {
     if a.specs.iter().all(|s| s.is_syscall()) {
         return Ok(0);
     }
-    let mut objects = Objects::default();
+    // Never freed, as in `latency`.
+    let mut objects = std::mem::ManuallyDrop::new(Objects::default());
     let mut resolved = resolve::resolve(&a.specs, &scope, &mut objects)?;
     for spec in a.specs.iter().filter(|s| s.is_kernel()) {
         // Listing is not tracing: no limit on how many.

@@ -114,6 +114,15 @@ pub(super) fn eh_search<'d, R: object::ReadRef<'d>>(
 /// table: `Some(None)` where no entry holds it, `None` where the table
 /// cannot be read.
 pub(super) fn eh_lookup(obj: &ElfObject, s: &EhSearch, vaddr: u64) -> Option<Option<(u64, u64)>> {
+    eh_lookup_usual(obj, s, vaddr).or_else(|| eh_lookup_general(obj, s, vaddr))
+}
+
+/// `eh_lookup` for any layout gimli reads: reads all of `.eh_frame`.
+pub(super) fn eh_lookup_general(
+    obj: &ElfObject,
+    s: &EhSearch,
+    vaddr: u64,
+) -> Option<Option<(u64, u64)>> {
     use gimli::{BaseAddresses, EhFrame, EhFrameHdr, LittleEndian, UnwindSection};
     let hdr_data = obj.bytes(s.hdr.0, s.hdr.1)?;
     let frame_data = obj.bytes(s.frame.0, s.frame.1)?;
@@ -141,6 +150,64 @@ pub(super) fn eh_lookup(obj: &ElfObject, s: &EhSearch, vaddr: u64) -> Option<Opt
         Err(gimli::Error::NoUnwindInfoForAddress) => Some(None),
         Err(_) => None,
     }
+}
+
+/// `eh_lookup` for the layout GNU and LLVM linkers write: a version 1
+/// header whose table holds pairs of 4-byte offsets from the header, and
+/// entries whose start is a 4-byte offset from itself. Reads the table and
+/// 16 bytes of the one entry, where the general lookup reads all of
+/// `.eh_frame`. `None` where the layout is another: the general lookup
+/// decides.
+pub(super) fn eh_lookup_usual(
+    obj: &ElfObject,
+    s: &EhSearch,
+    vaddr: u64,
+) -> Option<Option<(u64, u64)>> {
+    // version; .eh_frame pointer pc-relative sdata4; count udata4; table
+    // entries relative to the header, sdata4
+    const USUAL: [u8; 4] = [1, 0x1b, 0x03, 0x3b];
+    let word = |b: &[u8], at: usize| -> Option<[u8; 4]> { b.get(at..at + 4)?.try_into().ok() };
+    let head = obj.bytes(s.hdr.0, 12)?;
+    if head.get(..4)? != USUAL {
+        return None;
+    }
+    let count = u32::from_le_bytes(word(head, 8)?) as usize;
+    let table = obj.bytes(s.hdr.0 + 12, (count as u64).checked_mul(8)?)?;
+    let rel = |at: usize| -> Option<u64> {
+        let off = i32::from_le_bytes(word(table, at)?);
+        s.hdr.0.checked_add_signed(off.into())
+    };
+    // The entries are sorted by start: the last one starting at or below
+    // `vaddr` is the only one that can hold it.
+    let (mut lo, mut hi) = (0usize, count);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if rel(mid * 8)? <= vaddr {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if lo == 0 {
+        return Some(None);
+    }
+    let start = rel((lo - 1) * 8)?;
+    let fde = rel((lo - 1) * 8 + 4)?;
+    let rec = obj.bytes(fde, 16)?;
+    let length = u32::from_le_bytes(word(rec, 0)?);
+    let cie = u32::from_le_bytes(word(rec, 4)?);
+    // A 64-bit length, or a CIE where an FDE should be: not the usual.
+    if length == u32::MAX || length < 12 || cie == 0 {
+        return None;
+    }
+    let begin = (fde + 8).checked_add_signed(i32::from_le_bytes(word(rec, 8)?).into())?;
+    if begin != start {
+        // The entry's start is encoded otherwise.
+        return None;
+    }
+    let range = u32::from_le_bytes(word(rec, 12)?) as u64;
+    let end = start.checked_add(range)?;
+    Some((vaddr < end && end > start).then_some((start, end)))
 }
 
 /// A function that no symbol names, starting at `addr`: the unwind tables

@@ -68,7 +68,9 @@ pub fn split_suffix(raw: &str) -> (&str, &str) {
     // words or numbers.
     loop {
         let head = &raw[..cut];
-        let Some(dot) = head.rfind('.') else { break };
+        let Some(dot) = memchr::memrchr(b'.', head.as_bytes()) else {
+            break;
+        };
         if dot == 0 {
             break;
         }

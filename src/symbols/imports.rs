@@ -18,8 +18,32 @@ pub struct Imports {
 impl Imports {
     /// Reads an object's imports; an object that cannot be parsed has none.
     pub fn load(obj: &ElfObject) -> Imports {
+        Imports::read(obj, true)
+    }
+
+    /// `load`, naming every slot by the pass over all relocations unless
+    /// `plt_table` allows the PLT's own table.
+    fn read(obj: &ElfObject, plt_table: bool) -> Imports {
         let Ok(file) = obj.parse() else {
             return Imports::default();
+        };
+        // The slots of `.plt` and `.plt.sec` stubs are named by the PLT's
+        // own small relocation table (a slot it leaves alone, such as the
+        // first stub's, names nothing); those of `.plt.got`, and all where
+        // that table is not the last, by the pass over every relocation.
+        let table = plt_table
+            .then(|| super::relocs::plt_symbols(&file))
+            .flatten();
+        let plt_slots: Option<HashMap<u64, &str>> = table.map(|v| {
+            v.into_iter()
+                .filter_map(|(slot, sym)| Some((slot, dynamic_name(&file, sym)?)))
+                .collect()
+        });
+        let import = |section: &str, slot: u64| -> Option<String> {
+            match &plt_slots {
+                Some(slots) if section != ".plt.got" => slots.get(&slot).map(|n| n.to_string()),
+                _ => obj.slot_import(slot).map(str::to_string),
+            }
         };
         // A PLT stub is an indirect jump through a GOT slot, with maybe an
         // `endbr64` before it; the stub starts at whichever comes first.
@@ -39,7 +63,7 @@ impl Imports {
                     && insn.op0_kind() == OpKind::Memory
                     && insn.is_ip_rel_memory_operand()
                 {
-                    if let Some(n) = obj.slot_import(insn.ip_rel_memory_address()) {
+                    if let Some(n) = import(name, insn.ip_rel_memory_address()) {
                         let start = match prev {
                             Some(p)
                                 if p.mnemonic() == Mnemonic::Endbr64
@@ -49,7 +73,7 @@ impl Imports {
                             }
                             _ => insn.ip(),
                         };
-                        plt.insert(start, n.to_string());
+                        plt.insert(start, n);
                     }
                 }
                 prev = Some(insn);
@@ -61,5 +85,46 @@ impl Imports {
     /// The imported function a PLT stub at `addr` jumps to.
     pub fn plt_name(&self, addr: u64) -> Option<&str> {
         self.plt.get(&addr).map(String::as_str)
+    }
+}
+
+/// The name of dynamic symbol `index`, if it has one.
+fn dynamic_name<'a, R: object::ReadRef<'a>>(
+    file: &object::read::elf::ElfFile64<'a, object::Endianness, R>,
+    index: u32,
+) -> Option<&'a str> {
+    use object::read::elf::Sym;
+    let table = file.elf_dynamic_symbol_table();
+    let sym = table.symbol(object::SymbolIndex(index as usize)).ok()?;
+    let name = sym.name(file.endian(), table.strings()).ok()?;
+    std::str::from_utf8(name).ok().filter(|n| !n.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plt_table_names_every_stub_as_the_pass_over_all_relocations() {
+        let mut objects = vec![std::env::current_exe().unwrap()];
+        for p in [
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+            "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1",
+        ] {
+            if std::path::Path::new(p).exists() {
+                objects.push(p.into());
+            }
+        }
+        for path in objects {
+            let obj = ElfObject::open(&path, &path).unwrap();
+            let quick = Imports::read(&obj, true);
+            assert!(!quick.plt.is_empty(), "{}", path.display());
+            assert_eq!(
+                quick.plt,
+                Imports::read(&obj, false).plt,
+                "{}",
+                path.display()
+            );
+        }
     }
 }

@@ -39,7 +39,22 @@ pub struct Pattern {
     glob: bool,
     /// Identifiers every raw name of a match contains.
     words: Vec<Word>,
+    /// The words every raw name of a match holds as they are, longest
+    /// first: the prefilter's first, cheapest test.
+    needles: Vec<Needle>,
 }
+
+/// A substring searched in every symbol name, prepared once.
+#[derive(Clone, Debug)]
+struct Needle(memchr::memmem::Finder<'static>);
+
+impl PartialEq for Needle {
+    fn eq(&self, other: &Needle) -> bool {
+        self.0.needle() == other.0.needle()
+    }
+}
+
+impl Eq for Needle {}
 
 /// An identifier of the pattern's name, as the prefilter looks for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,9 +81,24 @@ impl Pattern {
         let canon = canon(text, with_abi, true);
         let (name, params) = split_params(&canon);
         let glob = text.contains(['*', '?']);
+        let words = words_of(name);
+        // `std` may stand abbreviated (`St`); every other word is in a
+        // matching raw name letter for letter, whatever else the test of
+        // `may_match` asks of it.
+        let mut plain: Vec<&str> = words
+            .iter()
+            .map(|w| w.text.as_str())
+            .filter(|w| *w != "std")
+            .collect();
+        plain.sort_by_key(|w| std::cmp::Reverse(w.len()));
+        let needles = plain
+            .into_iter()
+            .map(|w| Needle(memchr::memmem::Finder::new(w).into_owned()))
+            .collect();
         Ok(Pattern {
             text: text.to_string(),
-            words: words_of(name),
+            words,
+            needles,
             with_params: params.is_some(),
             with_args: find_top(name, |b| b == b'<').is_some(),
             with_abi,
@@ -98,6 +128,13 @@ impl Pattern {
     /// their length in front (`llvm::APInt::udiv` is in
     /// `_ZN4llvm5APInt4udivERKS0_`), and in C names as they are.
     pub fn may_match(&self, raw: &str) -> bool {
+        if !self
+            .needles
+            .iter()
+            .all(|n| n.0.find(raw.as_bytes()).is_some())
+        {
+            return raw.contains(self.text.as_str());
+        }
         if raw.contains(self.text.as_str()) {
             return true;
         }

@@ -267,6 +267,37 @@ impl DynRelocs {
     }
 }
 
+/// The relocations of the PLT's GOT slots (`.rela.plt`), `(slot, dynamic
+/// symbol index)` in table order, when that table is the last of the
+/// object's dynamic relocation tables: then no other relocates a slot after
+/// it, and its last relocation of a slot is the one that stands. Reads a
+/// few KiB where the whole pass (`DynRelocs::read`) reads every relative
+/// relocation too. `None` where the PLT table is missing or not last.
+pub fn plt_symbols<'d, R: ReadRef<'d>>(
+    file: &ElfFile64<'d, Endianness, R>,
+) -> Option<Vec<(u64, u32)>> {
+    let endian = file.endian();
+    let dynsym = file.elf_dynamic_symbol_table().section();
+    let last = file.elf_section_table().iter().rfind(|s| {
+        s.link(endian) == dynsym && matches!(s.sh_type(endian), elf::SHT_RELA | elf::SHT_REL)
+    })?;
+    let name = file.elf_section_table().section_name(endian, last).ok()?;
+    let rela = match name {
+        b".rela.plt" => true,
+        b".rel.plt" => false,
+        _ => return None,
+    };
+    let size = if rela { 24 } else { 16 };
+    let data = last.data(endian, file.data()).ok()?;
+    Some(
+        data.chunks_exact(size)
+            .filter_map(|b| entry(b, rela, endian))
+            .filter(|e| e.sym != 0)
+            .map(|e| (e.slot, e.sym))
+            .collect(),
+    )
+}
+
 /// Every relative relocation of an object, `(slot, value)` sorted by slot;
 /// where a slot is relocated twice, the last one stands (as the loader
 /// applies them in order).
@@ -373,6 +404,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn plt_table_names_its_slots_as_the_pass_over_all_does() {
+        use crate::symbols::elf::symbol_names;
+        let mut read = 0;
+        for path in objects() {
+            let obj = ElfObject::open(&path, &path).unwrap();
+            let file = obj.parse().unwrap();
+            let names = symbol_names(&file, true);
+            let Some(plt) = plt_symbols(&file) else {
+                continue;
+            };
+            read += 1;
+            assert!(!plt.is_empty(), "{}", path.display());
+            for (slot, sym) in plt {
+                let name = names[sym as usize];
+                assert_eq!(obj.slot_import(slot), Some(name), "{}", path.display());
+            }
+        }
+        // libstdc++ and the test binary have their PLT table last.
+        assert!(read >= 2);
     }
 
     #[test]
