@@ -29,6 +29,7 @@ Examples:
   tachy latency -u -p 4242 'db::Table::scan' --by caller   per call site, at file:line
   tachy latency -p 4242 'kv::Store::get' --by tid --top 5  the 5 threads with most time
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
+  tachy latency --record-slower-than 5ms -p 4242 'db::Table::scan'   a line per call over 5 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
@@ -57,6 +58,7 @@ Examples:
   tachy nested -p 4242 'db::Table::scan' --expand 'db::Page::load'
   tachy nested -p 4242 'db::Table::scan' --slower-than 1ms   only the slow calls
   tachy nested -p 4242 'db::Table::scan' --filter 'key == 42'   only calls with key 42
+  tachy nested -p 4242 'db::Table::scan' --record-slower-than 5ms   each slow call's sites
   tachy nested --folded -d 10 -p 4242 scan > scan.folded
   tachy nested --svg scan.svg -d 10 -p 4242 scan
   tachy nested 'kv::Store::read' -- ./kvdemo
@@ -307,6 +309,14 @@ pub struct TraceArgs {
     #[arg(long = "label", value_name = "NAME=VALUE", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
 
+    /// Print one line (with --json, one JSON object) per call that took at
+    /// least DUR (250us, 1ms, 2s; 0ns for every call) as it ends: the time of
+    /// its end, pid, tid, thread name, function, duration, the --cpu split,
+    /// its first argument registers and, with `tachy nested`, what each call
+    /// site took in it. The report still prints at the end
+    #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
+    pub record_slower_than: Option<u64>,
+
     /// Print the probes that would be attached, and exit (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
@@ -474,6 +484,8 @@ pub struct TraceSettings {
     pub cpu_hist: bool,
     /// Durations as measured, the probes' own time left in.
     pub raw: bool,
+    /// `--record-slower-than`: record each call at least this long (ns).
+    pub record: Option<u64>,
     pub dry_run: bool,
     pub verbose: bool,
     /// `--hlog`: the HdrHistogram interval log to write.
@@ -545,6 +557,11 @@ impl LatencyArgs {
 
 impl NestedArgs {
     pub fn validate(self) -> Result<TraceSettings> {
+        if self.folded && self.trace.record_slower_than.is_some() {
+            return Err(usage(
+                "--record-slower-than and --folded do not go together: records are lines of text or JSON",
+            ));
+        }
         let (format, svg) = match (self.json, self.folded, self.svg) {
             (true, _, _) => (Format::Json, None),
             (_, true, _) => (Format::Folded, None),
@@ -644,6 +661,7 @@ impl TraceArgs {
             cpu: self.cpu,
             cpu_hist: false,
             raw: self.raw,
+            record: self.record_slower_than,
             dry_run: self.dry_run,
             verbose: self.verbose,
             hlog: None,

@@ -125,6 +125,13 @@ fn load_json(bytes: &[u8]) -> Result<Input> {
         }
         let v: Value = serde_json::from_str(line)
             .map_err(|e| anyhow!("line {}: not a JSON report: {e}", i + 1))?;
+        // --record-slower-than's records and lost counts, between reports.
+        if matches!(
+            v.get("type").and_then(Value::as_str),
+            Some("record" | "records_lost")
+        ) {
+            continue;
+        }
         if v.get("roots").is_some() {
             bail!("line {}: a tachy nested report; merge takes tachy latency --json reports and --hlog logs", i + 1);
         }

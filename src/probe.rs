@@ -55,11 +55,119 @@ fn filter_value(r: &crate::plan::filter::Resolved) -> types::tachy_filter {
 unsafe impl plain::Plain for types::tachy_group_key {}
 // SAFETY: as tachy_stats: integers and a byte array.
 unsafe impl plain::Plain for types::tachy_group {}
+// SAFETY: as tachy_stats: integers and a byte array only.
+unsafe impl plain::Plain for types::tachy_record {}
 
 // Array sizes of tachy.h, as the skeleton has them, are those of the Rust
 // side: these do not compile otherwise.
 const _: fn(&types::tachy_stats) -> &[u64; NBUCKETS] = |s| &s.buckets;
 const _: fn(&types::tachy_thread) -> &[u16; MAX_NODES] = |t| &t.pend_of;
+
+/// One record of `--record-slower-than` as the kernel sent it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelRecord {
+    /// The kernel's monotonic clock (CLOCK_MONOTONIC) at the call's end.
+    pub end_ns: u64,
+    pub dur_ns: u64,
+    /// With --cpu: the blocked and runnable parts (the rest was on a CPU).
+    pub parts: Option<(u64, u64)>,
+    /// The six argument registers (SysV order), or a system call's
+    /// arguments.
+    pub args: [u64; 6],
+    pub syscall: bool,
+    pub pid: u32,
+    pub tid: u32,
+    /// The function (item) id.
+    pub id: u32,
+    pub comm: String,
+    /// `tachy nested`: (node id, calls, ns) of each site that ran in the
+    /// call, when the call's sites are its own.
+    pub sites: Option<Vec<(u32, u32, u64)>>,
+    pub more_sites: u32,
+}
+
+impl KernelRecord {
+    /// Decodes a record of the ring buffer (its unused sites left out).
+    fn decode(bytes: &[u8]) -> Option<KernelRecord> {
+        let size = std::mem::size_of::<types::tachy_record>();
+        let mut full = vec![0u8; size];
+        let n = bytes.len().min(size);
+        full[..n].copy_from_slice(&bytes[..n]);
+        let mut r = types::tachy_record::default();
+        plain::copy_from_bytes(&mut r, &full).ok()?;
+        let comm: Vec<u8> = r
+            .comm
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&c| c != 0)
+            .collect();
+        let nsites = (r.nsites as usize).min(r.sites.len());
+        Some(KernelRecord {
+            end_ns: r.end_ns,
+            dur_ns: r.dur_ns,
+            parts: (r.flags & REC_CPU != 0).then_some((r.blocked_ns, r.runq_ns)),
+            args: r.args,
+            syscall: r.flags & REC_SYSCALL != 0,
+            pid: r.pid,
+            tid: r.tid,
+            id: r.id,
+            comm: String::from_utf8_lossy(&comm).into_owned(),
+            sites: (r.flags & REC_SITESOK != 0).then(|| {
+                r.sites[..nsites]
+                    .iter()
+                    .map(|s| (s.node, s.cnt, s.ns))
+                    .collect()
+            }),
+            more_sites: r.more_sites,
+        })
+    }
+}
+
+// TACHY_REC_* of tachy.h.
+const REC_CPU: u32 = 0x1;
+const REC_SYSCALL: u32 = 0x2;
+const REC_SITESOK: u32 = 0x4;
+
+/// Reads the records of `--record-slower-than` from the ring buffer.
+pub struct RecordReader {
+    // Dropped before the map it reads.
+    ring: libbpf_rs::RingBuffer<'static>,
+    got: std::rc::Rc<std::cell::RefCell<Vec<KernelRecord>>>,
+    _map: libbpf_rs::MapHandle,
+}
+
+impl RecordReader {
+    /// The records that arrived since the last call, oldest first.
+    pub fn read(&mut self) -> Result<Vec<KernelRecord>> {
+        self.ring
+            .consume()
+            .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
+        Ok(std::mem::take(&mut *self.got.borrow_mut()))
+    }
+}
+
+/// The ring buffer's size: TACHY_RECORD_BUFFER bytes (a power of two of at
+/// least a page; the tests make it small to overflow it), else 1 MiB.
+pub fn record_buffer_size() -> Result<u32> {
+    const DEFAULT: u32 = 1 << 20;
+    let Some(v) = std::env::var_os("TACHY_RECORD_BUFFER") else {
+        return Ok(DEFAULT);
+    };
+    let page = page_size();
+    match v.to_str().and_then(|v| v.parse::<u32>().ok()) {
+        Some(n) if n.is_power_of_two() && n >= page => Ok(n),
+        _ => bail!(
+            "TACHY_RECORD_BUFFER={}: not a power of two of at least {page} bytes",
+            v.to_string_lossy()
+        ),
+    }
+}
+
+fn page_size() -> u32 {
+    // SAFETY: sysconf reads a constant of the system.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(n).unwrap_or(4096)
+}
 
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
@@ -74,6 +182,8 @@ pub struct Tracer<'obj> {
     /// last `take` read.
     pub groups_max: u32,
     last_gen: u32,
+    /// --record-slower-than: the ring buffer and its lost count exist.
+    records: bool,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
@@ -132,6 +242,7 @@ impl<'obj> Tracer<'obj> {
                 groups_max()
             },
             last_gen: 0,
+            records: plan.settings.record_min_ns.is_some(),
             multi,
             thread_exit: false,
             kernel_with: None,
@@ -287,6 +398,11 @@ impl<'obj> Tracer<'obj> {
             map.reuse_fd(from)
                 .map_err(|e| FentryError::of(&e, "cannot share the BPF maps: "))?;
         }
+        // Kernel functions make no records (refused with the option).
+        skip_record_maps(&mut open).map_err(|e| FentryError {
+            text: format!("{e:#}"),
+            refuses_all: false,
+        })?;
         for mut prog in open.open_object_mut().progs_mut() {
             prog.set_autoload(false);
         }
@@ -622,6 +738,60 @@ impl<'obj> Tracer<'obj> {
         Ok(out)
     }
 
+    /// `--record-slower-than`: a reader of the records' ring buffer (None
+    /// without the option).
+    pub fn record_reader(&self) -> Result<Option<RecordReader>> {
+        if !self.records {
+            return Ok(None);
+        }
+        let map = libbpf_rs::MapHandle::try_from(&self.skel.maps.records)
+            .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
+        let got = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let sink = got.clone();
+        let mut builder = libbpf_rs::RingBufferBuilder::new();
+        builder
+            .add(&map, move |bytes: &[u8]| {
+                if let Some(r) = KernelRecord::decode(bytes) {
+                    sink.borrow_mut().push(r);
+                }
+                0
+            })
+            .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
+        let ring = builder
+            .build()
+            .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
+        Ok(Some(RecordReader {
+            ring,
+            got,
+            _map: map,
+        }))
+    }
+
+    /// Records the ring buffer had no room for since the last call.
+    pub fn take_records_lost(&mut self) -> Result<u64> {
+        if !self.records {
+            return Ok(0);
+        }
+        let key = 0u32.to_ne_bytes();
+        let map = &self.skel.maps.rec_lost;
+        let per_cpu = map
+            .lookup_percpu(&key, MapFlags::ANY)
+            .map_err(|e| anyhow!("cannot read the records lost: {e}"))?
+            .unwrap_or_default();
+        let mut lost = 0;
+        let mut zero = Vec::with_capacity(per_cpu.len());
+        for raw in &per_cpu {
+            let b = raw.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
+            lost += b.map_or(0, u64::from_ne_bytes);
+            zero.push(vec![0u8; raw.len()]);
+        }
+        // A record lost between the read and the clear is not counted: the
+        // window is a few microseconds, once per report.
+        map.update_percpu(&key, &zero, MapFlags::ANY)
+            .map_err(|e| anyhow!("cannot clear the records lost: {e}"))?;
+        Ok(lost)
+    }
+
     /// With --follow: whether any followed process still runs. Processes
     /// that have exited leave the set.
     pub fn followed_alive(&mut self) -> bool {
@@ -770,6 +940,14 @@ fn load<'obj>(
             .set_max_entries(plan.ids().max(1))
             .map_err(|e| anyhow!("cannot size the --filter map: {e}"))?;
     }
+    if plan.settings.record_min_ns.is_some() {
+        open.maps
+            .records
+            .set_max_entries(record_buffer_size()?)
+            .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
+    } else {
+        skip_record_maps(&mut open)?;
+    }
     for mut prog in open.open_object_mut().progs_mut() {
         prog.set_autoload(false);
     }
@@ -793,6 +971,22 @@ fn load<'obj>(
         p.set_autoload(on);
     }
     open.load().map_err(load_error)
+}
+
+/// Without --record-slower-than the records' maps are not created: the
+/// code that uses them is dead, and the verifier drops it.
+fn skip_record_maps(open: &mut skel::OpenTachySkel<'_>) -> Result<()> {
+    let m = &mut open.maps;
+    for map in [
+        &mut m.records,
+        &mut m.rec_lost,
+        &mut m.rec_buf,
+        &mut m.rec_args,
+    ] {
+        map.set_autocreate(false)
+            .map_err(|e| anyhow!("cannot set up the BPF maps: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The program that runs probes of `p`, before loading.
@@ -906,6 +1100,8 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
         *slot = key.kind();
     }
     ro.by_entry = plan.settings.by.iter().any(|k| k.read_at_entry());
+    ro.record = plan.settings.record_min_ns.is_some();
+    ro.record_min_ns = plan.settings.record_min_ns.unwrap_or(0);
     Ok(())
 }
 

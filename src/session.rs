@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 
@@ -24,6 +24,7 @@ use crate::report::groups::RawGroup;
 use crate::report::hlog::HlogWriter;
 use crate::report::list as listing;
 use crate::report::prom;
+use crate::report::records::{self, Record, RecordSite};
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
@@ -78,6 +79,7 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         cpu: s.cpu,
         cpu_hist: s.cpu_hist,
         by: s.by.clone(),
+        record_min_ns: s.record,
     });
     plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
@@ -107,6 +109,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         for name in names {
             plan.add_kernel_function(name);
         }
+    }
+    if let (Some(_), Some((name, _))) = (s.record, plan.kernel_functions().next()) {
+        bail!("--record-slower-than records user functions and system calls; kernel functions (k:{name}) are not recorded");
     }
     if s.cpu && plan.kernel_functions().next().is_some() {
         bail!("--cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split");
@@ -141,6 +146,12 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         if s.cpu {
             bail!(
                 "--cpu splits time per thread, and a goroutine moves between threads: Go functions ({}) are not split yet",
+                go.name
+            );
+        }
+        if s.record.is_some() {
+            bail!(
+                "--record-slower-than does not record Go functions yet ({})",
                 go.name
             );
         }
@@ -439,6 +450,19 @@ fn check_thread(s: &TraceSettings) -> Result<()> {
 }
 
 fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
+    let line = tracing_line(s, plan, whom);
+    match s.record {
+        Some(ns) => format!(
+            "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, argument registers{}.",
+            human(ns as f64),
+            if s.cpu { ", on-CPU/blocked/runnable" } else { "" },
+            if s.nested.is_some() { "; below it, its call sites" } else { "" }
+        ),
+        None => line,
+    }
+}
+
+fn tracing_line(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
     let n = plan.items.len();
     if s.nested.is_none() {
         return format!(
@@ -474,6 +498,9 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         }
     }
     check_thread(&s)?;
+    if s.record.is_some() {
+        probe::record_buffer_size()?;
+    }
     // Before anything is attached: a report file that cannot be written
     // must not cost a whole run.
     let mut reports = Reports::open(&s, plan.ids() as usize)?;
@@ -754,8 +781,14 @@ fn run(
         namer.watch(pid);
     }
     let mut next_watch = start;
+    let mut recorder = tracer
+        .record_reader()?
+        .map(|reader| Recorder::new(plan, reader));
     loop {
         std::thread::sleep(Duration::from_millis(50));
+        if let Some(r) = recorder.as_mut() {
+            r.print(plan, reports)?;
+        }
         let now = Instant::now();
         end.stopped = STOP.load(Ordering::SeqCst);
         let mut done = end.stopped;
@@ -814,6 +847,10 @@ fn run(
             reports.emit(plan, s, &carry, &mut groups, false)?;
         }
         if due || done {
+            if let Some(r) = recorder.as_mut() {
+                r.print(plan, reports)?;
+                reports.records_lost(tracer.take_records_lost()?)?;
+            }
             let counts = std::mem::replace(&mut carry, vec![Counts::default(); ids]);
             end.nothing_counted &= counts[..plan.items.len()]
                 .iter()
@@ -830,6 +867,125 @@ fn run(
             return Ok(end);
         }
     }
+}
+
+/// Prints the records of `--record-slower-than` as they arrive.
+struct Recorder {
+    reader: probe::RecordReader,
+    /// Per call site (index in plan.sites): its place in the tree, depth
+    /// first, which orders a record's sites.
+    rank: Vec<usize>,
+}
+
+impl Recorder {
+    fn new(plan: &Plan, reader: probe::RecordReader) -> Recorder {
+        let nf = plan.items.len();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); nf + plan.sites.len()];
+        for (i, x) in plan.sites.iter().enumerate() {
+            if let Some(list) = children.get_mut(x.parent as usize) {
+                list.push(nf + i);
+            }
+        }
+        let mut rank = vec![usize::MAX; plan.sites.len()];
+        let mut next = 0;
+        let mut stack: Vec<usize> = (0..nf).rev().collect();
+        while let Some(id) = stack.pop() {
+            if id >= nf {
+                rank[id - nf] = next;
+                next += 1;
+            }
+            stack.extend(children[id].iter().rev());
+        }
+        Recorder { reader, rank }
+    }
+
+    fn print(&mut self, plan: &Plan, reports: &mut Reports) -> Result<()> {
+        let got = self.reader.read()?;
+        if got.is_empty() {
+            return Ok(());
+        }
+        let offset = realtime_offset();
+        let records: Vec<Record> = got.iter().map(|k| self.record(plan, k, offset)).collect();
+        reports.records(&records)
+    }
+
+    fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
+        let wall = u64::try_from(i128::from(k.end_ns) + offset).unwrap_or(0);
+        let labels = if k.syscall {
+            ["arg0", "arg1", "arg2"]
+        } else {
+            ["rdi", "rsi", "rdx"]
+        };
+        let nf = plan.items.len();
+        let sites = k.sites.as_ref().map(|list| {
+            let mut v: Vec<(usize, RecordSite)> = list
+                .iter()
+                .filter_map(|&(node, count, ns)| {
+                    let i = (node as usize).checked_sub(nf)?;
+                    let x = plan.sites.get(i)?;
+                    Some((
+                        self.rank[i],
+                        RecordSite {
+                            name: x.site.name.clone(),
+                            location: x.site.location.clone(),
+                            level: x.level,
+                            count,
+                            ns,
+                        },
+                    ))
+                })
+                .collect();
+            v.sort_by_key(|e| e.0);
+            v.into_iter().map(|e| e.1).collect()
+        });
+        Record {
+            time: UNIX_EPOCH + Duration::from_nanos(wall),
+            pid: k.pid,
+            tid: k.tid,
+            comm: k.comm.clone(),
+            function: plan
+                .items
+                .get(k.id as usize)
+                .map_or_else(|| format!("#{}", k.id), |i| i.name.clone()),
+            duration_ns: k.dur_ns,
+            cpu: k
+                .parts
+                .map(|(blocked, runq)| [k.dur_ns.saturating_sub(blocked + runq), blocked, runq]),
+            args: labels
+                .iter()
+                .zip(k.args)
+                .map(|(l, v)| (l.to_string(), v))
+                .collect(),
+            sites,
+            more_sites: k.more_sites,
+        }
+    }
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC (the clock of the kernel's
+/// bpf_ktime_get_ns) in ns, from the closest of three reads of the pair.
+/// Read again for each batch of records, so a step of the wall clock
+/// (NTP, an administrator) is followed.
+fn realtime_offset() -> i128 {
+    let read = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes only into the timespec we pass.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    };
+    let mut best = (i128::MAX, 0);
+    for _ in 0..3 {
+        let r1 = read(libc::CLOCK_REALTIME);
+        let m = read(libc::CLOCK_MONOTONIC);
+        let r2 = read(libc::CLOCK_REALTIME);
+        if r2 - r1 < best.0 {
+            best = (r2 - r1, (r1 + r2) / 2 - m);
+        }
+    }
+    best.1
 }
 
 /// After Ctrl-C the command runs on until it exits (it usually got the
@@ -957,6 +1113,56 @@ impl Reports {
             out.flush()?;
         } else {
             eprintln!("{line}");
+        }
+        Ok(())
+    }
+
+    /// Prints slow-call records where the reports go (standard output
+    /// beside an SVG file), one line (or JSON object) each.
+    fn records(&mut self, records: &[Record]) -> Result<()> {
+        let json = self.format == Format::Json;
+        let draw = |w: &mut dyn Write| -> std::io::Result<()> {
+            let mut w = w;
+            for r in records {
+                if json {
+                    records::render_json(r, &mut w)?;
+                } else {
+                    records::render_text(r, &mut w)?;
+                }
+            }
+            Ok(())
+        };
+        self.write(draw)
+    }
+
+    /// Says how many records the ring buffer had no room for (JSON: always,
+    /// before each report).
+    fn records_lost(&mut self, lost: u64) -> Result<()> {
+        let json = self.format == Format::Json;
+        self.write(|w: &mut dyn Write| {
+            let mut w = w;
+            if json {
+                records::render_lost_json(lost, &mut w)
+            } else {
+                records::render_lost_text(lost, &mut w)
+            }
+        })
+    }
+
+    /// Writes with `draw` to the reports' file, or standard output.
+    fn write(&mut self, draw: impl Fn(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+        match &mut self.file {
+            Some((path, f)) if self.format != Format::Svg => {
+                draw(f)
+                    .and_then(|_| f.flush())
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            _ => {
+                let mut out = std::io::stdout().lock();
+                draw(&mut out)
+                    .and_then(|_| out.flush())
+                    .context("cannot write the records")?;
+            }
         }
         Ok(())
     }

@@ -252,6 +252,48 @@ struct tachy_corr {
 	__u64 add_ns; /* of its probes, inside its caller's interval */
 };
 
+/*
+ * --record-slower-than: one record per call at least that slow, through a
+ * ring buffer. The argument registers are saved at entry (per open frame,
+ * only while records are on); with `tachy nested` the outermost traced
+ * call's record carries what each of its sites took, up to
+ * TACHY_REC_SITES sites (the others are counted in more_sites).
+ */
+#define TACHY_REC_ARGS	6
+#define TACHY_REC_SITES 64
+
+#define TACHY_REC_CPU	  0x1 /* blocked_ns and runq_ns are measured */
+#define TACHY_REC_SYSCALL 0x2 /* a system call: args are its arguments */
+#define TACHY_REC_SITESOK 0x4 /* sites hold the whole call's breakdown */
+
+struct tachy_rec_site {
+	__u64 ns;
+	__u32 node;
+	__u32 cnt;
+};
+
+struct tachy_record {
+	__u64 end_ns; /* bpf_ktime_get_ns() at the call's end */
+	__u64 dur_ns; /* probe time subtracted unless --raw */
+	__u64 blocked_ns;
+	__u64 runq_ns;
+	__u64 args[TACHY_REC_ARGS];
+	__u32 pid;
+	__u32 tid;
+	__u32 id;
+	__u32 flags;	  /* TACHY_REC_* */
+	__u32 nsites;	  /* entries of sites[] sent */
+	__u32 more_sites; /* sites of the call beyond TACHY_REC_SITES */
+	char comm[16];
+	/* only the first nsites entries are in the ring buffer */
+	struct tachy_rec_site sites[TACHY_REC_SITES];
+};
+
+/* The argument registers of each open frame, by its depth. */
+struct tachy_rec_args {
+	__u64 args[TACHY_MAX_DEPTH][TACHY_REC_ARGS];
+};
+
 /* Per function id and per CPU; summed by user space. */
 struct tachy_stats {
 	__u64 count; /* completed calls recorded in buckets */

@@ -34,6 +34,13 @@ impl Plan {
                 if self.settings.cpu_hist { ", with a histogram of each" } else { "" }
             );
         }
+        if let Some(ns) = self.settings.record_min_ns {
+            let _ = writeln!(
+                s,
+                "  --record-slower-than: a record of each call of at least {} through a BPF ring buffer",
+                crate::report::tree::human(ns as f64)
+            );
+        }
         for (i, item) in self.items.iter().enumerate() {
             let _ = match &item.kind {
                 ItemKind::Syscall { nr } => writeln!(
@@ -168,6 +175,18 @@ mod tests {
         assert_eq!(
             line,
             "  --cpu: on-CPU, blocked and runnable time from the sched_switch and sched_wakeup tracepoints (tp_btf)"
+        );
+    }
+
+    #[test]
+    fn records_are_described() {
+        let mut plan = sample(Some(42), false);
+        assert!(!plan.describe().contains("--record"));
+        plan.settings.record_min_ns = Some(5_000_000);
+        let text = plan.describe();
+        assert_eq!(
+            text.lines().nth(1).unwrap(),
+            "  --record-slower-than: a record of each call of at least 5.00 ms through a BPF ring buffer"
         );
     }
 

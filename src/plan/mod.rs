@@ -183,6 +183,8 @@ pub struct Settings {
     pub cpu_hist: bool,
     /// `--by`: group each function's calls by these keys (none: no groups).
     pub by: Vec<by::ByKey>,
+    /// Record each call at least this long (`--record-slower-than`).
+    pub record_min_ns: Option<u64>,
 }
 
 impl Item {

@@ -8,6 +8,7 @@ pub mod hlog;
 pub mod json;
 pub mod list;
 pub mod prom;
+pub mod records;
 pub mod text;
 pub mod tree;
 

@@ -1,0 +1,301 @@
+//! Slow-call records of `--record-slower-than`: one per call, printed as
+//! it arrives from the kernel, as a line of text or one JSON object per
+//! line. Plain data in, bytes out; the session turns the kernel's records
+//! into these.
+//!
+//! Text, one line per call (the time is that of the call's end, local):
+//!
+//! ```text
+//! 14:02:11.204518 pid 4242 tid 4250 (worker-3) db::Table::scan  7.31 ms  on-CPU 420.0 us  blocked 6.80 ms  runnable 90.0 us  rdi=0x7ffd5e2c1a40 rsi=1500 rdx=0
+//!     load_page at table.cc:88  6.90 ms  2 calls
+//! ```
+//!
+//! The indented lines (`tachy nested` only) are the call sites of that one
+//! call, in tree order, indented by level. JSON, one object per line:
+//! `{"type": "record", "time": <unix seconds, float>, "pid", "tid", "comm",
+//! "function", "duration_ns", "cpu": {"oncpu_ns", "blocked_ns",
+//! "runnable_ns"} (with --cpu), "args": [{"name", "value"}], "sites":
+//! [{"name", "location", "level", "count", "total_ns"}] (tachy nested),
+//! "more_sites"}`. Before each report a `{"type": "records_lost", "lost":
+//! N}` object says how many records the ring buffer had no room for.
+
+use std::io::{self, Write};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use super::tree::human;
+
+/// One call that took at least the threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Wall-clock time of the call's end.
+    pub time: SystemTime,
+    pub pid: u32,
+    pub tid: u32,
+    /// The thread's name at the call's end.
+    pub comm: String,
+    /// As the report names it.
+    pub function: String,
+    pub duration_ns: u64,
+    /// `--cpu`: on-CPU, blocked and runnable ns (they add up to the
+    /// duration).
+    pub cpu: Option<[u64; 3]>,
+    /// Label (a register, or argN of a system call) and raw value.
+    pub args: Vec<(String, u64)>,
+    /// `tachy nested`: what each call site took in this call. `None` where
+    /// the call's sites cannot be told apart from those of the traced call
+    /// it runs in (a traced function called inside another traced one).
+    pub sites: Option<Vec<RecordSite>>,
+    /// Sites of the call beyond those the kernel sends.
+    pub more_sites: u32,
+}
+
+/// A call site's time within one recorded call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSite {
+    pub name: String,
+    pub location: Option<String>,
+    /// 1: a site of the traced function; 2: of its callee; ...
+    pub level: u32,
+    pub count: u32,
+    pub ns: u64,
+}
+
+/// A register value as a number where it looks like one (small, or a
+/// small negative), in hex where it looks like an address.
+pub fn arg_text(v: u64) -> String {
+    let s = v as i64;
+    if (-(1 << 20)..(1 << 20)).contains(&s) {
+        s.to_string()
+    } else {
+        format!("{v:#x}")
+    }
+}
+
+/// Local time of day with microseconds: HH:MM:SS.uuuuuu.
+pub fn clock_us(t: SystemTime) -> String {
+    let us = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros());
+    format!("{}.{us:06}", super::text::clock(t))
+}
+
+pub fn render_text(r: &Record, w: &mut impl Write) -> io::Result<()> {
+    write!(
+        w,
+        "{} pid {} tid {} ({}) {}  {}",
+        clock_us(r.time),
+        r.pid,
+        r.tid,
+        r.comm,
+        r.function,
+        human(r.duration_ns as f64)
+    )?;
+    if let Some([on, blocked, runq]) = r.cpu {
+        write!(
+            w,
+            "  on-CPU {}  blocked {}  runnable {}",
+            human(on as f64),
+            human(blocked as f64),
+            human(runq as f64)
+        )?;
+    }
+    if !r.args.is_empty() {
+        write!(w, " ")?;
+        for (name, v) in &r.args {
+            write!(w, " {name}={}", arg_text(*v))?;
+        }
+    }
+    writeln!(w)?;
+    let Some(sites) = &r.sites else {
+        return Ok(());
+    };
+    for s in sites {
+        let indent = "  ".repeat(s.level.saturating_sub(1) as usize);
+        write!(w, "    {indent}{}", s.name)?;
+        if let Some(loc) = &s.location {
+            write!(w, " at {loc}")?;
+        }
+        writeln!(
+            w,
+            "  {}  {} call{}",
+            human(s.ns as f64),
+            s.count,
+            if s.count == 1 { "" } else { "s" }
+        )?;
+    }
+    if r.more_sites > 0 {
+        writeln!(w, "    and {} more sites", r.more_sites)?;
+    }
+    Ok(())
+}
+
+pub fn value(r: &Record) -> Value {
+    let mut m = Map::new();
+    let time = r.time.duration_since(UNIX_EPOCH).map_or(0.0, |d| {
+        d.as_secs() as f64 + f64::from(d.subsec_micros()) / 1e6
+    });
+    m.insert("type".into(), json!("record"));
+    m.insert("time".into(), json!(time));
+    m.insert("pid".into(), json!(r.pid));
+    m.insert("tid".into(), json!(r.tid));
+    m.insert("comm".into(), json!(r.comm));
+    m.insert("function".into(), json!(r.function));
+    m.insert("duration_ns".into(), json!(r.duration_ns));
+    if let Some([on, blocked, runq]) = r.cpu {
+        m.insert(
+            "cpu".into(),
+            json!({"oncpu_ns": on, "blocked_ns": blocked, "runnable_ns": runq}),
+        );
+    }
+    let args: Vec<Value> = r
+        .args
+        .iter()
+        .map(|(name, v)| json!({"name": name, "value": v}))
+        .collect();
+    m.insert("args".into(), Value::Array(args));
+    if let Some(sites) = &r.sites {
+        let sites: Vec<Value> = sites
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "location": s.location,
+                    "level": s.level,
+                    "count": s.count,
+                    "total_ns": s.ns,
+                })
+            })
+            .collect();
+        m.insert("sites".into(), Value::Array(sites));
+        m.insert("more_sites".into(), json!(r.more_sites));
+    }
+    Value::Object(m)
+}
+
+pub fn render_json(r: &Record, w: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, &value(r))?;
+    writeln!(w)
+}
+
+/// The records the ring buffer had no room for since the last report.
+pub fn render_lost_text(lost: u64, w: &mut impl Write) -> io::Result<()> {
+    if lost > 0 {
+        writeln!(
+            w,
+            "{lost} record{} lost: calls ended faster than tachy could read them",
+            if lost == 1 { "" } else { "s" }
+        )?;
+    }
+    Ok(())
+}
+
+pub fn render_lost_json(lost: u64, w: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, &json!({"type": "records_lost", "lost": lost}))?;
+    writeln!(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::golden;
+    use std::time::Duration;
+
+    #[test]
+    fn arguments_read_as_numbers_or_addresses() {
+        assert_eq!(arg_text(1500), "1500");
+        assert_eq!(arg_text(0), "0");
+        assert_eq!(arg_text(-1i64 as u64), "-1");
+        assert_eq!(arg_text(0x7ffd_5e2c_1a40), "0x7ffd5e2c1a40");
+        assert_eq!(arg_text(0x404000), "0x404000");
+    }
+
+    fn sample() -> Vec<Record> {
+        // 1_700_000_000.204518 s: the clock's microseconds are printed.
+        let time = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_204_518_900);
+        let plain = Record {
+            time,
+            pid: 4242,
+            tid: 4250,
+            comm: "worker-3".into(),
+            function: "db::Table::scan(db::Range const&)".into(),
+            duration_ns: 7_310_000,
+            cpu: None,
+            args: vec![
+                ("rdi".into(), 0x7ffd_5e2c_1a40),
+                ("rsi".into(), 1500),
+                ("rdx".into(), 0),
+            ],
+            sites: None,
+            more_sites: 0,
+        };
+        let cpu = Record {
+            cpu: Some([420_000, 6_800_000, 90_000]),
+            ..plain.clone()
+        };
+        let nested = Record {
+            sites: Some(vec![
+                RecordSite {
+                    name: "db::Page::load(int)".into(),
+                    location: Some("table.cc:88".into()),
+                    level: 1,
+                    count: 2,
+                    ns: 6_900_000,
+                },
+                RecordSite {
+                    name: "pread64@plt".into(),
+                    location: Some("page.cc:12".into()),
+                    level: 2,
+                    count: 1,
+                    ns: 6_700_000,
+                },
+                RecordSite {
+                    name: "*indirect".into(),
+                    location: None,
+                    level: 1,
+                    count: 1,
+                    ns: 900,
+                },
+            ]),
+            more_sites: 3,
+            ..plain.clone()
+        };
+        let syscall = Record {
+            function: "syscall:read".into(),
+            args: vec![("arg0".into(), 3), ("arg1".into(), 0x5612_0000_1000)],
+            ..plain.clone()
+        };
+        vec![plain, cpu, nested, syscall]
+    }
+
+    #[test]
+    fn golden_text() {
+        let mut out = Vec::new();
+        for r in sample() {
+            render_text(&r, &mut out).unwrap();
+        }
+        render_lost_text(0, &mut out).unwrap();
+        render_lost_text(17, &mut out).unwrap();
+        // The time of day depends on the zone; the rest does not.
+        let text = String::from_utf8(out).unwrap();
+        let clock = clock_us(sample()[0].time);
+        assert!(clock.ends_with(":20.204518"), "{clock}");
+        let text = text.replace(&clock, "HH:MM:SS.204518");
+        golden::check("src/report/golden", "records.txt", text.as_bytes());
+    }
+
+    #[test]
+    fn golden_json() {
+        let mut out = Vec::new();
+        for r in sample() {
+            render_json(&r, &mut out).unwrap();
+        }
+        render_lost_json(17, &mut out).unwrap();
+        for line in String::from_utf8(out.clone()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            assert!(v["type"].is_string());
+        }
+        golden::check("src/report/golden", "records.json", &out);
+    }
+}
