@@ -31,6 +31,11 @@ Examples:
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
   tachy latency --record-slower-than 5ms -p 4242 'db::Table::scan'   a line per call over 5 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
+  tachy latency -p 4242,4250 'kv::Store::read'     two processes of one program, each counted
+  tachy latency --comm kvd 'kv::Store::read'       every process named kvd
+  tachy latency --pgrep '^kv' 'kv::Store::read'    every process whose name matches, as pgrep
+  tachy latency --cgroup /sys/fs/cgroup/system.slice/kvd.service /srv/kv/kvd:'kv::Store::read'
+                                   one cgroup (a container, a unit), processes started later too
   tachy latency -u -p 4242 syscall:read 'syscall:pread*'   system call latency, enter to exit
   tachy latency -u k:vfs_read                      a kernel function (fentry/fexit or kprobes)
   tachy latency --prometheus 9464 --label service=kv -p 4242 'kv::Store::*'
@@ -223,9 +228,28 @@ impl Command {
 /// the intervals, the filters and where the reports go.
 #[derive(Args, Debug)]
 pub struct TraceArgs {
-    /// Trace this process (its executable and the libraries it maps)
-    #[arg(short, long, value_name = "PID", value_parser = parse_id, allow_negative_numbers = true)]
-    pub pid: Option<u32>,
+    /// Trace this process (its executable and the libraries it maps); with
+    /// several (-p 1,2 or -p 1 -p 2), processes of one program, each
+    /// counted
+    #[arg(short, long, value_name = "PID", value_parser = parse_id, allow_negative_numbers = true,
+          value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub pid: Vec<u32>,
+
+    /// Trace every process of this cgroup v2 directory and the cgroups below
+    /// it (a container, a pod, a systemd unit), including processes started
+    /// later; with PATH:FUNC, whatever runs that binary there
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "comm", "pgrep"])]
+    pub cgroup: Option<PathBuf>,
+
+    /// Trace every running process whose command name (/proc/PID/comm, 15
+    /// characters at most) is NAME
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["pid", "pgrep"])]
+    pub comm: Option<String>,
+
+    /// Trace every running process whose command name matches PATTERN, an
+    /// extended regular expression, as pgrep matches
+    #[arg(long, value_name = "PATTERN", conflicts_with = "pid")]
+    pub pgrep: Option<String>,
 
     /// Count only this thread (a thread of the process given with -p)
     #[arg(short, long, value_name = "TID", value_parser = parse_id, allow_negative_numbers = true)]
@@ -292,6 +316,7 @@ pub struct TraceArgs {
     /// compiler clone) has them at its entry
     #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
     pub filter: Option<Filter>,
+
     /// Serve cumulative histograms at http://ADDR:PORT/metrics for
     /// Prometheus (OpenMetrics), tracing until stopped; a port alone listens
     /// on 127.0.0.1; -u and -m do not apply (metrics are in seconds)
@@ -464,7 +489,10 @@ pub struct NestedOpts {
 #[derive(Clone, Debug)]
 pub struct TraceSettings {
     pub specs: Vec<FuncSpec>,
+    /// One `-p PID`.
     pub pid: Option<u32>,
+    /// Several processes, a cgroup, or processes by name.
+    pub scoping: Option<Scoping>,
     /// The command to start (after `--`); empty for none.
     pub command: Vec<String>,
     pub tid: Option<u32>,
@@ -500,6 +528,32 @@ pub struct TraceSettings {
     pub by: Vec<ByKey>,
     /// `--top`: groups shown per function; the rest are one "other" line.
     pub top: Option<usize>,
+}
+
+/// Processes to trace other than one `-p PID`: found when tracing starts
+/// (and, for a cgroup, as they come).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scoping {
+    /// Several `-p`.
+    Pids(Vec<u32>),
+    /// `--cgroup PATH`.
+    Cgroup(PathBuf),
+    /// `--comm NAME`.
+    Comm(String),
+    /// `--pgrep PATTERN`.
+    Pgrep(String),
+}
+
+impl Scoping {
+    /// The option, as typed.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Scoping::Pids(_) => "-p with several processes",
+            Scoping::Cgroup(_) => "--cgroup",
+            Scoping::Comm(_) => "--comm",
+            Scoping::Pgrep(_) => "--pgrep",
+        }
+    }
 }
 
 /// Where metrics for Prometheus go, and their user labels.
@@ -588,12 +642,45 @@ impl TraceArgs {
         format: Format,
         svg: Option<PathBuf>,
     ) -> Result<TraceSettings> {
-        if self.pid.is_some() && !self.command.is_empty() {
+        let mut pids = self.pid.clone();
+        pids.sort_unstable();
+        pids.dedup();
+        let pid = match pids.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        };
+        let scoping = match (self.cgroup, self.comm, self.pgrep) {
+            (Some(path), _, _) => Some(Scoping::Cgroup(path)),
+            (_, Some(name), _) => Some(Scoping::Comm(name)),
+            (_, _, Some(pattern)) => Some(Scoping::Pgrep(pattern)),
+            _ if pids.len() > 1 => Some(Scoping::Pids(pids)),
+            _ => None,
+        };
+        if let Some(sc) = &scoping {
+            if !self.command.is_empty() {
+                return Err(usage(format!(
+                    "{} and a command after -- are exclusive: trace running processes or start one",
+                    sc.flag()
+                )));
+            }
+            if self.tid.is_some() {
+                return Err(usage(format!(
+                    "-t counts one thread of one process: it does not go with {}",
+                    sc.flag()
+                )));
+            }
+            if self.follow && matches!(sc, Scoping::Cgroup(_)) {
+                return Err(usage(
+                    "--follow does not go with --cgroup, which counts the processes started in the cgroup anyway",
+                ));
+            }
+        }
+        if pid.is_some() && !self.command.is_empty() {
             return Err(usage(
                 "-p and a command after -- are exclusive: trace a running process or start one",
             ));
         }
-        if self.follow && self.pid.is_none() && self.command.is_empty() {
+        if self.follow && pid.is_none() && scoping.is_none() && self.command.is_empty() {
             return Err(usage(
                 "--follow needs a process to follow: -p PID or a command after --",
             ));
@@ -636,7 +723,8 @@ impl TraceArgs {
         }
         Ok(TraceSettings {
             specs,
-            pid: self.pid,
+            pid,
+            scoping,
             command: self.command,
             tid: self.tid,
             unit: if self.microseconds {

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod probe;
 pub mod report;
 pub mod resolve;
+pub mod scope;
 pub mod session;
 pub mod symbols;
 pub mod target;

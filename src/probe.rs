@@ -252,6 +252,9 @@ impl<'obj> Tracer<'obj> {
         if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
             t.follow(pid)?;
         }
+        if !plan.pids.is_empty() {
+            t.count_in(&plan.pids, plan.settings.follow)?;
+        }
         t.fill_site_nodes(plan)?;
         t.fill_probe_time(plan)?;
         t.fill_filters(plan)?;
@@ -290,6 +293,50 @@ impl<'obj> Tracer<'obj> {
             self.links.push(link);
         }
         Ok(())
+    }
+
+    /// Counts in these processes only (through the set --follow uses),
+    /// and in their forks with `forks`.
+    fn count_in(&mut self, pids: &[u32], forks: bool) -> Result<()> {
+        for pid in pids {
+            self.skel
+                .maps
+                .followed
+                .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up the processes to count: {e}"))?;
+        }
+        if forks {
+            let link = self
+                .skel
+                .progs
+                .tachy_fork
+                .attach()
+                .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
+            self.links.push(link);
+        }
+        Ok(())
+    }
+
+    /// The calls entered per process since the last call, as (tgid,
+    /// calls); empty unless the plan counts them.
+    pub fn take_procs(&mut self) -> Vec<(u32, u64)> {
+        let map = &self.skel.maps.procs;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut out = Vec::new();
+        for k in keys {
+            let Ok(b) = <[u8; 4]>::try_from(k.as_slice()) else {
+                continue;
+            };
+            // Read and remove in one step: a call entered meanwhile makes
+            // a new entry, counted next time.
+            if let Ok(Some(v)) = map.lookup_and_delete(&k) {
+                if let Ok(n) = <[u8; 8]>::try_from(v.as_slice()) {
+                    out.push((u32::from_ne_bytes(b), u64::from_ne_bytes(n)));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
     }
 
     /// Counts in process `pid` and the processes it forks (--follow).
@@ -587,7 +634,7 @@ impl<'obj> Tracer<'obj> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
         let link_pid = match plan.pid {
-            Some(pid) if !plan.settings.follow => pid as i32,
+            Some(pid) if !plan.settings.follow && plan.pids.is_empty() => pid as i32,
             _ => -1,
         };
         for (oi, object) in plan.objects.iter().enumerate() {
@@ -1086,7 +1133,12 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
     ro.unit_ns = plan.settings.unit_ns.max(1);
     ro.nested = !plan.sites.is_empty();
     ro.filter_tgid = plan.pid.unwrap_or(0);
-    ro.follow = plan.settings.follow;
+    ro.follow = plan.settings.follow || !plan.pids.is_empty();
+    if let Some((id, level)) = plan.settings.cgroup {
+        ro.filter_cgroup = id;
+        ro.cgroup_level = level;
+    }
+    ro.count_procs = plan.settings.count_procs;
     ro.cpu = plan.settings.cpu;
     ro.cpu_hist = plan.settings.cpu_hist;
     ro.cpu_sys = plan.settings.cpu && plan.syscalls().next().is_some();

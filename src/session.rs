@@ -10,7 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::callsites;
-use crate::cli::{ExportSettings, Format, ListSettings, NestedOpts, TraceSettings, UsageError};
+use crate::cli::{
+    ExportSettings, Format, ListSettings, NestedOpts, Scoping, TraceSettings, UsageError,
+};
 use crate::disasm::ProbeCost;
 use crate::export::Exporter;
 use crate::kernel;
@@ -28,6 +30,7 @@ use crate::report::records::{self, Record, RecordSite};
 use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
+use crate::scope;
 use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
 use crate::target::ObjectRef;
 use crate::target::{self, Spawned};
@@ -80,6 +83,8 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         cpu_hist: s.cpu_hist,
         by: s.by.clone(),
         record_min_ns: s.record,
+        // The scope (--cgroup, several processes) is set by Target::plan.
+        ..Settings::default()
     });
     plan.pid = s.pid;
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
@@ -375,20 +380,32 @@ struct Target {
     scope: Scope,
     /// The command's executable (after `--`), found on PATH.
     exe: Option<PathBuf>,
+    /// Several processes (`-p A,B`, `--comm`, `--pgrep`), counted each.
+    pids: Vec<u32>,
+    /// `--cgroup`: the cgroup, and the processes in it now whose maps
+    /// names may be looked up in, until one has them.
+    cgroup: Option<(scope::Cgroup, Vec<u32>)>,
 }
 
 impl Target {
     fn new(s: &TraceSettings) -> Result<Target> {
+        if let Some(sc) = &s.scoping {
+            return Target::scoped(s, sc);
+        }
         if let Some(pid) = s.pid {
             return Ok(Target {
                 scope: Scope::Process(target::process_maps(pid)?),
                 exe: None,
+                pids: Vec::new(),
+                cgroup: None,
             });
         }
         let Some(cmd) = s.command.first() else {
             return Ok(Target {
                 scope: Scope::Files,
                 exe: None,
+                pids: Vec::new(),
+                cgroup: None,
             });
         };
         let exe = target::which(cmd)?;
@@ -398,10 +415,83 @@ impl Target {
         Ok(Target {
             scope: Scope::Command { exe: image, libs },
             exe: Some(exe),
+            pids: Vec::new(),
+            cgroup: None,
         })
     }
 
-    fn plan(&self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
+    /// Several processes, or a cgroup: names are looked up in a process's
+    /// maps (or the files named), and probes fire in every process that
+    /// maps those files; the BPF side keeps the calls of the processes
+    /// asked for.
+    fn scoped(s: &TraceSettings, sc: &Scoping) -> Result<Target> {
+        let pids = scope::pids(sc)?;
+        if let Scoping::Cgroup(path) = sc {
+            let cg = scope::cgroup(path)?;
+            let files_only = s
+                .specs
+                .iter()
+                .all(|x| x.object.as_deref().is_some_and(|o| o.contains('/')));
+            if pids.is_empty() && !files_only {
+                bail!(
+                    "--cgroup {}: no process runs in it now to look names up in: name the program as PATH:FUNC, which also traces the processes started in it later",
+                    path.display()
+                );
+            }
+            return Ok(Target {
+                scope: Scope::Files,
+                exe: None,
+                pids: Vec::new(),
+                cgroup: Some((cg, if files_only { Vec::new() } else { pids })),
+            });
+        }
+        scope::check_one_program(&pids)?;
+        Ok(Target {
+            scope: Scope::Process(target::process_maps(pids[0])?),
+            exe: None,
+            pids,
+            cgroup: None,
+        })
+    }
+
+    fn plan(&mut self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
+        let mut plan = match self.cgroup.as_ref().map(|(_, pids)| pids.clone()) {
+            // A cgroup holds several programs: the first process whose maps
+            // have the functions names them.
+            Some(pids) if !pids.is_empty() => {
+                let mut first_err = None;
+                let mut found = None;
+                for pid in pids {
+                    let Ok(maps) = target::process_maps(pid) else {
+                        continue;
+                    };
+                    let scope = Scope::Process(maps);
+                    match build_plan(s, &scope, objects) {
+                        Ok(plan) => {
+                            self.scope = scope;
+                            found = Some(plan);
+                            break;
+                        }
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                match (found, first_err) {
+                    (Some(plan), _) => plan,
+                    (None, Some(e)) => return Err(e),
+                    (None, None) => bail!("--cgroup: its processes have exited"),
+                }
+            }
+            _ => self.plan_in_scope(s, objects)?,
+        };
+        plan.pids = self.pids.clone();
+        plan.settings.cgroup = self.cgroup.as_ref().map(|(c, _)| (c.id, c.level));
+        plan.settings.count_procs = s.scoping.is_some();
+        Ok(plan)
+    }
+
+    fn plan_in_scope(&self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
         build_plan(s, &self.scope, objects).map_err(|e| match (&self.scope, &self.exe) {
             (Scope::Command { exe: image, .. }, Some(exe)) if image != exe => anyhow::anyhow!(
                 "{e} ({} is a script run by {}: name the program it starts as PATH:FUNC)",
@@ -414,6 +504,17 @@ impl Target {
 
     /// Whom the header names.
     fn whom(&self, s: &TraceSettings, plan: &Plan, spawned: Option<&Spawned>) -> String {
+        if let Some((cg, _)) = &self.cgroup {
+            return format!("in cgroup {}", cg.path.display());
+        }
+        if !self.pids.is_empty() {
+            let named: Vec<String> = self
+                .pids
+                .iter()
+                .map(|&p| format!("{p} ({})", scope::comm(p).unwrap_or_default()))
+                .collect();
+            return format!("in pids {}", named.join(", "));
+        }
         match (&s.pid, spawned, &self.scope) {
             (Some(pid), _, Scope::Process(m)) => {
                 format!("in pid {pid} ({})", m.exe.display.display())
@@ -487,7 +588,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     // symbol indexes and read caches of a large library (tens of thousands
     // of names) costs more than the rest of the exit.
     let mut objects = std::mem::ManuallyDrop::new(Objects::default());
-    let target = Target::new(&s)?;
+    let mut target = Target::new(&s)?;
     let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&s, &mut objects)
     })?;
@@ -771,6 +872,14 @@ fn run(
     // What was read from the kernel but not yet part of an interval's
     // report (read for a SIGUSR1 interim report).
     let mut carry: Vec<Counts> = vec![Counts::default(); ids];
+    // Calls entered per process not yet reported, and the processes' names
+    // (read while they run).
+    let mut procs: std::collections::BTreeMap<u32, u64> = Default::default();
+    let mut comms: HashMap<u32, String> = plan
+        .pids
+        .iter()
+        .filter_map(|&p| Some((p, scope::comm(p)?)))
+        .collect();
     // `--prometheus`, `--textfile`: everything since tracing began.
     let mut cumulative: Vec<Counts> = vec![Counts::default(); ids];
     // --by: the groups read so far, and the names of their keys.
@@ -801,6 +910,9 @@ fn run(
             if !target::process_alive(pid) {
                 done = true;
             }
+        } else if !plan.pids.is_empty() && !s.follow && !tracer.followed_alive() {
+            // Every one of several processes has exited.
+            done = true;
         }
         // Followed forks outlive their parent: go on while any runs.
         if done && s.follow && !end.stopped && tracer.followed_alive() {
@@ -821,6 +933,14 @@ fn run(
         }
         let export = exporter.as_deref().is_some_and(|e| e.due(now));
         if interim || due || done || export {
+            if plan.settings.count_procs {
+                for (pid, n) in tracer.take_procs() {
+                    *procs.entry(pid).or_default() += n;
+                    comms
+                        .entry(pid)
+                        .or_insert_with(|| scope::comm(pid).unwrap_or_else(|| "?".into()));
+                }
+            }
             for (i, (c, mut n)) in carry.iter_mut().zip(tracer.take()?).enumerate() {
                 n.probe_ns = plan.probe_time.get(i).map_or(0, |p| p.in_ns);
                 c.merge(&n);
@@ -844,7 +964,8 @@ fn run(
         if interim && !(due || done) {
             // An interim report: everything since the last report, which
             // the next one still includes.
-            reports.emit(plan, s, &carry, &mut groups, false)?;
+            let who = contributors(plan, &procs, &comms);
+            reports.emit(plan, s, &carry, &mut groups, who.as_deref(), false)?;
         }
         if due || done {
             if let Some(r) = recorder.as_mut() {
@@ -855,7 +976,9 @@ fn run(
             end.nothing_counted &= counts[..plan.items.len()]
                 .iter()
                 .all(|c| c.count == 0 && c.unwound == 0 && c.filtered == 0);
-            reports.emit(plan, s, &counts, &mut groups, true)?;
+            let who = contributors(plan, &procs, &comms);
+            procs.clear();
+            reports.emit(plan, s, &counts, &mut groups, who.as_deref(), true)?;
             carry_groups.clear();
             if let (Some(t), Some(i)) = (next_report.as_mut(), s.interval) {
                 while *t <= now {
@@ -986,6 +1109,67 @@ fn realtime_offset() -> i128 {
         }
     }
     best.1
+}
+
+/// A process that entered a traced function during a report's interval.
+struct Contributor {
+    pid: u32,
+    comm: String,
+    /// Calls entered (of the traced functions, not their call sites).
+    calls: u64,
+}
+
+/// The processes a report names, when the trace is scoped to several.
+fn contributors(
+    plan: &Plan,
+    procs: &std::collections::BTreeMap<u32, u64>,
+    comms: &HashMap<u32, String>,
+) -> Option<Vec<Contributor>> {
+    plan.settings.count_procs.then(|| {
+        procs
+            .iter()
+            .map(|(&pid, &calls)| Contributor {
+                pid,
+                comm: comms.get(&pid).cloned().unwrap_or_else(|| "?".into()),
+                calls,
+            })
+            .collect()
+    })
+}
+
+/// The line of a text report that names the processes that contributed.
+fn contributors_line(who: &[Contributor]) -> String {
+    if who.is_empty() {
+        return "processes: none entered a traced function".to_string();
+    }
+    let list: Vec<String> = who
+        .iter()
+        .map(|c| {
+            format!(
+                "{} ({}) {} call{}",
+                c.pid,
+                c.comm,
+                c.calls,
+                if c.calls == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    format!("processes: {}", list.join(", "))
+}
+
+/// A JSON report line with a `processes` array added.
+fn with_contributors(line: &[u8], who: &[Contributor]) -> Vec<u8> {
+    let Ok(serde_json::Value::Object(mut v)) = serde_json::from_slice(line) else {
+        return line.to_vec();
+    };
+    let list: Vec<serde_json::Value> = who
+        .iter()
+        .map(|c| serde_json::json!({"pid": c.pid, "comm": c.comm, "calls": c.calls}))
+        .collect();
+    v.insert("processes".into(), serde_json::Value::Array(list));
+    let mut out = serde_json::to_vec(&v).unwrap_or_else(|_| line.to_vec());
+    out.push(b'\n');
+    out
 }
 
 /// After Ctrl-C the command runs on until it exits (it usually got the
@@ -1175,6 +1359,7 @@ impl Reports {
         s: &TraceSettings,
         counts: &[Counts],
         groups: &mut GroupsIn<'_>,
+        who: Option<&[Contributor]>,
         interval: bool,
     ) -> Result<()> {
         if let (true, Some((path, log, since))) = (interval, &mut self.hlog) {
@@ -1198,30 +1383,16 @@ impl Reports {
             report
         });
         let draw = |w: &mut dyn Write| -> std::io::Result<()> {
-            let mut w = w;
-            match &s.nested {
-                Some(n) => {
-                    let report = tree_report(plan, s, n, counts);
-                    match format {
-                        Format::Json => tree::render_json(&report, &mut w),
-                        Format::Folded => tree::render_folded(&report, &mut w),
-                        _ => {
-                            writeln!(w)?;
-                            tree::render_text(&report, &mut w)
-                        }
-                    }
-                }
-                None => {
-                    let Some(report) = &flat else {
-                        return Ok(());
-                    };
-                    if format == Format::Json {
-                        report::json::render(report, &mut w)
-                    } else {
-                        writeln!(w)?;
-                        report::text::render(report, &mut w)
-                    }
-                }
+            if let (Some(who), Format::Json) = (who, format) {
+                // The report, then the processes added to its object.
+                let mut line = Vec::new();
+                draw_report(plan, s, counts, flat.as_ref(), format, &mut line)?;
+                return w.write_all(&with_contributors(&line, who));
+            }
+            draw_report(plan, s, counts, flat.as_ref(), format, w)?;
+            match (who, format) {
+                (Some(who), Format::Text) => writeln!(w, "{}", contributors_line(who)),
+                _ => Ok(()),
             }
         };
         let file = self
@@ -1284,6 +1455,41 @@ fn add_groups(report: &mut Report, s: &TraceSettings, g: &mut GroupsIn<'_>) {
     }
 }
 
+/// One report in `format`, as the renderers draw it.
+fn draw_report(
+    plan: &Plan,
+    s: &TraceSettings,
+    counts: &[Counts],
+    flat: Option<&Report>,
+    format: Format,
+    mut w: &mut dyn Write,
+) -> std::io::Result<()> {
+    match &s.nested {
+        Some(n) => {
+            let report = tree_report(plan, s, n, counts);
+            match format {
+                Format::Json => tree::render_json(&report, &mut w),
+                Format::Folded => tree::render_folded(&report, &mut w),
+                _ => {
+                    writeln!(w)?;
+                    tree::render_text(&report, &mut w)
+                }
+            }
+        }
+        None => {
+            let Some(report) = flat else {
+                return Ok(());
+            };
+            if format == Format::Json {
+                report::json::render(report, &mut w)
+            } else {
+                writeln!(w)?;
+                report::text::render(report, &mut w)
+            }
+        }
+    }
+}
+
 fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
     Report {
         time: SystemTime::now(),
@@ -1335,6 +1541,7 @@ fn metric_series(plan: &Plan, e: &ExportSettings, counts: &[Counts]) -> Vec<prom
             total_ns: c.total_ns,
             unwound: c.unwound,
             filtered: c.filtered,
+            arg_filtered: c.arg_filtered,
         }
     };
     let mut out: Vec<prom::Series> = Vec::with_capacity(counts.len());

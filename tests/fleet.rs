@@ -732,3 +732,212 @@ fn prometheus_bad_label_or_busy_port_attaches_nothing() {
     assert!(status.success());
     assert_eq!(counts(&stdout)["slow_sum"], 20);
 }
+
+// ---------------------------------------------------------------------------
+// Scoping: --cgroup, several -p, --comm / --pgrep.
+// ---------------------------------------------------------------------------
+
+/// The `processes` of a JSON report: pid -> calls entered.
+fn processes(rep: &Value) -> std::collections::BTreeMap<u64, u64> {
+    rep["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no processes in {rep}"))
+        .iter()
+        .map(|p| (num(p, "pid"), num(p, "calls")))
+        .collect()
+}
+
+/// A cgroup v2 directory made for one test, removed (with any process
+/// still in it killed) when dropped.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    /// None (after printing why) where cgroup v2 is not mounted writable.
+    fn new(name: &str) -> Option<TestCgroup> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = info.lines().find_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            (right.split(' ').next()? == "cgroup2")
+                .then(|| left.split(' ').nth(4).map(PathBuf::from))?
+        });
+        let Some(mount) = mount else {
+            eprintln!("skipped: cgroup v2 is not mounted");
+            return None;
+        };
+        let dir = mount.join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir(&dir);
+        if let Err(e) = std::fs::create_dir(&dir) {
+            eprintln!(
+                "skipped: cgroup v2 at {} is not writable: {e}",
+                mount.display()
+            );
+            return None;
+        }
+        Some(TestCgroup(dir))
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        if let Ok(pids) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for p in pids.lines().filter_map(|l| l.parse::<i32>().ok()) {
+                // SAFETY: kill on a process this test put in its cgroup.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        }
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn cgroup_counts_its_processes_started_before_and_after_attach_only() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let Some(cg) = TestCgroup::new("tachy-fleet") else {
+        return;
+    };
+    let exe = common::build("plain");
+    let exe_s = exe.to_str().unwrap();
+    let cg_s = cg.0.to_str().unwrap();
+    let mut inside = Fixture::spawn("plain", &["100", "1"]);
+    cg.add(inside.pid());
+    let mut outside = Fixture::spawn("plain", &["70", "1"]);
+    let mut t = Tachy::start(
+        &[
+            "latency",
+            "--json",
+            "--cgroup",
+            cg_s,
+            &format!("{exe_s}:slow_sum"),
+            &format!("{exe_s}:fast_path"),
+        ],
+        &[],
+    );
+    t.wait_for_header(true);
+    inside.go();
+    outside.go();
+    // Started after tachy attached, then put in the cgroup.
+    let mut late = Fixture::spawn("plain", &["150", "1"]);
+    cg.add(late.pid());
+    late.go();
+    let pids = [inside.pid(), late.pid()].map(u64::from);
+    let outside_pid = u64::from(outside.pid());
+    let mut made = std::collections::BTreeMap::new();
+    for fx in [inside, outside, late] {
+        let (status, stdout) = fx.wait();
+        assert!(status.success());
+        made.insert(made.len(), counts(&stdout));
+    }
+    t.signal(libc::SIGINT);
+    let out = t.finish(RUN_TIMEOUT);
+    out.assert_success();
+    let rep = out.single_report();
+    assert_eq!(num(func(&rep, "slow_sum"), "count"), 100 + 150, "{out}");
+    assert_eq!(num(func(&rep, "fast_path"), "count"), 200 + 300, "{out}");
+    assert_eq!(made[&1]["slow_sum"], 70, "the outside process ran");
+    let procs = processes(&rep);
+    assert_eq!(procs.get(&pids[0]), Some(&300), "{rep}");
+    assert_eq!(procs.get(&pids[1]), Some(&450), "{rep}");
+    assert!(!procs.contains_key(&outside_pid), "{rep}");
+    assert!(out.stderr.contains(&format!("in cgroup {cg_s}")), "{out}");
+    // With nobody in it, a bare name has no process to be looked up in.
+    let out = tachy(&["latency", "--cgroup", cg_s, "slow_sum"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert!(out.stderr.contains("no process runs in it now"), "{out}");
+}
+
+#[test]
+fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let mut a = Fixture::spawn("plain", &["100", "1"]);
+    let mut b = Fixture::spawn("plain", &["60", "1"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let both = format!("{pa},{pb}");
+    let mut t = Tachy::start(&["latency", "--json", "-p", &both, "slow_sum"], &[]);
+    t.wait_for_header(true);
+    a.go();
+    b.go();
+    assert!(a.wait().0.success());
+    assert!(b.wait().0.success());
+    // No Ctrl-C: tachy ends when both processes have.
+    let out = t.finish(RUN_TIMEOUT);
+    out.assert_success();
+    let rep = out.single_report();
+    assert_eq!(num(func(&rep, "slow_sum"), "count"), 160, "{out}");
+    let procs = processes(&rep);
+    assert_eq!(procs.len(), 2, "{rep}");
+    assert_eq!(procs[&u64::from(pa)], 100, "{rep}");
+    assert_eq!(procs[&u64::from(pb)], 60, "{rep}");
+    let comms: Vec<&str> = rep["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["comm"].as_str().unwrap())
+        .collect();
+    assert_eq!(comms, ["plain", "plain"], "{rep}");
+}
+
+#[test]
+fn comm_and_pgrep_find_processes_by_name() {
+    let _lock = common::serial();
+    // Errors before anything is attached.
+    let out = tachy(&["latency", "--comm", "nosuchcommxyz", "slow_sum"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(
+        out.stderr.trim_end(),
+        "tachy: --comm nosuchcommxyz: no running process has that command name"
+    );
+    let out = tachy(&["latency", "--pgrep", "^nosuch[0-9]xyz$", "slow_sum"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert!(
+        out.stderr
+            .contains("no running process's command name matches"),
+        "{out}"
+    );
+    let out = tachy(&["latency", "--pgrep", "(", "slow_sum"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    let out = tachy(&["latency", "--comm", "x", "-p", "1", "slow_sum"]);
+    assert_eq!(out.code(), Some(2), "{out}");
+    if common::skip_unless_root() {
+        return;
+    }
+    // A copy of the fixture under a name no other process has.
+    let dir = scratch("comm");
+    let exe = dir.join("fleetcommfx");
+    std::fs::copy(common::build("plain"), &exe).unwrap();
+    let start = |n: &str| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args([n, "1"]);
+        Fixture::spawn_command("fleetcommfx", cmd)
+    };
+    for (flag, pattern) in [("--comm", "fleetcommfx"), ("--pgrep", "^fleetcomm(fx|zz)$")] {
+        let mut a = start("80");
+        let mut b = start("40");
+        let mut t = Tachy::start(&["latency", "--json", flag, pattern, "slow_sum"], &[]);
+        t.wait_for_header(true);
+        a.go();
+        b.go();
+        let made = counts(&a.wait().1)["slow_sum"] + counts(&b.wait().1)["slow_sum"];
+        let out = t.finish(RUN_TIMEOUT);
+        out.assert_success();
+        let rep = out.single_report();
+        assert_eq!(num(func(&rep, "slow_sum"), "count"), made, "{flag}\n{out}");
+        let mut calls: Vec<u64> = processes(&rep).into_values().collect();
+        calls.sort_unstable();
+        assert_eq!(calls, [40, 80], "{flag}\n{rep}");
+    }
+}

@@ -67,13 +67,55 @@ struct {
 	__type(value, __u8);
 } followed SEC(".maps");
 
+/*
+ * --cgroup: count only in tasks of this cgroup v2 (its id: the inode of its
+ * directory) or of a cgroup below it, whose ancestor at `cgroup_level` (0
+ * is the root) it is.
+ */
+const volatile __u64 filter_cgroup = 0;
+const volatile __u32 cgroup_level = 0;
+
+/*
+ * --cgroup, several -p, --comm, --pgrep: calls entered per process (tgid),
+ * read and cleared by user space with each report.
+ */
+const volatile bool count_procs = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} procs SEC(".maps");
+
 static __always_inline bool process_wanted(__u64 pid_tgid)
 {
 	__u32 tgid = pid_tgid >> 32;
 
 	if (filter_tid && (__u32)pid_tgid != filter_tid)
 		return false;
+	if (filter_cgroup &&
+	    bpf_get_current_ancestor_cgroup_id(cgroup_level) != filter_cgroup)
+		return false;
 	return !follow || bpf_map_lookup_elem(&followed, &tgid);
+}
+
+/* process_wanted() for a function's entry, which counts its process. */
+static __always_inline bool entry_wanted(__u64 pid_tgid)
+{
+	__u32 tgid = pid_tgid >> 32;
+	__u64 one = 1, *n;
+
+	if (!process_wanted(pid_tgid))
+		return false;
+	if (!count_procs)
+		return true;
+	n = bpf_map_lookup_elem(&procs, &tgid);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		bpf_map_update_elem(&procs, &tgid, &one, BPF_NOEXIST);
+	return true;
 }
 
 /*
@@ -1102,7 +1144,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	__u64 now;
 	int i;
 
-	if (!process_wanted(bpf_get_current_pid_tgid()))
+	if (!entry_wanted(bpf_get_current_pid_tgid()))
 		return 0;
 	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid()))
 		return 0;
@@ -1599,8 +1641,9 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	struct tachy_goroutine *gr;
 	struct tachy_gframe *f;
 	void *first;
+	__u64 pt = bpf_get_current_pid_tgid();
 
-	if (!process_wanted(bpf_get_current_pid_tgid()))
+	if (!(kind == TACHY_GO_ENTRY ? entry_wanted(pt) : process_wanted(pt)))
 		return 0;
 	gr = bpf_map_lookup_elem(&goroutines, &g);
 	if (!gr && kind != TACHY_GO_ENTRY)

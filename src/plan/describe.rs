@@ -17,6 +17,22 @@ impl Plan {
     pub fn describe(&self) -> String {
         let mut s = String::new();
         let whom = match (self.pid, self.settings.follow) {
+            _ if self.settings.cgroup.is_some() => {
+                "counted in the processes of one cgroup".to_string()
+            }
+            (None, _) if !self.pids.is_empty() => format!(
+                "counted in pids {}{}",
+                self.pids
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if self.settings.follow {
+                    " and their forks"
+                } else {
+                    ""
+                }
+            ),
             (None, _) => "counted in every process".to_string(),
             (Some(pid), false) => format!("counted in pid {pid}"),
             (Some(pid), true) => format!("counted in pid {pid} and its forks"),

@@ -185,6 +185,12 @@ pub struct Settings {
     pub by: Vec<by::ByKey>,
     /// Record each call at least this long (`--record-slower-than`).
     pub record_min_ns: Option<u64>,
+    /// `--cgroup`: count only in this cgroup v2 and those below it, as
+    /// (id, level).
+    pub cgroup: Option<(u64, u32)>,
+    /// Count the calls entered per process, for reports that say which
+    /// processes contributed.
+    pub count_procs: bool,
 }
 
 impl Item {
@@ -223,6 +229,10 @@ pub struct Plan {
     /// The process the links and counts are limited to; `None` for every
     /// process.
     pub pid: Option<u32>,
+    /// Several processes (`-p A,B`, `--comm`, `--pgrep`): probes fire in
+    /// every process and count in these only (and, with `--follow`, their
+    /// forks).
+    pub pids: Vec<u32>,
     pub settings: Settings,
     /// `--filter`, resolved per item id (a function's own registers).
     pub arg_filters: std::collections::BTreeMap<u32, filter::Resolved>,

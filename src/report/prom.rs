@@ -53,6 +53,9 @@ pub struct Series {
     pub total_ns: u64,
     pub unwound: u64,
     pub filtered: u64,
+    /// `--filter`: calls its expression rejected at their entry (None: no
+    /// filter on this function).
+    pub arg_filtered: Option<u64>,
 }
 
 /// Whether `name` may name a label: `[a-zA-Z_][a-zA-Z0-9_]*`, and not
@@ -157,6 +160,24 @@ impl Collector for Snapshot {
                 ),
             ];
             let prefix = name.trim_end_matches("_duration");
+            let rejected: Vec<(&Series, u64)> = series
+                .iter()
+                .filter_map(|s| Some((*s, s.arg_filtered?)))
+                .collect();
+            if !rejected.is_empty() {
+                let name = format!("{prefix}_rejected_calls");
+                let mut family = encoder.encode_descriptor(
+                    &name,
+                    "Calls --filter rejected at their entry, by their arguments",
+                    None,
+                    MetricType::Counter,
+                )?;
+                for (s, n) in &rejected {
+                    let labels = &s.labels;
+                    let mut m = family.encode_family(labels)?;
+                    m.encode_counter::<NoLabelSet, _, u64>(n, None)?;
+                }
+            }
             for (suffix, help, value) in counters {
                 let name = format!("{prefix}_{suffix}");
                 let mut family =
@@ -235,6 +256,7 @@ mod tests {
             total_ns: durations_ns.iter().sum(),
             unwound: 3,
             filtered: 0,
+            arg_filtered: None,
         }
     }
 
@@ -287,6 +309,7 @@ mod tests {
         site.unwound = 0;
         let mut f = series(&[1_500, 250_000, 250_000, 9_000_000]);
         f.filtered = 4;
+        f.arg_filtered = Some(11);
         let om = render_openmetrics(&[f, site]);
         crate::golden::check("src/report/golden", "metrics.openmetrics", om.as_bytes());
         let text = openmetrics_to_text(&om);
