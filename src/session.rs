@@ -138,13 +138,13 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
     if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
         if s.nested.is_some() {
             bail!(
-                "tachy nested does not break down Go functions yet ({}): use tachy latency",
+                "tachy nested does not break down Go functions yet ({}): its call sites are timed in frames kept per thread, and a goroutine moves between threads; use tachy latency on the callees",
                 go.name
             );
         }
         if s.outermost {
             bail!(
-                "--outermost is not supported for Go functions yet ({})",
+                "--outermost is not supported for Go functions yet ({}): their frames are kept per goroutine, and the goroutine's frames are not searched for an open call of the same function",
                 go.name
             );
         }
