@@ -22,9 +22,12 @@ struct Copy {
     line: u64,
 }
 
-/// If DWARF says the functions matching `pat` exist only as inlined copies,
-/// a sentence saying so and where the first few are.
-pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
+/// Runs `f` on the DWARF of `obj` (or of its separate debug file); `None`
+/// where there is none.
+pub fn with_dwarf<T>(
+    obj: &ElfObject,
+    f: impl FnOnce(&gimli::Dwarf<R<'_>>) -> Option<T>,
+) -> Option<T> {
     let file = object::File::parse(obj.dwarf_data()).ok()?;
     file.section_by_name(".debug_info")?;
     let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
@@ -35,7 +38,16 @@ pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
     };
     let sections = gimli::DwarfSections::load(load).ok()?;
     let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
+    f(&dwarf)
+}
 
+/// If DWARF says the functions matching `pat` exist only as inlined copies,
+/// a sentence saying so and where the first few are.
+pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
+    with_dwarf(obj, |dwarf| inlined_only_in(dwarf, pat))
+}
+
+fn inlined_only_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Option<String> {
     // Qualified names of subprogram DIEs, and which are abstract inline
     // instances, by section offset.
     let mut names: HashMap<usize, Names> = HashMap::new();
@@ -64,11 +76,7 @@ pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
             let Some(off) = e.offset().to_debug_info_offset(&unit.header).map(|o| o.0) else {
                 continue;
             };
-            let name = attr_str(
-                &dwarf,
-                &unit,
-                e.attr_value(gimli::DW_AT_name).ok().flatten(),
-            );
+            let name = attr_str(dwarf, &unit, e.attr_value(gimli::DW_AT_name).ok().flatten());
             match e.tag() {
                 gimli::DW_TAG_namespace
                 | gimli::DW_TAG_class_type
@@ -77,7 +85,7 @@ pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
                 }
                 gimli::DW_TAG_subprogram => {
                     let linkage = attr_str(
-                        &dwarf,
+                        dwarf,
                         &unit,
                         e.attr_value(gimli::DW_AT_linkage_name).ok().flatten(),
                     );
@@ -122,10 +130,10 @@ pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
                         None => 0,
                     };
                     let file = match e.attr_value(gimli::DW_AT_call_file).ok().flatten() {
-                        Some(AttributeValue::FileIndex(i)) => file_name(&dwarf, &unit, i),
+                        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
                         Some(v) => v
                             .udata_value()
-                            .map(|i| file_name(&dwarf, &unit, i))
+                            .map(|i| file_name(dwarf, &unit, i))
                             .unwrap_or_default(),
                         None => String::new(),
                     };
@@ -225,16 +233,10 @@ fn file_name(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, index: u64)
 /// DWARF of a Go binary describes them (in the unit of package `runtime`),
 /// if it has DWARF that places the stack bounds at least.
 pub fn go_g_layout(obj: &ElfObject) -> Option<GLayout> {
-    let file = object::File::parse(obj.dwarf_data()).ok()?;
-    file.section_by_name(".debug_info")?;
-    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| super::section_data(&s))
-            .unwrap_or(Cow::Borrowed(&[])))
-    };
-    let sections = gimli::DwarfSections::load(load).ok()?;
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
+    with_dwarf(obj, go_g_layout_in)
+}
+
+fn go_g_layout_in(dwarf: &gimli::Dwarf<R<'_>>) -> Option<GLayout> {
     let mut units = dwarf.units();
     let mut budget: u64 = 5_000_000;
     while let Ok(Some(header)) = units.next() {
@@ -245,7 +247,7 @@ pub fn go_g_layout(obj: &ElfObject) -> Option<GLayout> {
         let Ok(Some((_, root))) = entries.next_dfs() else {
             continue;
         };
-        if attr_str(&dwarf, &unit, root.attr_value(gimli::DW_AT_name).ok()?).as_deref()
+        if attr_str(dwarf, &unit, root.attr_value(gimli::DW_AT_name).ok()?).as_deref()
             != Some("runtime")
         {
             continue;
@@ -260,7 +262,7 @@ pub fn go_g_layout(obj: &ElfObject) -> Option<GLayout> {
             if within.as_ref().is_some_and(|(d, _)| depth <= *d) {
                 within = None;
             }
-            let name = || attr_str(&dwarf, &unit, e.attr_value(gimli::DW_AT_name).ok()?);
+            let name = || attr_str(dwarf, &unit, e.attr_value(gimli::DW_AT_name).ok()?);
             if e.tag() == gimli::DW_TAG_structure_type {
                 within = name()
                     .filter(|n| n == "runtime.g" || n == "runtime.stack")

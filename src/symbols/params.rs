@@ -7,11 +7,9 @@
 //! signature. Pure: reads the object's (or its debug file's) DWARF once
 //! for every address asked about.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use gimli::{AttributeValue, EndianSlice, Operation, RunTimeEndian, UnitOffset};
-use object::Object;
 
 use super::ElfObject;
 
@@ -131,17 +129,7 @@ impl FuncParams {
 /// `obj` (or its separate debug file). None when the object has no DWARF;
 /// an address missing from the map has no subprogram DIE.
 pub fn params_at(obj: &ElfObject, addrs: &[u64]) -> Option<HashMap<u64, FuncParams>> {
-    let file = object::File::parse(obj.dwarf_data()).ok()?;
-    file.section_by_name(".debug_info")?;
-    let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
-        Ok(file
-            .section_by_name(id.name())
-            .and_then(|s| super::section_data(&s))
-            .unwrap_or(Cow::Borrowed(&[])))
-    };
-    let sections = gimli::DwarfSections::load(load).ok()?;
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
-    Some(scan(&dwarf, addrs))
+    super::dwarf::with_dwarf(obj, |dwarf| Some(scan(dwarf, addrs)))
 }
 
 /// One pass over every unit: the subprogram DIEs whose entry is one of
