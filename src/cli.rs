@@ -337,8 +337,12 @@ pub struct TraceArgs {
     /// Print one line (with --json, one JSON object) per call that took at
     /// least DUR (250us, 1ms, 2s; 0ns for every call) as it ends: the time of
     /// its end, pid, tid, thread name, function, duration, the --cpu split,
-    /// its first argument registers and, with `tachy nested`, what each call
-    /// site took in it. The report still prints at the end
+    /// its first integer arguments by their DWARF parameter names (else the
+    /// registers arg0-arg2) and, with `tachy nested`, what each call site
+    /// took in it. An argument whose register the function overwrites
+    /// before tachy's cheaper entry probe moves that probe to the first
+    /// instruction (as --filter does); one that cannot be read prints as
+    /// NAME=?. The report still prints at the end
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub record_slower_than: Option<u64>,
 

@@ -164,6 +164,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
     if let Some(f) = &s.filter {
         add_filters(&mut plan, f, &roots)?;
     }
+    if s.record.is_some() {
+        add_record_args(&mut plan, &roots);
+    }
     if !s.by.is_empty() {
         let named = |want: fn(&plan::Item) -> bool| {
             plan.items.iter().find(|i| want(i)).map(|i| i.name.as_str())
@@ -246,7 +249,34 @@ fn add_filters(
             ItemKind::Function(_) => {}
         }
     }
-    // One DWARF pass per object, for all its functions.
+    for (r, func, entry, id, a) in args_at_start(plan, roots) {
+        let res = f.resolve(&a).map_err(bad)?;
+        // An entry probe placed after an instruction that overwrites an
+        // operand moves back to the first instruction.
+        if res.registers() & written_before(&r.obj, func, entry) != 0 {
+            plan.entry_at_start(&r.obj, func, id)?;
+        }
+        resolved.push((id, res));
+    }
+    let mut noted = std::collections::BTreeSet::new();
+    for (id, r) in resolved {
+        for n in &r.notes {
+            if noted.insert(n.clone()) {
+                eprintln!("tachy: note: {n}");
+            }
+        }
+        plan.arg_filters.insert(id, r);
+    }
+    Ok(())
+}
+
+/// Each traced function's arguments as they are at its first instruction
+/// (one DWARF pass per object), with where its entry probe stands now:
+/// (object, function, entry probe address, id, arguments).
+fn args_at_start<'r>(
+    plan: &Plan,
+    roots: &[(&'r resolve::Resolved, &'r Function, u32)],
+) -> Vec<(&'r resolve::Resolved, &'r Function, u64, u32, FuncArgs)> {
     // (function, its entry probe's address, its id), per object.
     type Traced<'a> = Vec<(&'a Function, u64, u32)>;
     let mut by_object: Vec<(&resolve::Resolved, Traced)> = Vec::new();
@@ -260,35 +290,53 @@ fn add_filters(
             None => by_object.push((r, vec![(func, entry, *id)])),
         }
     }
+    let mut out = Vec::new();
     for (r, funcs) in by_object {
-        // Operands as they are at the first instruction; an entry probe
-        // placed after an instruction that overwrites one moves back there.
         let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, _, _)| (*f, f.addr)).collect();
         let args = FuncArgs::for_functions(&r.obj, &pairs);
-        for (a, (func, entry, id)) in args.iter().zip(&funcs) {
-            let res = f.resolve(a).map_err(bad)?;
-            let written = match r.obj.code(func.addr, entry.saturating_sub(func.addr)) {
-                Some(code) if *entry > func.addr => {
-                    crate::disasm::written_registers(code, func.addr)
-                }
-                _ => 0,
-            };
-            if res.registers() & written != 0 {
-                plan.entry_at_start(&r.obj, func, *id)?;
-            }
-            resolved.push((*id, res));
+        for (a, (func, entry, id)) in args.into_iter().zip(funcs) {
+            out.push((r, func, entry, id, a));
         }
     }
-    let mut noted = std::collections::BTreeSet::new();
-    for (id, r) in resolved {
-        for n in &r.notes {
-            if noted.insert(n.clone()) {
-                eprintln!("tachy: note: {n}");
+    out
+}
+
+/// Registers (bit per x86 number) that instructions of `func` before its
+/// entry probe at `entry` may write.
+fn written_before(obj: &ElfObject, func: &Function, entry: u64) -> u16 {
+    match obj.code(func.addr, entry.saturating_sub(func.addr)) {
+        Some(code) if entry > func.addr => crate::disasm::written_registers(code, func.addr),
+        _ => 0,
+    }
+}
+
+/// What each traced function's slow-call records print of its arguments
+/// (`--record-slower-than`): DWARF parameters where known. A parameter
+/// whose register is overwritten before a cheaper entry probe moves that
+/// probe back to the first instruction, as `--filter` does; where the
+/// first instruction cannot be probed, the value is shown as unavailable.
+fn add_record_args(plan: &mut Plan, roots: &[(&resolve::Resolved, &Function, u32)]) {
+    for (i, item) in plan.items.iter().enumerate() {
+        if let ItemKind::Syscall { .. } = item.kind {
+            let a = FuncArgs::for_syscall(&item.name).record_args();
+            plan.record_args.insert(i as u32, a);
+        }
+    }
+    for (r, func, entry, id, a) in args_at_start(plan, roots) {
+        let mut list = a.record_args();
+        let written = written_before(&r.obj, func, entry);
+        let hit = |x: &plan::args::RecordArg| {
+            x.register(false)
+                .is_some_and(|reg| written & (1 << reg) != 0)
+        };
+        if list.iter().any(hit) && plan.entry_at_start(&r.obj, func, id).is_err() {
+            for x in list.iter_mut().filter(|x| hit(x)) {
+                x.fetch =
+                    plan::args::Fetch::Unavailable("overwritten before the entry probe".into());
             }
         }
-        plan.arg_filters.insert(id, r);
+        plan.record_args.insert(id, list);
     }
-    Ok(())
 }
 
 /// The function a PLT call to `raw` reaches in the traced process: the
@@ -554,7 +602,7 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
     let line = tracing_line(s, plan, whom);
     match s.record {
         Some(ns) => format!(
-            "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, argument registers{}.",
+            "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, arguments{}.",
             human(ns as f64),
             if s.cpu { ", on-CPU/blocked/runnable" } else { "" },
             if s.nested.is_some() { "; below it, its call sites" } else { "" }
@@ -1034,11 +1082,6 @@ impl Recorder {
 
     fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
         let wall = u64::try_from(i128::from(k.end_ns) + offset).unwrap_or(0);
-        let labels = if k.syscall {
-            ["arg0", "arg1", "arg2"]
-        } else {
-            ["rdi", "rsi", "rdx"]
-        };
         let nf = plan.items.len();
         let sites = k.sites.as_ref().map(|list| {
             let mut v: Vec<(usize, RecordSite)> = list
@@ -1074,15 +1117,44 @@ impl Recorder {
             cpu: k
                 .parts
                 .map(|(blocked, runq)| [k.dur_ns.saturating_sub(blocked + runq), blocked, runq]),
-            args: labels
-                .iter()
-                .zip(k.args)
-                .map(|(l, v)| (l.to_string(), v))
-                .collect(),
+            args: record_args(plan, k),
             sites,
             more_sites: k.more_sites,
         }
     }
+}
+
+/// A record's arguments as its function's plan says to show them (the
+/// first three registers for an item the plan says nothing of).
+fn record_args(plan: &Plan, k: &probe::KernelRecord) -> Vec<records::Arg> {
+    use plan::args::{Fetch, RecordArg, Shown};
+    use records::ArgValue;
+    let fallback;
+    let list = match plan.record_args.get(&k.id) {
+        Some(l) => l,
+        None => {
+            fallback = FuncArgs::for_syscall("").record_args();
+            &fallback
+        }
+    };
+    let value = |a: &RecordArg| {
+        let v = match a.fetch {
+            Fetch::Saved(i) => *k.args.get(i as usize)?,
+            Fetch::Const(c) => c as u64,
+            Fetch::Unavailable(_) => return None,
+        };
+        Some(match a.shown {
+            Shown::Int { size, signed } => ArgValue::int(v, size, signed),
+            Shown::Pointer => ArgValue::Pointer(v),
+            Shown::Register => ArgValue::Register(v),
+        })
+    };
+    list.iter()
+        .map(|a| records::Arg {
+            name: a.name.clone(),
+            value: value(a),
+        })
+        .collect()
 }
 
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC (the clock of the kernel's

@@ -119,9 +119,12 @@ fn text_records(stdout: &str) -> Vec<TextRecord> {
             }
             continue;
         }
-        let w: Vec<&str> = line.split_whitespace().collect();
         under = false;
-        if w.len() < 9 || !is_clock(w[0]) || w[1] != "pid" || w[3] != "tid" {
+        // Fields are separated by two spaces; the function's name (first
+        // part, after the thread name) may hold single ones.
+        let parts: Vec<&str> = line.split("  ").collect();
+        let w: Vec<&str> = parts[0].splitn(7, ' ').collect();
+        if w.len() < 7 || parts.len() < 2 || !is_clock(w[0]) || w[1] != "pid" || w[3] != "tid" {
             continue;
         }
         under = true;
@@ -129,27 +132,35 @@ fn text_records(stdout: &str) -> Vec<TextRecord> {
             .trim_start_matches('(')
             .trim_end_matches(')')
             .to_string();
-        let mut rest = &w[9..];
+        let value = |s: &str| {
+            let (n, u) = s.rsplit_once(' ').unwrap_or_else(|| panic!("{line}"));
+            human_ns(n.rsplit(' ').next().unwrap(), u)
+        };
         let mut cpu = None;
-        if rest.first() == Some(&"on-CPU") {
-            let p = |i: usize| human_ns(rest[i], rest[i + 1]);
-            cpu = Some([p(1), p(4), p(7)]);
-            rest = &rest[9..];
+        let mut rest = &parts[2..];
+        if rest.first().is_some_and(|p| p.starts_with("on-CPU ")) {
+            cpu = Some([value(rest[0]), value(rest[1]), value(rest[2])]);
+            rest = &rest[3..];
         }
-        let args = rest
-            .iter()
-            .map(|a| {
-                let (k, v) = a.split_once('=').unwrap_or_else(|| panic!("bad arg {a:?}"));
-                (k.to_string(), v.to_string())
-            })
-            .collect();
+        let mut args = Vec::new();
+        if let Some(list) = rest.first().and_then(|p| p.strip_prefix("args ")) {
+            args = list
+                .split(' ')
+                .map(|a| {
+                    let (k, v) = a.split_once('=').unwrap_or_else(|| panic!("bad arg {a:?}"));
+                    (k.to_string(), v.to_string())
+                })
+                .collect();
+            rest = &rest[1..];
+        }
+        assert!(rest.is_empty(), "{line}");
         out.push(TextRecord {
             clock: w[0].to_string(),
             pid: w[2].parse().unwrap(),
             tid: w[4].parse().unwrap(),
             comm,
             function: w[6].to_string(),
-            duration_ns: human_ns(w[7], w[8]),
+            duration_ns: value(parts[1]),
             cpu,
             args,
             sites: Vec::new(),
@@ -201,8 +212,10 @@ fn latency_records_each_slow_call_once_with_its_fields() {
         );
         assert!(r.cpu.is_none());
         assert!(r.sites.is_empty());
+        // recorded(long i, long *cell, long k): named by its DWARF, the
+        // pointer in hex.
         let names: Vec<&str> = r.args.iter().map(|a| a.0.as_str()).collect();
-        assert_eq!(names, ["rdi", "rsi", "rdx"]);
+        assert_eq!(names, ["i", "cell", "k"]);
         let i: u64 = r.args[0].1.parse().unwrap();
         assert_eq!(r.args[1].1, format!("{:#x}", fx.cell), "{r:?}");
         assert_eq!(r.args[2].1, (7 * i).to_string(), "{r:?}");
@@ -260,7 +273,8 @@ fn records_carry_wall_clock_time_of_the_call_end() {
         // It sleeps 5 ms of it.
         assert!(parts[1] >= 4_000_000, "{r}");
         let args = r["args"].as_array().unwrap();
-        assert_eq!(args[0]["name"], "rdi");
+        let names: Vec<&str> = args.iter().map(|a| a["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["i", "cell", "k"]);
         let i = args[0]["value"].as_u64().unwrap();
         assert_eq!(args[1]["value"], fx.cell);
         assert_eq!(args[2]["value"], 7 * i);
@@ -499,4 +513,143 @@ fn a_json_file_with_records_still_merges() {
         "{merged}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Records of the `args` fixture, each call recorded (threshold 0), as
+/// (function, its arguments as printed) in the order the calls ended.
+fn args_records(fixture: &str, funcs: &[&str], iterations: u32) -> (Vec<TextRecord>, Outcome) {
+    let exe = common::build(fixture);
+    let it = iterations.to_string();
+    let mut args = vec!["latency", "--record-slower-than", "0ns"];
+    args.extend_from_slice(funcs);
+    args.extend_from_slice(&["--", exe.to_str().unwrap(), &it]);
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT);
+    out.assert_success();
+    (text_records(&out.stdout), out)
+}
+
+/// The printed arguments of each record of `function` (a prefix of the
+/// name as printed), in order.
+fn args_of(recs: &[TextRecord], function: &str) -> Vec<Vec<(String, String)>> {
+    recs.iter()
+        .filter(|r| r.function.starts_with(function))
+        .map(|r| r.args.clone())
+        .collect()
+}
+
+fn pairs(list: &[(&str, String)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// Every call of the `args` fixture gets v = i % 10: each record shows
+/// the function's own integer and pointer parameters by name, as many as
+/// it has, with their exact values; a clone's as its DWARF places them (a
+/// dropped `this` left out, a folded constant shown); floating-point and
+/// struct parameters skipped.
+#[test]
+fn records_name_each_functions_own_parameters() {
+    if common::skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    const N: u32 = 20;
+    let (recs, out) = args_records(
+        "args",
+        &[
+            "pick",
+            "Store::get",
+            "Table::scan",
+            "scaled",
+            "mixed",
+            "by_point",
+            "narrow",
+        ],
+        N,
+    );
+    let v = |i: u32| i64::from(i % 10);
+    let expect = |f: &dyn Fn(i64) -> Vec<(&'static str, String)>| -> Vec<Vec<(String, String)>> {
+        (0..N).map(|i| pairs(&f(v(i)))).collect()
+    };
+    // Store::get's `this` is a heap address, the same in every call.
+    let get = args_of(&recs, "Store::get");
+    assert_eq!(get.len(), N as usize, "{out}");
+    let this = get[0][0].1.clone();
+    assert!(this.starts_with("0x"), "{out}");
+    assert_eq!(
+        get,
+        expect(&|v| vec![
+            ("this", this.clone()),
+            ("key", v.to_string()),
+            ("limit", (v * 1000).to_string())
+        ]),
+        "{out}"
+    );
+    // The clone dropped `this`: key is in rdi.
+    assert_eq!(
+        args_of(&recs, "(anonymous namespace)::Table::scan"),
+        expect(&|v| vec![("key", v.to_string())]),
+        "{out}"
+    );
+    // .constprop: factor is 3 in every call.
+    assert_eq!(
+        args_of(&recs, "(anonymous namespace)::scaled"),
+        expect(&|v| vec![("key", v.to_string()), ("factor", "3".into())]),
+        "{out}"
+    );
+    assert_eq!(
+        args_of(&recs, "mixed"),
+        expect(&|v| vec![("k", v.to_string())]),
+        "{out}"
+    );
+    assert_eq!(
+        args_of(&recs, "by_point"),
+        expect(&|v| vec![("k", v.to_string())]),
+        "{out}"
+    );
+    // An int's sign from its low 32 bits.
+    assert_eq!(
+        args_of(&recs, "narrow"),
+        expect(&|v| vec![("n", (-v).to_string())]),
+        "{out}"
+    );
+    // pick adds v into rsi before its cheaper entry probe: records move
+    // the probe to the first instruction, so w is the caller's 100 * v.
+    let pick = args_of(&recs, "pick");
+    assert_eq!(pick.len(), N as usize, "{out}");
+    for (i, a) in pick.iter().enumerate() {
+        let v = v(i as u32);
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert_eq!(a[0], ("v".into(), v.to_string()), "{out}");
+        assert_eq!(a[1], ("w".into(), (100 * v).to_string()), "{out}");
+        assert_eq!(a[2].0, "name");
+        assert!(a[2].1.starts_with("0x"), "{a:?}");
+    }
+    // names[i & 1]: two string literals, alternating.
+    assert_ne!(pick[0][2].1, pick[1][2].1);
+    assert_eq!(pick[0][2].1, pick[2][2].1);
+}
+
+/// Without DWARF a record shows the first three argument registers.
+#[test]
+fn records_without_dwarf_show_three_registers() {
+    if common::skip_unless_root() {
+        return;
+    }
+    let _g = common::serial();
+    const N: u32 = 10;
+    let (recs, out) = args_records("args_nodebug", &["pick"], N);
+    let pick = args_of(&recs, "pick");
+    assert_eq!(pick.len(), N as usize, "{out}");
+    for (i, a) in pick.iter().enumerate() {
+        let names: Vec<&str> = a.iter().map(|x| x.0.as_str()).collect();
+        assert_eq!(names, ["arg0", "arg1", "arg2"], "{out}");
+        // pick writes rsi before its cheaper entry probe: the probe moves
+        // to the first instruction for the registers shown.
+        let v = i % 10;
+        assert_eq!(a[0].1, v.to_string(), "{out}");
+        assert_eq!(a[1].1, (100 * v).to_string(), "{out}");
+        assert!(a[2].1.starts_with("0x"), "{a:?}");
+    }
 }

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use crate::symbols::params::{self, EntryLoc, FuncParams, ParamType, REG_NAMES};
+use crate::symbols::params::{self, EntryLoc, FuncParams, Param, ParamType, REG_NAMES};
 use crate::symbols::{ElfObject, Function};
 
 /// Integer argument registers of the SysV x86-64 function call ABI, as
@@ -349,6 +349,13 @@ impl FuncArgs {
                 names.join(", ")
             );
         };
+        self.place(n, k, p, ps)
+    }
+
+    /// Where parameter `k` (`p`, named `n`) of this function is at its
+    /// entry, or why it cannot be read there.
+    fn place(&self, n: &str, k: usize, p: &Param, ps: &FuncParams) -> Result<Operand> {
+        let name = &self.name;
         let ty = p.ty.name();
         let Some((size, signed)) = width(&p.ty) else {
             match &p.ty {
@@ -410,6 +417,135 @@ impl FuncArgs {
     }
 }
 
+/// How many parameters a slow-call record prints at most, and how many
+/// argument registers when no DWARF names them.
+pub const RECORD_PARAMS: usize = 6;
+pub const RECORD_REGISTERS: usize = 3;
+
+/// Where a slow-call record finds one argument's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    /// The argument register saved at entry with this index (0 to 5, in
+    /// ABI order: rdi, rsi, rdx, rcx, r8, r9; of a system call, its
+    /// argument registers).
+    Saved(u8),
+    /// The same constant in every call (a `.constprop` clone).
+    Const(i64),
+    /// Not readable at the entry probe: why, in a few words.
+    Unavailable(String),
+}
+
+/// How a record shows one argument's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// An integer of `size` bytes (the bits above it are not the value's).
+    Int { size: u8, signed: bool },
+    /// An address, in hex.
+    Pointer,
+    /// A whole register of unknown type: a number where it looks like
+    /// one, hex where it looks like an address.
+    Register,
+}
+
+/// One argument a slow-call record prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordArg {
+    /// The parameter's DWARF name, else `argN`.
+    pub name: String,
+    pub fetch: Fetch,
+    pub shown: Shown,
+}
+
+impl RecordArg {
+    /// The register a saved value is read from (x86 number).
+    pub fn register(&self, syscall: bool) -> Option<u8> {
+        match self.fetch {
+            Fetch::Saved(i) if syscall => SYSCALL_REGS.get(i as usize).copied(),
+            Fetch::Saved(i) => ABI_REGS.get(i as usize).copied(),
+            _ => None,
+        }
+    }
+
+    /// For `--dry-run`: `fd (rdi)`, `factor (constant 3)`.
+    pub fn describe(&self, syscall: bool) -> String {
+        let at = match &self.fetch {
+            Fetch::Saved(_) => self
+                .register(syscall)
+                .map_or("?", |r| REG_NAMES[r as usize])
+                .to_string(),
+            Fetch::Const(c) => format!("constant {c}"),
+            Fetch::Unavailable(why) => format!("unavailable: {why}"),
+        };
+        format!("{} ({at})", self.name)
+    }
+}
+
+impl FuncArgs {
+    /// What a slow-call record prints of a call's arguments: the first
+    /// integer and pointer parameters (up to [`RECORD_PARAMS`]) by their
+    /// DWARF names, read where this function's own DWARF (a clone's) or
+    /// the ABI puts them at its entry; parameters a clone dropped are left
+    /// out, a constant it folded is shown as such. Without DWARF (and for
+    /// a system call), the first [`RECORD_REGISTERS`] argument registers
+    /// as `arg0`... Floating-point and struct parameters are skipped.
+    pub fn record_args(&self) -> Vec<RecordArg> {
+        let registers = || {
+            (0..RECORD_REGISTERS as u8)
+                .map(|i| RecordArg {
+                    name: format!("arg{i}"),
+                    fetch: Fetch::Saved(i),
+                    shown: Shown::Register,
+                })
+                .collect()
+        };
+        let Some(ps) = &self.params else {
+            return registers();
+        };
+        if matches!(self.convention, Convention::Go | Convention::Syscall) {
+            return registers();
+        }
+        let mut out = Vec::new();
+        for (k, p) in ps.params.iter().enumerate() {
+            if out.len() == RECORD_PARAMS {
+                break;
+            }
+            let Some((size, signed)) = width(&p.ty) else {
+                continue;
+            };
+            if p.at_entry == EntryLoc::Absent && matches!(self.convention, Convention::Own(_)) {
+                continue;
+            }
+            let shown = match p.ty {
+                ParamType::Pointer { .. } => Shown::Pointer,
+                _ => Shown::Int { size, signed },
+            };
+            let fetch = match (&p.at_entry, &self.convention) {
+                (EntryLoc::Const(c), Convention::Own(_)) => Fetch::Const(*c),
+                _ => match self.place(p.name.as_deref().unwrap_or("?"), k, p, ps) {
+                    Ok(op) => match op.source {
+                        Source::Reg(r) => match ABI_REGS.iter().position(|&a| a == r) {
+                            Some(i) => Fetch::Saved(i as u8),
+                            None => Fetch::Unavailable(format!(
+                                "in {} at the entry",
+                                REG_NAMES[r as usize]
+                            )),
+                        },
+                        _ => Fetch::Unavailable("on the stack".into()),
+                    },
+                    Err(_) => Fetch::Unavailable("no location at the entry".into()),
+                },
+            };
+            let name = match (&p.name, &fetch) {
+                (Some(n), _) => n.clone(),
+                (None, Fetch::Saved(i)) => format!("arg{i}"),
+                (None, _) => format!("param{k}"),
+            };
+            out.push(RecordArg { name, fetch, shown });
+        }
+        out
+    }
+}
+
 /// Width and signedness of a parameter compared as an integer.
 fn width(ty: &ParamType) -> Option<(u8, bool)> {
     match ty {
@@ -444,7 +580,6 @@ fn abi_reg(ps: &FuncParams, k: usize) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::params::Param;
 
     fn int(name: &str, size: u8, signed: bool) -> ParamType {
         ParamType::Int {
@@ -645,6 +780,63 @@ mod tests {
         assert!(f.resolve(&ArgRef::Index(0)).is_ok());
         let e = f.resolve(&ArgRef::Index(1)).unwrap_err().to_string();
         assert!(e.contains("may overwrite rsi (arg1)"), "{e}");
+    }
+
+    #[test]
+    fn records_show_integer_parameters_by_name() {
+        let show = |f: &FuncArgs| -> Vec<String> {
+            f.record_args().iter().map(|a| a.describe(false)).collect()
+        };
+        let f = FuncArgs::from_params("Store::get(int)", "", Some(method_o0()));
+        // The double and the struct are skipped; buf is the third
+        // integer register.
+        assert_eq!(show(&f), ["this (rdi)", "key (rsi)", "buf (rdx)"]);
+        assert_eq!(
+            f.record_args()[1].shown,
+            Shown::Int {
+                size: 4,
+                signed: true
+            }
+        );
+        assert_eq!(f.record_args()[0].shown, Shown::Pointer);
+        let clone = FuncParams {
+            params: vec![
+                param("key", int("int", 4, true), EntryLoc::Reg(7)),
+                param("limit", int("long", 8, true), EntryLoc::Const(100)),
+                param(
+                    "this",
+                    ParamType::Pointer { name: "S*".into() },
+                    EntryLoc::Absent,
+                ),
+                param("p", int("int", 4, true), EntryLoc::Stack(8)),
+                param("q", int("int", 4, true), EntryLoc::NotAtEntry),
+            ],
+            nocall: false,
+        };
+        let f = FuncArgs::from_params("S::get [clone .isra.0]", ".isra.0", Some(clone));
+        assert_eq!(
+            show(&f),
+            [
+                "key (rdi)",
+                "limit (constant 100)",
+                "p (unavailable: on the stack)",
+                "q (unavailable: no location at the entry)"
+            ]
+        );
+        let bare = FuncArgs::from_params("f", "", None);
+        assert_eq!(show(&bare), ["arg0 (rdi)", "arg1 (rsi)", "arg2 (rdx)"]);
+        let sys = FuncArgs::for_syscall("syscall:read").record_args();
+        assert_eq!(sys[2].describe(true), "arg2 (rdx)");
+        // Six at most.
+        let many = FuncParams {
+            params: (0..8)
+                .map(|i| param(&format!("a{i}"), int("long", 8, true), EntryLoc::Frame))
+                .collect(),
+            nocall: false,
+        };
+        let f = FuncArgs::from_params("g", "", Some(many));
+        assert_eq!(show(&f).len(), RECORD_PARAMS);
+        assert_eq!(show(&f)[5], "a5 (r9)");
     }
 
     #[test]

@@ -87,6 +87,22 @@ impl Plan {
         for (id, f) in &self.arg_filters {
             let _ = writeln!(s, "  [{id}] --filter, at entry: {}", f.describe());
         }
+        for (id, args) in &self.record_args {
+            let syscall = matches!(
+                self.items.get(*id as usize).map(|i| &i.kind),
+                Some(ItemKind::Syscall { .. })
+            );
+            let list: Vec<String> = args.iter().map(|a| a.describe(syscall)).collect();
+            let _ = writeln!(
+                s,
+                "  [{id}] records print: {}",
+                if list.is_empty() {
+                    "no integer argument".to_string()
+                } else {
+                    list.join(", ")
+                }
+            );
+        }
         for p in &self.probes {
             let _ = writeln!(
                 s,

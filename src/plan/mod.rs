@@ -236,6 +236,9 @@ pub struct Plan {
     pub settings: Settings,
     /// `--filter`, resolved per item id (a function's own registers).
     pub arg_filters: std::collections::BTreeMap<u32, filter::Resolved>,
+    /// `--record-slower-than`: what each item's records print of its
+    /// arguments, per item id.
+    pub record_args: std::collections::BTreeMap<u32, Vec<args::RecordArg>>,
 }
 
 /// A probe on a `ret`.

@@ -6,12 +6,17 @@
 //! Text, one line per call (the time is that of the call's end, local):
 //!
 //! ```text
-//! 14:02:11.204518 pid 4242 tid 4250 (worker-3) db::Table::scan  7.31 ms  on-CPU 420.0 us  blocked 6.80 ms  runnable 90.0 us  rdi=0x7ffd5e2c1a40 rsi=1500 rdx=0
+//! 14:02:11.204518 pid 4242 tid 4250 (worker-3) db::Table::scan  7.31 ms  on-CPU 420.0 us  blocked 6.80 ms  runnable 90.0 us  args range=0x7ffd5e2c1a40 limit=1500
 //!     load_page at table.cc:88  6.90 ms  2 calls
 //! ```
 //!
 //! The indented lines (`tachy nested` only) are the call sites of that one
-//! call, in tree order, indented by level. JSON, one object per line:
+//! call, in tree order, indented by level. The arguments are the
+//! function's first integer and pointer parameters by their DWARF names
+//! (integers in decimal as their type reads, pointers in hex), or `arg0`,
+//! `arg1`, `arg2` (the first three argument registers) where no DWARF
+//! names them; `name=?` is a value that cannot be read at the entry
+//! probe (JSON: `"value": null`). JSON, one object per line:
 //! `{"type": "record", "time": <unix seconds, float>, "pid", "tid", "comm",
 //! "function", "duration_ns", "cpu": {"oncpu_ns", "blocked_ns",
 //! "runnable_ns"} (with --cpu), "args": [{"name", "value"}], "sites":
@@ -41,14 +46,67 @@ pub struct Record {
     /// `--cpu`: on-CPU, blocked and runnable ns (they add up to the
     /// duration).
     pub cpu: Option<[u64; 3]>,
-    /// Label (a register, or argN of a system call) and raw value.
-    pub args: Vec<(String, u64)>,
+    /// The call's arguments, as the function's DWARF names them (else
+    /// `arg0`...), in order.
+    pub args: Vec<Arg>,
     /// `tachy nested`: what each call site took in this call. `None` where
     /// the call's sites cannot be told apart from those of the traced call
     /// it runs in (a traced function called inside another traced one).
     pub sites: Option<Vec<RecordSite>>,
     /// Sites of the call beyond those the kernel sends.
     pub more_sites: u32,
+}
+
+/// One argument of a recorded call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Arg {
+    pub name: String,
+    /// None where the value cannot be read at the entry probe.
+    pub value: Option<ArgValue>,
+}
+
+/// An argument's value, as its type reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgValue {
+    Signed(i64),
+    Unsigned(u64),
+    /// An address: hex in text.
+    Pointer(u64),
+    /// A whole register of unknown type (see [`arg_text`]).
+    Register(u64),
+}
+
+impl ArgValue {
+    /// `v`, the register's 64 bits, read as an integer of `size` bytes.
+    pub fn int(v: u64, size: u8, signed: bool) -> ArgValue {
+        let bits = u32::from(size.clamp(1, 8)) * 8;
+        let low = if bits == 64 {
+            v
+        } else {
+            v & ((1u64 << bits) - 1)
+        };
+        if !signed {
+            return ArgValue::Unsigned(low);
+        }
+        let shift = 64 - bits;
+        ArgValue::Signed(((low << shift) as i64) >> shift)
+    }
+
+    pub fn text(self) -> String {
+        match self {
+            ArgValue::Signed(v) => v.to_string(),
+            ArgValue::Unsigned(v) => v.to_string(),
+            ArgValue::Pointer(v) => format!("{v:#x}"),
+            ArgValue::Register(v) => arg_text(v),
+        }
+    }
+
+    fn json(self) -> Value {
+        match self {
+            ArgValue::Signed(v) => json!(v),
+            ArgValue::Unsigned(v) | ArgValue::Pointer(v) | ArgValue::Register(v) => json!(v),
+        }
+    }
 }
 
 /// A call site's time within one recorded call.
@@ -102,9 +160,12 @@ pub fn render_text(r: &Record, w: &mut impl Write) -> io::Result<()> {
         )?;
     }
     if !r.args.is_empty() {
-        write!(w, " ")?;
-        for (name, v) in &r.args {
-            write!(w, " {name}={}", arg_text(*v))?;
+        write!(w, "  args")?;
+        for a in &r.args {
+            match a.value {
+                Some(v) => write!(w, " {}={}", a.name, v.text())?,
+                None => write!(w, " {}=?", a.name)?,
+            }
         }
     }
     writeln!(w)?;
@@ -152,7 +213,7 @@ pub fn value(r: &Record) -> Value {
     let args: Vec<Value> = r
         .args
         .iter()
-        .map(|(name, v)| json!({"name": name, "value": v}))
+        .map(|a| json!({"name": a.name, "value": a.value.map(ArgValue::json)}))
         .collect();
     m.insert("args".into(), Value::Array(args));
     if let Some(sites) = &r.sites {
@@ -211,6 +272,29 @@ mod tests {
         assert_eq!(arg_text(0x404000), "0x404000");
     }
 
+    fn arg(name: &str, value: Option<ArgValue>) -> Arg {
+        Arg {
+            name: name.into(),
+            value,
+        }
+    }
+
+    #[test]
+    fn integers_read_as_their_type() {
+        assert_eq!(ArgValue::int(0xffff_ffff, 4, true), ArgValue::Signed(-1));
+        assert_eq!(
+            ArgValue::int(0xdead_0000_0005, 4, true),
+            ArgValue::Signed(5)
+        );
+        assert_eq!(ArgValue::int(u64::MAX, 1, false), ArgValue::Unsigned(255));
+        assert_eq!(
+            ArgValue::int(u64::MAX, 8, false),
+            ArgValue::Unsigned(u64::MAX)
+        );
+        assert_eq!(ArgValue::int(u64::MAX, 8, true), ArgValue::Signed(-1));
+        assert_eq!(ArgValue::Pointer(0).text(), "0x0");
+    }
+
     fn sample() -> Vec<Record> {
         // 1_700_000_000.204518 s: the clock's microseconds are printed.
         let time = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_204_518_900);
@@ -223,9 +307,11 @@ mod tests {
             duration_ns: 7_310_000,
             cpu: None,
             args: vec![
-                ("rdi".into(), 0x7ffd_5e2c_1a40),
-                ("rsi".into(), 1500),
-                ("rdx".into(), 0),
+                arg("this", Some(ArgValue::Pointer(0x7ffd_5e2c_1a40))),
+                arg("limit", Some(ArgValue::int(1500, 4, true))),
+                arg("delta", Some(ArgValue::int(0xffff_ffff, 4, true))),
+                arg("flags", Some(ArgValue::int(u64::MAX, 2, false))),
+                arg("gone", None),
             ],
             sites: None,
             more_sites: 0,
@@ -263,7 +349,11 @@ mod tests {
         };
         let syscall = Record {
             function: "syscall:read".into(),
-            args: vec![("arg0".into(), 3), ("arg1".into(), 0x5612_0000_1000)],
+            args: vec![
+                arg("arg0", Some(ArgValue::Register(3))),
+                arg("arg1", Some(ArgValue::Register(0x5612_0000_1000))),
+                arg("arg2", Some(ArgValue::Register(-4i64 as u64))),
+            ],
             ..plain.clone()
         };
         vec![plain, cpu, nested, syscall]
