@@ -829,7 +829,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	add_inner(t, d);
 	rec_close(t, f, now, d);
 
-	if (f->flags & TACHY_FRAME_SITE) {
+	if (nested && (f->flags & TACHY_FRAME_SITE)) {
 		struct tachy_pending *p = pending_of(t, id);
 		struct parts pp = site_parts(t, f, d);
 		struct tachy_stats *s;
