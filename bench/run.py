@@ -686,10 +686,12 @@ def startup(host, rounds):
                     if code != 0:
                         problems.append(f"tachy {target} exit {code} after SIGINT: "
                                         f"{terr.text().strip()[-200:]}")
-                    ms = [int(x) for x in re.findall(r"(\d+) ms", "\n".join(
-                        l for l in terr.text().splitlines() if l.startswith("tachy: ")))]
-                    if len(ms) >= 4:
-                        phases[target].append(ms[:4])
+                    said = "\n".join(l for l in terr.text().splitlines()
+                                     if l.startswith("tachy: "))
+                    ms = [re.search(rf"{w} in (\d+) ms", said)
+                          for w in ("resolved", "planned", "loaded", "attached")]
+                    if all(ms):
+                        phases[target].append([int(m.group(1)) for m in ms])
                 if hwm is None:
                     problems.append(f"{target} {k}: no VmHWM in /proc/{tp.pid}/status")
                     continue
