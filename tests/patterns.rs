@@ -1,6 +1,7 @@
 //! Name matching on real objects: what a pattern finds in the system's
 //! libstdc++ against nm, and the raw-name prefilter (`Pattern::may_match`)
-//! against the full match on every function symbol of real objects. Pure:
+//! against the full match on every function symbol of real objects, and
+//! the symbol index's search against a look at every symbol. Pure:
 //! no probes, no root.
 
 mod common;
@@ -126,7 +127,7 @@ fn check_prefilter(path: &Path) -> (usize, usize) {
         .map(|p| Pattern::parse(p).unwrap())
         .collect();
     let mut matched = 0;
-    for s in &syms {
+    for s in syms.iter() {
         let names = demangle(s.name);
         for p in &fixed {
             if p.matches(s.name, &names) {
@@ -152,6 +153,29 @@ fn check_prefilter(path: &Path) -> (usize, usize) {
                 );
             }
         }
+    }
+    // The index looks only at the names that hold a pattern's identifier:
+    // it finds what a look at every entry point finds, the first matching
+    // name of each address.
+    let mut whole: Vec<_> = syms
+        .iter()
+        .filter(|s| demangle(s.name).part == symbols::Part::Whole)
+        .collect();
+    whole.sort_by_key(|s| s.addr);
+    let index = obj.symbols().unwrap();
+    for p in &fixed {
+        let mut want: Vec<(u64, &str)> = Vec::new();
+        for s in &whole {
+            if want.last().is_some_and(|w| w.0 == s.addr) {
+                continue;
+            }
+            if p.matches(s.name, &demangle(s.name)) {
+                want.push((s.addr, s.name));
+            }
+        }
+        let found = index.find(p);
+        let got: Vec<(u64, &str)> = found.iter().map(|f| (f.addr, f.raw.as_str())).collect();
+        assert_eq!(got, want, "{:?} in {}", p.as_str(), path.display());
     }
     (syms.len(), matched)
 }

@@ -59,6 +59,56 @@ pub struct RawSym<'a> {
     pub size: u64,
 }
 
+/// A function symbol of a [`SymTable`]: its name is the string at `name`
+/// in the table's strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableSym {
+    pub name: u32,
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Function symbols with their names left in the string table they came
+/// from (NUL-terminated strings, some sharing a tail): no name is looked
+/// at until one is asked for.
+#[derive(Clone, Debug, Default)]
+pub struct SymTable<'a> {
+    pub strings: &'a [u8],
+    pub syms: Vec<TableSym>,
+}
+
+impl<'a> SymTable<'a> {
+    /// The symbols with their names; those whose name is not UTF-8 are
+    /// left out.
+    pub fn iter(&self) -> impl Iterator<Item = RawSym<'a>> + '_ {
+        self.syms.iter().filter_map(|s| {
+            Some(RawSym {
+                name: name_at(self.strings, s.name)?,
+                addr: s.addr,
+                size: s.size,
+            })
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.syms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.syms.is_empty()
+    }
+}
+
+/// The string at `off` in a table of NUL-terminated strings, if it is
+/// there, ends, is not empty and is UTF-8.
+pub fn name_at(strings: &[u8], off: u32) -> Option<&str> {
+    let tail = strings.get(off as usize..)?;
+    let end = memchr::memchr(0, tail)?;
+    std::str::from_utf8(&tail[..end])
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Load {
     vaddr: u64,
@@ -478,9 +528,7 @@ impl ElfObject {
         let pclntab = file.section_by_name(".gopclntab");
         if buildinfo.is_none()
             && pclntab.is_none()
-            && !collect_functions(&file, false)
-                .iter()
-                .any(|s| s.name == "runtime.main")
+            && !has_function(&collect_functions(&file, false), "runtime.main")
         {
             return None;
         }
@@ -490,7 +538,7 @@ impl ElfObject {
             .and_then(|d| golang::buildinfo_version(d, &read));
         let (entries, pclntab_error) = match self.pclntab_functions(&file) {
             Some(Ok(fs)) => {
-                let mut v: Vec<u64> = fs.iter().map(|f| f.addr).collect();
+                let mut v: Vec<u64> = fs.syms.iter().map(|f| f.addr).collect();
                 v.sort_unstable();
                 (v, None)
             }
@@ -508,7 +556,7 @@ impl ElfObject {
     fn pclntab_functions<'a>(
         &self,
         file: &ElfFile64<'a, Endianness, &'a ReadCache<File>>,
-    ) -> Option<Result<Vec<RawSym<'a>>>> {
+    ) -> Option<Result<SymTable<'a>>> {
         let sec = file.section_by_name(".gopclntab")?;
         let text = file
             .section_by_name(".text")
@@ -522,7 +570,7 @@ impl ElfObject {
 
     /// Function symbols: the full table when the object has one, else the
     /// dynamic one. Reads the tables each time: use `symbols` for lookups.
-    pub fn function_symbols(&self) -> Result<(Vec<RawSym<'_>>, SymSource)> {
+    pub fn function_symbols(&self) -> Result<(SymTable<'_>, SymSource)> {
         self.table_reads.set(self.table_reads.get() + 1);
         let file = self.parse()?;
         let full = collect_functions(&file, false);
@@ -595,13 +643,21 @@ pub fn symbol_names<'a, R: ReadRef<'a>>(
         .collect()
 }
 
-/// The function symbols of one table. Its string table is read in one
-/// piece; through a read cache, reading each name apart would cost a read
-/// per symbol.
+/// Whether a table has a function of this name: its string table is
+/// searched first, most often in vain.
+fn has_function(table: &SymTable<'_>, name: &str) -> bool {
+    let mut whole = name.as_bytes().to_vec();
+    whole.push(0);
+    memchr::memmem::find(table.strings, &whole).is_some() && table.iter().any(|s| s.name == name)
+}
+
+/// The function symbols of one table, their names left in its string
+/// table (read in one piece: through a read cache, reading each name apart
+/// would cost a read per symbol).
 fn collect_functions<'a, R: ReadRef<'a>>(
     file: &ElfFile64<'a, Endianness, R>,
     dynamic: bool,
-) -> Vec<RawSym<'a>> {
+) -> SymTable<'a> {
     use object::read::elf::{SectionHeader, Sym};
     let endian = file.endian();
     let table = if dynamic {
@@ -610,15 +666,15 @@ fn collect_functions<'a, R: ReadRef<'a>>(
         file.elf_symbol_table()
     };
     if table.is_empty() {
-        return Vec::new();
+        return SymTable::default();
     }
     let Ok(strsec) = file.elf_section_table().section(table.string_section()) else {
-        return Vec::new();
+        return SymTable::default();
     };
     let Ok(strings) = strsec.data(endian, file.data()) else {
-        return Vec::new();
+        return SymTable::default();
     };
-    table
+    let syms = table
         .symbols()
         .iter()
         .filter_map(|s| {
@@ -630,16 +686,17 @@ fn collect_functions<'a, R: ReadRef<'a>>(
             if s.st_shndx(endian) == elf::SHN_UNDEF || size == 0 {
                 return None;
             }
-            let tail = strings.get(s.st_name(endian) as usize..)?;
-            let end = memchr::memchr(0, tail)?;
-            let name = std::str::from_utf8(&tail[..end]).ok()?;
-            (!name.is_empty()).then_some(RawSym {
+            // An empty or absent name: its first byte is no character.
+            let name = s.st_name(endian);
+            strings.get(name as usize).filter(|&&b| b != 0)?;
+            Some(TableSym {
                 name,
                 addr: s.st_value(endian),
                 size,
             })
         })
-        .collect()
+        .collect();
+    SymTable { strings, syms }
 }
 
 fn machine_name(m: u16) -> String {
@@ -702,7 +759,7 @@ mod tests {
         let (syms, _) = obj.function_symbols().unwrap();
         assert!(syms.len() > 100);
         let mut checked = 0;
-        for s in &syms {
+        for s in syms.iter() {
             let Some(sec) = file
                 .sections()
                 .find(|sec| sec.address() <= s.addr && s.addr < sec.address() + sec.size())

@@ -5,7 +5,7 @@
 
 use anyhow::{bail, Result};
 
-use super::elf::RawSym;
+use super::elf::{name_at, SymTable, TableSym};
 
 /// What an object's Go sections say.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -193,7 +193,7 @@ const MAX_FUNCS: u64 = 1 << 24;
 /// The functions of a `.gopclntab` section: name, entry and size (up to the
 /// next function's entry). `text` is the address of `.text`, used where the
 /// table leaves its own text address to a relocation (a PIE).
-pub fn pclntab_functions(tab: &[u8], text: u64) -> Result<Vec<RawSym<'_>>> {
+pub fn pclntab_functions(tab: &[u8], text: u64) -> Result<SymTable<'_>> {
     if tab.len() < 16 {
         bail!(".gopclntab is too short ({} bytes)", tab.len());
     }
@@ -279,24 +279,22 @@ pub fn pclntab_functions(tab: &[u8], text: u64) -> Result<Vec<RawSym<'_>>> {
         if nameoff < 0 || end <= entry {
             continue;
         }
-        let at = usize::try_from(names + nameoff as u64)?;
-        let Some(tail) = tab.get(at..) else { continue };
-        let Some(len) = tail.iter().position(|&b| b == 0) else {
+        let Ok(name) = u32::try_from(names + nameoff as u64) else {
             continue;
         };
-        let Ok(name) = std::str::from_utf8(&tail[..len]) else {
-            continue;
-        };
-        if name.is_empty() {
+        if name_at(tab, name).is_none() {
             continue;
         }
-        out.push(RawSym {
+        out.push(TableSym {
             name,
             addr: entry,
             size: end - entry,
         });
     }
-    Ok(out)
+    Ok(SymTable {
+        strings: tab,
+        syms: out,
+    })
 }
 
 /// A Go name as Go prints it in a traceback: the type arguments of a

@@ -19,7 +19,7 @@ pub fn suggest(obj: &ElfObject, pat: &Pattern, max: usize) -> Vec<String> {
         return Vec::new();
     };
     let mut scored: BTreeMap<(usize, String), ()> = BTreeMap::new();
-    for s in &syms {
+    for s in syms.iter() {
         let names = demangle(s.name);
         if names.part != Part::Whole {
             continue;

@@ -121,6 +121,13 @@ impl Pattern {
         self.with_args
     }
 
+    /// The longest identifier every raw name that [`may_match`](Self::may_match)s
+    /// holds letter for letter, unless the name holds the pattern's text
+    /// itself; None when the pattern has no such identifier.
+    pub(super) fn needle(&self) -> Option<&memchr::memmem::Finder<'static>> {
+        self.needles.first().map(|n| &n.0)
+    }
+
     /// Whether a symbol with this raw (mangled) name may match: false only
     /// when [`matches`](Self::matches) is false for it whatever it
     /// demangles to. Costs a few substring searches, no demangling:
