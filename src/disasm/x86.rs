@@ -17,6 +17,17 @@ use super::{
 /// entry probe.
 const MAX_PROLOGUE: usize = 16;
 
+/// An instruction in GNU assembler syntax. One formatter per thread: making
+/// one builds its tables, which took longer than decoding a function.
+fn gas_text(insn: &Instruction) -> String {
+    thread_local! {
+        static GAS: std::cell::RefCell<GasFormatter> = std::cell::RefCell::new(GasFormatter::new());
+    }
+    let mut text = String::new();
+    GAS.with_borrow_mut(|f| f.format(insn, &mut text));
+    text
+}
+
 /// Decodes the ranges of one function (its body first, then fragments such as
 /// `.cold` parts), knowing nothing of the object around them.
 pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
@@ -30,7 +41,6 @@ pub fn decode(ranges: &[Range<'_>]) -> Result<Decoded> {
 /// stays inside (see [`Internal`]).
 pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     let mut out = Decoded::default();
-    let mut fmt = GasFormatter::new();
     let mut prologue_open = true;
     let mut sp_offset: i32 = 0;
     if let Some(r) = ranges.first() {
@@ -108,8 +118,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             }
         }
         if ri == 0 && prologue_open && out.prologue.len() < MAX_PROLOGUE {
-            let mut text = String::new();
-            fmt.format(&insn, &mut text);
+            let text = gas_text(&insn);
             out.prologue.push(EntryCandidate {
                 addr: ip,
                 text,
@@ -131,8 +140,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             }
         }
         if ri == 0 && out.first.is_none() {
-            let mut text = String::new();
-            fmt.format(&insn, &mut text);
+            let text = gas_text(&insn);
             out.first = Some(Insn {
                 addr: ip,
                 len: insn.len() as u32,
