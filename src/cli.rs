@@ -425,7 +425,8 @@ pub struct NestedArgs {
     #[arg(long, value_name = "PATTERN", value_parser = parse_pattern)]
     pub expand: Vec<Pattern>,
 
-    /// Also print a log2 histogram of each call site (of the calls counted)
+    /// Also print a log2 histogram of each call site (of the calls counted);
+    /// with --cpu, one of each part (on-CPU, blocked, runnable) per call too
     #[arg(long)]
     pub hist: bool,
 
@@ -627,6 +628,7 @@ impl NestedArgs {
             _ => (Format::Text, None),
         };
         let mut s = self.trace.validate(vec![self.func], format, svg)?;
+        s.cpu_hist = s.cpu && self.hist;
         s.nested = Some(NestedOpts {
             depth: self.depth,
             expand: self.expand,

@@ -296,3 +296,84 @@ fn nested_sites_are_split() {
     let rp = parts(root);
     assert_eq!(num(own, "blocked_ns"), rp[1].saturating_sub(sp[1]), "{out}");
 }
+
+/// `tachy nested --cpu --hist`: a log2 histogram of each part per call, for
+/// the function and each of its sites, holding every call once. In
+/// `records` mode recorded() runs part_fast() (20 us of CPU) in each call
+/// and part_slow() (a 5 ms sleep) in every tenth.
+#[test]
+fn nested_sites_have_part_histograms() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_why(
+        "nested",
+        &["--cpu", "--hist", "--json", "-u", "recorded"],
+        "records",
+        20,
+    );
+    out.assert_success();
+    assert_fifo(&out);
+    let rep = out.single_report();
+    let root = &rep["roots"][0];
+    assert_eq!(num(root, "count"), 20, "{out}");
+    // Slot i of a part counts calls of [2^i, 2^(i+1)) us (slot 0: 0 and 1).
+    let slots = |v: &Value, part: &str| -> Vec<u64> {
+        v["cpu"]["log2_buckets"][part]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {part} histogram in {v}\n{out}"))
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .collect()
+    };
+    let at = |h: &[u64], i: usize| h.get(i).copied().unwrap_or(0);
+    let site = |name: &str| {
+        root["children"]
+            .as_array()
+            .and_then(|k| k.iter().find(|c| c["name"] == name))
+            .unwrap_or_else(|| panic!("no site calling {name}\n{out}"))
+    };
+    for (node, calls) in [(root, 20), (site("part_fast"), 20), (site("part_slow"), 2)] {
+        assert_eq!(num(node, "count"), calls, "{out}");
+        for part in ["oncpu", "blocked", "runnable"] {
+            let h = slots(node, part);
+            assert_eq!(h.iter().sum::<u64>(), calls, "{part} of {node}\n{out}");
+        }
+    }
+    // The two slow calls sleep 5 ms: 4096-8191 us blocked; the others
+    // never block.
+    let blocked = slots(root, "blocked");
+    assert_eq!((at(&blocked, 0), at(&blocked, 12)), (18, 2), "{out}");
+    let slow = slots(site("part_slow"), "blocked");
+    assert_eq!(at(&slow, 12), 2, "{out}");
+    // part_fast spins 20 us of CPU time, never blocked.
+    let fast = site("part_fast");
+    assert_eq!(at(&slots(fast, "blocked"), 0), 20, "{out}");
+    let on = slots(fast, "oncpu");
+    assert_eq!(on.iter().take(4).sum::<u64>(), 0, "under 16 us\n{out}");
+
+    // The text report puts each part's table under its site.
+    let out = run_why(
+        "nested",
+        &["--cpu", "--hist", "-u", "recorded"],
+        "records",
+        10,
+    );
+    out.assert_success();
+    let text = &out.stdout;
+    let slow_line = text
+        .lines()
+        .position(|l| l.contains("part_slow") && l.contains("per call"))
+        .unwrap_or_else(|| panic!("no part_slow line\n{out}"));
+    let below: Vec<&str> = text.lines().skip(slow_line + 1).collect();
+    let on = below
+        .iter()
+        .position(|l| l.trim() == "on-CPU, per call:")
+        .unwrap_or_else(|| panic!("no on-CPU table under part_slow\n{out}"));
+    assert!(
+        below[on..].iter().any(|l| l.trim() == "blocked, per call:"),
+        "{out}"
+    );
+    assert!(text.contains("recorded, each part per call:"), "{out}");
+}

@@ -192,6 +192,35 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
+/*
+ * floor(log2(v)), 0 for 0, without a branch: each step shifts by its
+ * width exactly when the bits above it are not all zero ((x + 2^k - 1) >>
+ * k is 1 for 0 < x < 2^k). log2_u64() branches, which lets the verifier
+ * bound the index it gives; the part slots are masked instead, and the
+ * exit programs, near the verifier's limit, cannot afford a branch per
+ * step for each of a site call's three parts.
+ */
+static __always_inline __u32 log2_flat(__u64 v)
+{
+	__u64 r, s;
+
+	r = (((v >> 32) + 0xffffffffULL) >> 32) << 5;
+	v >>= r;
+	s = (((v >> 16) + 0xffff) >> 16) << 4;
+	v >>= s;
+	r |= s;
+	s = (((v >> 8) + 0xff) >> 8) << 3;
+	v >>= s;
+	r |= s;
+	s = (((v >> 4) + 0xf) >> 4) << 2;
+	v >>= s;
+	r |= s;
+	s = (((v >> 2) + 0x3) >> 2) << 1;
+	v >>= s;
+	r |= s;
+	return r | (v >> 1);
+}
+
 static __always_inline __u32 bucket_of(__u64 v)
 {
 	__u32 lg;
@@ -226,9 +255,8 @@ static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)
 /* The log2 slot of a part in display units, as funclatency's. */
 static __always_inline __u32 slot_of_ns(__u64 d)
 {
-	__u64 v = unit_ns > 1 ? d / unit_ns : d;
-
-	return v ? log2_u64(v) & (TACHY_PART_SLOTS - 1) : 0;
+	return log2_flat(unit_ns > 1 ? d / unit_ns : d) &
+	       (TACHY_PART_SLOTS - 1);
 }
 
 /* --cpu: a call's blocked and runnable parts, and the rest, on-CPU. */
@@ -256,25 +284,41 @@ static __always_inline void add_parts(struct tachy_stats *s, __u64 d,
 	s->runq_ns += p.runq;
 }
 
-static __always_inline void record_parts(__u32 id, struct tachy_stats *s,
-					 __u64 d, struct parts p)
+/*
+ * --cpu --hist: one call's parts (clamped to d already) as their log2
+ * slots, 6 bits each (on-CPU, blocked, runnable from the top), as a site
+ * call keeps them pending.
+ */
+static __always_inline __u32 part_slots(__u64 d, struct parts p)
+{
+	return slot_of_ns(d - p.blocked - p.runq) << 12 |
+	       slot_of_ns(p.blocked) << 6 | slot_of_ns(p.runq);
+}
+
+/* Adds one call's part_slots() to the part histograms of `id`. */
+static __always_inline void add_part_slots(__u32 id, __u32 slots)
 {
 	struct tachy_parts *h;
-	__u64 on;
 	__u32 key;
 
-	p = clamp_parts(p, d);
-	on = d - p.blocked - p.runq;
-	add_parts(s, d, p);
 	if (!cpu_hist)
 		return;
 	key = (generation & 1) * nfuncs + id;
 	h = bpf_map_lookup_elem(&part_hist, &key);
 	if (!h)
 		return;
-	h->oncpu[slot_of_ns(on)]++;
-	h->blocked[slot_of_ns(p.blocked)]++;
-	h->runq[slot_of_ns(p.runq)]++;
+	h->oncpu[(slots >> 12) & 63]++;
+	h->blocked[(slots >> 6) & 63]++;
+	h->runq[slots & 63]++;
+}
+
+static __always_inline void record_parts(__u32 id, struct tachy_stats *s,
+					 __u64 d, struct parts p)
+{
+	p = clamp_parts(p, d);
+	add_parts(s, d, p);
+	if (cpu_hist)
+		add_part_slots(id, part_slots(d, p));
 }
 
 static __always_inline void record_ns(__u32 id, __u64 d, struct parts p,
@@ -389,6 +433,10 @@ static long flush_hist_one(__u64 i, void *data)
 	s = stats_of(e >> 16);
 	if (s && b < TACHY_NBUCKETS)
 		s->buckets[b]++;
+	if (cpu_hist)
+		add_part_slots(
+			e >> 16,
+			c->t->pend_parts[i & (TACHY_MAX_PENDING_HIST - 1)]);
 	return 0;
 }
 
@@ -846,6 +894,10 @@ static __always_inline void close_frame(struct tachy_thread *t,
 			if (n < TACHY_MAX_PENDING_HIST) {
 				t->pend_hist[n & (TACHY_MAX_PENDING_HIST - 1)] =
 					id << 16 | bucket_of_ns(d);
+				if (cpu_hist)
+					t->pend_parts[n &
+						      (TACHY_MAX_PENDING_HIST -
+						       1)] = part_slots(d, pp);
 				t->pend_nhist = n + 1;
 				return;
 			}
@@ -860,6 +912,8 @@ static __always_inline void close_frame(struct tachy_thread *t,
 					add_parts(s, d, pp);
 			}
 			add_bucket(s, d);
+			if (cpu_hist)
+				add_part_slots(id, part_slots(d, pp));
 			s->hist_early++;
 		}
 		return;

@@ -186,7 +186,7 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: 31800 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 33848 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {
@@ -203,6 +203,9 @@ struct tachy_thread {
 	__u32 pend_nhist;
 	/* node id << 16 | histogram bucket */
 	__u32 pend_hist[TACHY_MAX_PENDING_HIST];
+	/* --cpu --hist: the parts' log2 slots of the same calls, 6 bits
+	 * each: on-CPU << 12 | blocked << 6 | runnable */
+	__u32 pend_parts[TACHY_MAX_PENDING_HIST];
 };
 
 /*

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde_json::{json, Value};
 
 use super::json::cpu_json;
-use super::text::print_log2_hist;
+use super::text::{print_log2_hist, render_split_hist};
 use super::{CpuSplit, Hist, Unit, CPU_PARTS};
 
 /// `--cpu` on a line of the tree: each part's share of the node's time.
@@ -237,8 +237,31 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             };
             writeln!(w, "  ({what}: --all-sites shows them)")?;
         }
+        if let Some(hist) = root.cpu.as_ref().and_then(|c| c.hist.as_ref()) {
+            writeln!(w, "  {}, each part per call:", root.name)?;
+            part_tables(hist, r.unit, "    ", w)?;
+        }
         if let Some(note) = super::probe_time_note(root.probe_ns, root.under) {
             writeln!(w, "  {note}")?;
+        }
+    }
+    Ok(())
+}
+
+/// `--cpu --hist`: the log2 table of each part per call, indented.
+fn part_tables(
+    hist: &[Vec<u64>; 3],
+    unit: Unit,
+    indent: &str,
+    w: &mut impl Write,
+) -> io::Result<()> {
+    let mut buf = Vec::new();
+    render_split_hist(hist, unit, &mut buf)?;
+    for l in String::from_utf8_lossy(&buf).lines().skip(1) {
+        if l.is_empty() {
+            writeln!(w)?;
+        } else {
+            writeln!(w, "{indent}{l}")?;
         }
     }
     Ok(())
@@ -360,6 +383,11 @@ fn render_children(
                     "{indent}    ({} of these were counted before the filter decided: over 512 site calls or sites in one call)",
                     c.hist_early
                 )?;
+            }
+        }
+        if let Some(hist) = c.cpu.as_ref().and_then(|s| s.hist.as_ref()) {
+            if c.calls() > 0 {
+                part_tables(hist, unit, &format!("{indent}    "), w)?;
             }
         }
         hidden += render_children(c, depth + 1, l, w)?;
