@@ -219,6 +219,10 @@ impl Calibration {
         let mut next_call = false;
         for p in &plan.probes {
             match p.kind {
+                // Go frames are timed without the correction.
+                ProbeKind::Site {
+                    slot: s, go: true, ..
+                } if s == slot => return ProbeTime::default(),
                 ProbeKind::Site {
                     slot: s,
                     tail,
@@ -332,6 +336,7 @@ fn plan(exe: &Path) -> Result<Plan> {
                 tail: false,
                 exit_first: false,
                 ends_with_parent: k == 2,
+                go: false,
             },
         )?;
         if k < 2 {
@@ -342,6 +347,7 @@ fn plan(exe: &Path) -> Result<Plan> {
                 ProbeKind::SiteEnd {
                     slot: k as u32,
                     sp_adjust: 0,
+                    go: false,
                 },
             )?;
         }

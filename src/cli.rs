@@ -68,11 +68,15 @@ Examples:
   tachy nested --svg scan.svg -d 10 -p 4242 scan
   tachy nested 'kv::Store::read' -- ./kvdemo
   tachy nested --prometheus 0.0.0.0:9464 -p 4242 'db::Table::scan'   each site as a metric
+  tachy nested -p 5151 'main.(*Server).handle' --depth 2   a Go method, per goroutine
 
 Each call site (`call`, through the PLT, indirect, or a tail jump) is timed
 from the call to its return while the function is the innermost traced frame
 on that thread; self is the function's time outside them. With --slower-than
 the breakdown covers only the calls of the function that were that slow.
+In Go code the frames are the goroutine's, wherever it runs and however
+its stack grows; a site call left by a panic is counted, never timed
+(--slower-than/--faster-than are not taken for Go functions yet).
 Sites that never ran are left out of the text report (--all-sites shows
 them). A tree may have up to 4096 nodes.";
 

@@ -1051,6 +1051,8 @@ fn open_uprobe_program<'a, 'obj>(
         (Program::SiteEnd, true) => &mut progs.tachy_send_m,
         (Program::Jump, true) => &mut progs.tachy_ijmp_m,
         (Program::Go, true) => &mut progs.tachy_go_m,
+        (Program::GoSite, true) => &mut progs.tachy_gsite_m,
+        (Program::GoSiteEnd, true) => &mut progs.tachy_gsend_m,
         (Program::Entry, false) => &mut progs.tachy_entry_s,
         (Program::Exit, false) => &mut progs.tachy_exit_s,
         (Program::Tail, false) => &mut progs.tachy_tail_s,
@@ -1059,6 +1061,8 @@ fn open_uprobe_program<'a, 'obj>(
         (Program::SiteEnd, false) => &mut progs.tachy_send_s,
         (Program::Jump, false) => &mut progs.tachy_ijmp_s,
         (Program::Go, false) => &mut progs.tachy_go_s,
+        (Program::GoSite, false) => &mut progs.tachy_gsite_s,
+        (Program::GoSiteEnd, false) => &mut progs.tachy_gsend_s,
     }
 }
 
@@ -1077,6 +1081,8 @@ fn uprobe_program<'a, 'obj>(
         (Program::SiteEnd, true) => &progs.tachy_send_m,
         (Program::Jump, true) => &progs.tachy_ijmp_m,
         (Program::Go, true) => &progs.tachy_go_m,
+        (Program::GoSite, true) => &progs.tachy_gsite_m,
+        (Program::GoSiteEnd, true) => &progs.tachy_gsend_m,
         (Program::Entry, false) => &progs.tachy_entry_s,
         (Program::Exit, false) => &progs.tachy_exit_s,
         (Program::Tail, false) => &progs.tachy_tail_s,
@@ -1085,6 +1091,8 @@ fn uprobe_program<'a, 'obj>(
         (Program::SiteEnd, false) => &progs.tachy_send_s,
         (Program::Jump, false) => &progs.tachy_ijmp_s,
         (Program::Go, false) => &progs.tachy_go_s,
+        (Program::GoSite, false) => &progs.tachy_gsite_s,
+        (Program::GoSiteEnd, false) => &progs.tachy_gsend_s,
     }
 }
 

@@ -136,9 +136,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         }
     }
     if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
-        if s.nested.is_some() {
+        if s.nested.is_some() && (s.min_ns.is_some() || s.max_ns.is_some()) {
             bail!(
-                "tachy nested does not break down Go functions yet ({}): its call sites are timed in frames kept per thread, and a goroutine moves between threads; use tachy latency on the callees",
+                "tachy nested does not apply --slower-than/--faster-than to the call sites of Go functions yet ({}): each site call is counted when it returns; use tachy latency with the filter",
                 go.name
             );
         }
@@ -1667,6 +1667,12 @@ fn tree_node(
 ) -> TreeNode {
     let nf = plan.items.len();
     let c = &counts[id as usize];
+    // A site is Go code when its traced function is.
+    let mut root = id;
+    while root as usize >= nf {
+        root = plan.sites[root as usize - nf].parent;
+    }
+    let go = plan.items[root as usize].is_go();
     let kids = children
         .get(id as usize)
         .into_iter()
@@ -1693,6 +1699,7 @@ fn tree_node(
         cpu: c.cpu.clone(),
         probe_ns: c.probe_ns,
         under: c.under,
+        go,
         children: kids,
     }
 }

@@ -468,3 +468,230 @@ fn merged_go_reports_say_left_by_panic() {
     assert!(!stdout.contains("exception"), "{all}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+// ---------------------------------------------------------------------------
+// tachy nested on Go functions (root)
+// ---------------------------------------------------------------------------
+
+/// `tachy nested --json [OPTS] FUNC -- gowork MODE N` to its end: the
+/// fixture's output and the traced function's tree.
+fn nested(opts: &[&str], func: &str, mode: &str, n: u64) -> (Outcome, Value) {
+    let exe = common::build("gowork");
+    let n = n.to_string();
+    let mut args = vec!["nested", "--json"];
+    args.extend_from_slice(opts);
+    args.extend([func, "--", exe.to_str().unwrap(), mode, &n]);
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(240));
+    out.assert_success();
+    assert!(out.stderr.contains("\ndone\n"), "{out}");
+    let rep = out.single_report();
+    let roots = rep["roots"].as_array().expect("roots").clone();
+    assert_eq!(roots.len(), 1, "{out}");
+    assert_eq!(roots[0]["go"], true, "{out}");
+    (out, roots[0].clone())
+}
+
+/// The children of a tree node.
+fn kids(n: &Value) -> &Vec<Value> {
+    n["children"].as_array().expect("children")
+}
+
+/// The one child of `n` called `name` (and, with `site`, at a `file:line`
+/// ending so).
+fn kid<'a>(n: &'a Value, name: &str, out: &Outcome) -> &'a Value {
+    let found: Vec<&Value> = kids(n).iter().filter(|c| c["name"] == name).collect();
+    assert_eq!(found.len(), 1, "{name} under {}\n{out}", n["name"]);
+    found[0]
+}
+
+/// Asserts a site's calls: `count` returned, `left` left by panic, and
+/// the average of the returned ones within [min_ns, max_ns].
+fn assert_site(s: &Value, out: &Outcome, count: u64, left: u64, min_ns: u64, max_ns: u64) {
+    let what = format!("{} at {}: {s}\n{out}", s["name"], s["site"]);
+    assert_eq!(num(s, "count"), count, "count of {what}");
+    assert_eq!(num(s, "unwound"), left, "left by panic of {what}");
+    if let Some(avg) = num(s, "total_ns").checked_div(count) {
+        assert!(avg >= min_ns && avg <= max_ns, "avg {avg} ns of {what}");
+    }
+}
+
+/// The root's time is its sites' and its own: the sites never add up to
+/// more than it, and what is left (self) is at most `self_max_ns` a call.
+fn assert_self(root: &Value, out: &Outcome, self_max_ns: u64) {
+    let sum: u64 = kids(root).iter().map(|c| num(c, "total_ns")).sum();
+    let total = num(root, "total_ns");
+    assert!(sum <= total, "sites {sum} ns > root {total} ns\n{out}");
+    assert_eq!(num(root, "self_ns"), total - sum, "{out}");
+    let per_call = (total - sum) / num(root, "count");
+    assert!(per_call <= self_max_ns, "self {per_call} ns a call\n{out}");
+}
+
+/// Each call site of a Go function timed per goroutine: a sleep and two
+/// spins called by 2 goroutines 40 times each, every site call counted,
+/// each within its known duration, self time what is left; drilled down a
+/// level, the sleep's own call.
+#[test]
+fn nested_go_sites_are_counted_exactly() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, root) = nested(&["--depth", "2"], "main.work", "nested", 40);
+    assert_eq!(fixture_count(&out, "main.work"), 80);
+    assert_eq!(num(&root, "count"), 80, "{out}");
+    assert_eq!(num(&root, "unwound"), 0, "{out}");
+    assert!(num(&root, "total_ns") / 80 >= 2_600 * US, "{out}");
+    let sites = kids(&root);
+    let names: Vec<&str> = sites.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["main.nap", "main.spin", "main.spin"], "{out}");
+    for s in sites {
+        assert_eq!(s["kind"], "call", "{out}");
+        assert!(
+            s["site"].as_str().unwrap().starts_with("gowork.go:"),
+            "{out}"
+        );
+    }
+    assert_ne!(sites[1]["site"], sites[2]["site"], "{out}");
+    assert_site(&sites[0], &out, 80, 0, 2 * MS, 100 * MS);
+    assert_site(&sites[1], &out, 80, 0, 300 * US, 20 * MS);
+    assert_site(&sites[2], &out, 80, 0, 300 * US, 20 * MS);
+    assert_self(&root, &out, 200 * US);
+    let sleep = kid(&sites[0], "time.Sleep", &out);
+    assert_site(sleep, &out, 80, 0, 2 * MS, 100 * MS);
+}
+
+/// A method called through an interface and a closure are indirect sites,
+/// each timed: the 1 ms nap and the 200 us spin.
+#[test]
+fn nested_go_interface_and_closure_calls_are_indirect() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, root) = nested(&[], "main.dispatch", "nested", 40);
+    assert_eq!(fixture_count(&out, "main.(*napper).Nap"), 80);
+    assert_eq!(num(&root, "count"), 80, "{out}");
+    let sites = kids(&root);
+    assert_eq!(sites.len(), 2, "{out}");
+    for s in sites {
+        assert_eq!(s["kind"], "indirect", "{out}");
+        assert_eq!(s["name"], "*indirect", "{out}");
+    }
+    assert_site(&sites[0], &out, 80, 0, MS, 100 * MS);
+    assert_site(&sites[1], &out, 80, 0, 200 * US, 20 * MS);
+    assert_self(&root, &out, 200 * US);
+}
+
+/// A site whose callee recurses 40 frames of 4 KiB deep while the site is
+/// open: the goroutine's 8 KiB stack is copied several times under it (the
+/// callee's prologue calls runtime.morestack), the call still returns to
+/// the site's key, and every count is exact; the program exits 0.
+#[test]
+fn nested_go_site_survives_stack_growth_in_its_callee() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, root) = nested(&["--depth", "2"], "main.grow", "grow", 50);
+    assert_eq!(num(&root, "count"), 50, "{out}");
+    assert_eq!(num(&root, "unwound"), 0, "{out}");
+    let sleep = kid(&root, "time.Sleep", &out);
+    assert_site(sleep, &out, 50, 0, MS, 100 * MS);
+    let deep = kid(&root, "main.deep", &out);
+    assert_site(deep, &out, 50, 0, 0, 100 * MS);
+    // deep's own call of deep, under the first one: once per grow.
+    let inner = kid(deep, "main.deep", &out);
+    assert_site(inner, &out, 50, 0, 0, 100 * MS);
+    assert!(num(inner, "total_ns") <= num(deep, "total_ns"), "{out}");
+    // No site was left open by the growth.
+    fn no_unwound(n: &Value, out: &Outcome) {
+        assert_eq!(num(n, "unwound"), 0, "{n}\n{out}");
+        kids(n).iter().for_each(|c| no_unwound(c, out));
+    }
+    no_unwound(&root, &out);
+    assert_self(&root, &out, 200 * US);
+}
+
+/// GOMAXPROCS 2 and runtime.Gosched in the traced function: its
+/// goroutines resume on other threads while a site is open, and each site
+/// call is counted once on its goroutine.
+#[test]
+fn nested_go_sites_follow_goroutines_across_threads() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, root) = nested(&[], "main.yielder", "sched", 50);
+    assert_eq!(num(&root, "count"), 200, "{out}");
+    assert_eq!(num(&root, "unwound"), 0, "{out}");
+    // runtime.Gosched, or what it inlines (runtime.mcall in Go 1.19).
+    let yields: Vec<&Value> = kids(&root)
+        .iter()
+        .filter(|c| {
+            let n = c["name"].as_str().unwrap();
+            n == "runtime.Gosched" || n == "runtime.mcall"
+        })
+        .collect();
+    assert_eq!(yields.len(), 1, "{out}");
+    assert_site(yields[0], &out, 2000, 0, 0, 2_000 * MS);
+    let spin = kid(&root, "main.spin", &out);
+    assert_site(spin, &out, 2000, 0, 50 * US, 20 * MS);
+    assert_self(&root, &out, 2 * MS);
+}
+
+/// Half the calls of a site panic, and the traced function recovers: those
+/// are counted as left by panic and never timed; the recovery's own call
+/// (runtime.deferreturn) and the deferred closure's (indirect) are counted;
+/// the program goes on to exit 0. The text report says "left by panic".
+#[test]
+fn nested_go_sites_left_by_panic_are_counted() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, root) = nested(&[], "main.safeCall", "panic", 100);
+    assert_eq!(num(&root, "count"), 101, "{out}");
+    assert_eq!(num(&root, "unwound"), 0, "{out}");
+    let may = kid(&root, "main.mayPanic", &out);
+    assert_site(may, &out, 51, 50, 200 * US, 20 * MS);
+    let deferred = kid(&root, "*indirect", &out);
+    assert_site(deferred, &out, 51, 0, 0, 20 * MS);
+    let recovered = kid(&root, "runtime.deferreturn", &out);
+    assert_site(recovered, &out, 50, 0, 0, 20 * MS);
+
+    let exe = common::build("gowork");
+    let args = [
+        "nested",
+        "main.safeCall",
+        "--",
+        exe.to_str().unwrap(),
+        "panic",
+        "20",
+    ];
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(60));
+    out.assert_success();
+    assert!(out.stdout.contains("main.safeCall  calls 21"), "{out}");
+    assert!(out.stdout.contains("(10 left by panic)"), "{out}");
+    assert!(!out.stdout.contains("exception"), "{out}");
+}
+
+/// A duration filter would keep or drop a Go call's sites with it, which
+/// the goroutine's frames do not do yet: refused with one line.
+#[test]
+fn nested_go_with_a_duration_filter_is_refused() {
+    if common::skip_without_go() {
+        return;
+    }
+    let exe = common::build("gowork");
+    let spec = format!("{}:main.work", exe.display());
+    let args = ["nested", "--slower-than", "1ms", "--dry-run", &spec];
+    let out = tachy(&args);
+    let all = text(&args, &out);
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{all}");
+    assert!(
+        stderr.contains("does not apply --slower-than/--faster-than to the call sites of Go functions yet (main.work)"),
+        "{all}"
+    );
+}

@@ -1610,11 +1610,22 @@ struct {
 	__type(value, struct tachy_goroutine);
 } gzero SEC(".maps");
 
+/*
+ * What a walk down a goroutine's frames is for: a cookie kind
+ * (TACHY_GO_ENTRY, TACHY_GO_RET, TACHY_GO_GOEXIT), or a call site's
+ * `call` or return.
+ */
+#define GWALK_SITE     4
+#define GWALK_SITE_END 5
+
 struct gwalk_ctx {
 	struct tachy_goroutine *gr;
 	__u64 off;
 	__u64 now;
 	__u32 kind;
+	/* a site's call: the slot of a site at the key that returned here
+	 * (ANY_ID: none); a site's return: the slot of the site to close */
+	__u32 slot;
 };
 
 static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
@@ -1627,28 +1638,82 @@ static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
 }
 
 /*
- * Pops the top frame if it is gone: at an entry, one at the same key or
- * deeper (left by a panic); at a `ret`, a deeper one, and closes the one at
- * the key; at the goroutine's end, every one.
+ * Whether the top frame, deeper than the key being closed, is a site that
+ * ends with the frame below it (only an epilogue follows its call), and
+ * that frame returns now: it is the one closed at the key (a traced
+ * function at its `ret`, or the site of c->slot at its return or at the
+ * call where the next site's starts), or another such site.
+ */
+static __always_inline bool gends_with_below(struct gwalk_ctx *c,
+					     struct tachy_gframe *f)
+{
+	__u32 i = c->gr->depth - 2;
+	struct tachy_gframe *b;
+
+	if (!(f->flags & TACHY_GFRAME_TAILSITE) || i >= TACHY_MAX_DEPTH)
+		return false;
+	b = &c->gr->frames[i];
+	if (b->off > c->off)
+		return b->flags & TACHY_GFRAME_TAILSITE;
+	if (b->off != c->off)
+		return false;
+	if (c->kind == TACHY_GO_RET)
+		return !(b->flags & TACHY_GFRAME_SITE);
+	return (b->flags & TACHY_GFRAME_SITE) && b->slot == c->slot;
+}
+
+/*
+ * Pops the top frame if it is gone, closing it if it returned. At an
+ * entry: one at the same key or deeper (left by a panic). At a `ret`: a
+ * deeper one (left by a panic, or a site that ends with it), and the one
+ * at the key, closed. At a site's call: a deeper one, and a site at the
+ * same key (the previous site, returned, or one left by a panic that the
+ * function recovered from). At a site's return: a deeper one, and the site
+ * at the key, closed. At the goroutine's end, every one. A frame left by a
+ * panic is counted as such, never timed.
  */
 static long gpop_one(__u64 i, void *data)
 {
 	struct gwalk_ctx *c = data;
 	struct tachy_goroutine *gr = c->gr;
 	struct tachy_gframe *f = gtop(gr);
+	bool site, close = false, last = false;
 
 	if (!f)
 		return 1;
-	if (c->kind == TACHY_GO_RET && f->off == c->off) {
-		record_ns(f->id, c->now - f->start_ns, (struct parts){}, false);
-		gr->depth--;
+	site = f->flags & TACHY_GFRAME_SITE;
+	if (c->kind == TACHY_GO_GOEXIT) {
+		/* every one */
+	} else if (f->off > c->off) {
+		close = c->kind != TACHY_GO_ENTRY && gends_with_below(c, f);
+	} else if (f->off < c->off) {
 		return 1;
+	} else if (c->kind == TACHY_GO_RET) {
+		close = !site;
+		last = close;
+	} else if (c->kind == GWALK_SITE) {
+		/* A traced function that calls without moving SP: its own. */
+		if (!site)
+			return 1;
+		close = f->slot == c->slot;
+	} else if (c->kind == GWALK_SITE_END) {
+		if (!site || f->slot != c->slot)
+			return 1;
+		close = true;
+		last = true;
 	}
-	if (c->kind != TACHY_GO_GOEXIT && f->off < c->off)
-		return 1;
-	count_unwound(f->id);
+	if (close)
+		record_ns(f->id, c->now - f->start_ns, (struct parts){}, false);
+	else
+		count_unwound(f->id);
 	gr->depth--;
-	return 0;
+	return last;
+}
+
+static __always_inline void gwalk(struct gwalk_ctx *c)
+{
+	/* bpf_loop keeps the verifier from unrolling the walk. */
+	bpf_loop(TACHY_MAX_DEPTH, gpop_one, c, 0);
 }
 
 /*
@@ -1664,7 +1729,7 @@ static __always_inline bool restart(struct tachy_goroutine *gr, __u64 off,
 	if (i >= TACHY_MAX_DEPTH)
 		return false;
 	f = &gr->frames[i];
-	if (f->off != off || f->id != id)
+	if (f->off != off || f->id != id || (f->flags & TACHY_GFRAME_SITE))
 		return false;
 	if (mark) {
 		f->flags |= TACHY_GFRAME_RESTART;
@@ -1684,16 +1749,52 @@ static __always_inline void go_overflow(__u32 id)
 		s->overflow++;
 }
 
+/*
+ * g.stack.hi - sp, for the goroutine g, in `off`; false when sp is outside
+ * g's stack: R14 holds no g there (cgo, a signal handler).
+ */
+static __always_inline bool goff(__u64 g, __u64 sp, __u64 *off)
+{
+	__u64 lo = 0, hi = 0;
+
+	if (bpf_probe_read_user(&lo, sizeof(lo), (void *)(g + go_stack_lo)) ||
+	    bpf_probe_read_user(&hi, sizeof(hi), (void *)(g + go_stack_hi)) ||
+	    sp < lo || sp >= hi)
+		return false;
+	*off = hi - sp;
+	return true;
+}
+
+/* Opens frame `id` at the top of the goroutine's stack. */
+static __always_inline void gpush(struct tachy_goroutine *gr, __u64 off,
+				  __u32 id, __u32 flags, __u32 slot)
+{
+	struct tachy_gframe *f;
+	__u32 d = gr->depth;
+
+	if (d >= TACHY_MAX_DEPTH) {
+		go_overflow(id);
+		return;
+	}
+	f = &gr->frames[d & (TACHY_MAX_DEPTH - 1)];
+	f->off = off;
+	f->id = id;
+	f->flags = flags;
+	f->slot = slot;
+	gr->depth = d + 1;
+	/* The clock is read last: what this program did is not the call's. */
+	f->start_ns = bpf_ktime_get_ns();
+}
+
 static __always_inline int do_go(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u32 id = cookie & TACHY_GO_ID_MASK, zero = 0, d;
+	__u32 id = cookie & TACHY_GO_ID_MASK, zero = 0;
 	__u32 kind = (cookie >> TACHY_GO_KIND_SHIFT) & 3;
-	__u64 g = ctx->r14, lo = 0, hi = 0;
+	__u64 g = ctx->r14;
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct gwalk_ctx c = {.kind = kind};
 	struct tachy_goroutine *gr;
-	struct tachy_gframe *f;
 	void *first;
 	__u64 pt = bpf_get_current_pid_tgid();
 
@@ -1705,16 +1806,12 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	c.now = bpf_ktime_get_ns();
 	if (gr && kind == TACHY_GO_GOEXIT) {
 		c.gr = gr;
-		bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+		gwalk(&c);
 		bpf_map_delete_elem(&goroutines, &g);
 		return 0;
 	}
-	/* SP outside g's stack: R14 holds no g here (cgo, a signal). */
-	if (bpf_probe_read_user(&lo, sizeof(lo), (void *)(g + go_stack_lo)) ||
-	    bpf_probe_read_user(&hi, sizeof(hi), (void *)(g + go_stack_hi)) ||
-	    sp < lo || sp >= hi)
+	if (!goff(g, sp, &c.off))
 		return 0;
-	c.off = hi - sp;
 	if (gr) {
 		c.gr = gr;
 		if (kind == TACHY_GO_MORESTACK) {
@@ -1722,7 +1819,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 			return 0;
 		}
 		if (kind == TACHY_GO_RET) {
-			bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+			gwalk(&c);
 			if (!gr->depth)
 				bpf_map_delete_elem(&goroutines, &g);
 			return 0;
@@ -1730,7 +1827,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		/* The entry again after morestack: the same call, restarted. */
 		if (restart(gr, c.off, id, false))
 			return 0;
-		bpf_loop(TACHY_MAX_DEPTH, gpop_one, &c, 0);
+		gwalk(&c);
 	} else {
 		first = bpf_map_lookup_elem(&gzero, &zero);
 		if (!first)
@@ -1743,18 +1840,95 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		if (!gr)
 			return 0;
 	}
-	d = gr->depth;
-	if (d >= TACHY_MAX_DEPTH) {
-		go_overflow(id);
+	gpush(gr, c.off, id, 0, 0);
+	return 0;
+}
+
+/*
+ * A call site of `tachy nested` in Go code (cookies as the site and site
+ * end programs'). Its `call` opens a frame keyed by g.stack.hi - SP there,
+ * as the node the site's slot times under the goroutine's top frame; its
+ * return address (or the cheaper probe point after it) closes it. A
+ * goroutine that moves to another thread keeps its sites, and a stack
+ * that the callee's prologue grows (runtime.morestack copies it) keeps
+ * their keys: the call returns to its return address on the new stack,
+ * at the same distance from its top. Nothing happens on a goroutine with
+ * no traced call open.
+ */
+static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 g = ctx->r14, key;
+	__u64 sp = PT_REGS_SP(ctx);
+	struct gwalk_ctx c = {};
+	struct tachy_goroutine *gr;
+	struct tachy_gframe *f;
+	__u32 slot, *node;
+
+	if (!process_wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	gr = bpf_map_lookup_elem(&goroutines, &g);
+	if (!gr || !gr->depth)
+		return 0;
+	if (end) {
+		slot = (__u32)cookie;
+		sp += (__s64)(__s32)(cookie >> 32);
+	} else {
+		slot = cookie & TACHY_SITE_SLOT_MASK;
+	}
+	if (!goff(g, sp, &c.off))
+		return 0;
+	c.gr = gr;
+	c.now = bpf_ktime_get_ns();
+	if (end) {
+		c.kind = GWALK_SITE_END;
+		c.slot = slot;
+		gwalk(&c);
+		if (!gr->depth)
+			bpf_map_delete_elem(&goroutines, &g);
 		return 0;
 	}
-	f = &gr->frames[d & (TACHY_MAX_DEPTH - 1)];
-	f->off = c.off;
-	f->start_ns = c.now;
-	f->id = id;
-	f->flags = 0;
-	gr->depth = d + 1;
+	/* This call is also the previous site's return: that one ends. */
+	c.kind = GWALK_SITE;
+	c.slot = (cookie & TACHY_SITE_EXIT_FIRST) ? slot - 1 : ANY_ID;
+	gwalk(&c);
+	f = gtop(gr);
+	if (!f)
+		return 0;
+	key = (__u64)slot << 32 | f->id;
+	node = bpf_map_lookup_elem(&site_nodes, &key);
+	if (!node)
+		return 0;
+	gpush(gr, c.off, *node,
+	      TACHY_GFRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
+					   ? TACHY_GFRAME_TAILSITE
+					   : 0),
+	      slot);
 	return 0;
+}
+
+SEC("uprobe.multi")
+int tachy_gsite_m(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, false);
+}
+
+SEC("uprobe.multi")
+int tachy_gsend_m(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, true);
+}
+
+SEC("uprobe")
+int tachy_gsite_s(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, false);
+}
+
+SEC("uprobe")
+int tachy_gsend_s(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, true);
 }
 
 SEC("uprobe.multi")

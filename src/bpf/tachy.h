@@ -231,15 +231,26 @@ struct tachy_thread {
 #define TACHY_GO_GOEXIT	    3
 
 #define TACHY_GFRAME_RESTART 0x1 /* its function calls morestack */
+#define TACHY_GFRAME_SITE    0x2 /* a call site of `tachy nested` */
+/* A site only the epilogue follows: it ends with the frame below it. */
+#define TACHY_GFRAME_TAILSITE 0x4
 
+/*
+ * An open frame of a goroutine: a traced function's, keyed by
+ * g.stack.hi - SP at its entry, or a call site's (`tachy nested`), keyed
+ * by g.stack.hi - SP at its `call`, which is the same at its return
+ * address, on whatever stack the runtime copied the goroutine to.
+ */
 struct tachy_gframe {
-	__u64 off; /* g.stack.hi - SP at entry */
+	__u64 off;
 	__u64 start_ns;
-	__u32 id;
+	__u32 id; /* a function's id, or a site's node */
 	__u32 flags;
+	__u32 slot; /* a site's slot */
+	__u32 pad;
 };
 
-/* A goroutine's open traced frames: 1544 bytes, while it has any. */
+/* A goroutine's open traced frames: 2056 bytes, while it has any. */
 struct tachy_goroutine {
 	__u32 depth;
 	__u32 pad;

@@ -138,14 +138,23 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
     match kind {
         ProbeKind::Entry { id, sp_adjust, .. } => format!("entry [{id}] sp{sp_adjust:+}"),
         ProbeKind::Uret => "uretprobe".to_string(),
-        ProbeKind::SiteEnd { slot, sp_adjust } => format!("site end <{slot}> sp{sp_adjust:+}"),
+        ProbeKind::SiteEnd {
+            slot,
+            sp_adjust,
+            go,
+        } => format!(
+            "{}site end <{slot}> sp{sp_adjust:+}",
+            if go { "go " } else { "" }
+        ),
         ProbeKind::Site {
             slot,
             tail,
             exit_first,
             ends_with_parent,
+            go,
         } => format!(
-            "site <{slot}> {}{}{}{}",
+            "{}site <{slot}> {}{}{}{}",
+            if go { "go " } else { "" },
             nodes(slot),
             if tail { " tail" } else { "" },
             if exit_first { " +exit" } else { "" },
@@ -312,6 +321,7 @@ mod tests {
                     tail: false,
                     exit_first: true,
                     ends_with_parent: true,
+                    go: false,
                 },
             ),
             probe(
@@ -319,6 +329,7 @@ mod tests {
                 ProbeKind::SiteEnd {
                     slot: 0,
                     sp_adjust: -8,
+                    go: false,
                 },
             ),
         ];

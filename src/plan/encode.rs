@@ -67,6 +67,10 @@ pub enum Program {
     Jump,
     /// A probe of Go code (frames kept per goroutine).
     Go,
+    /// A call site of Go code, and its return (cookies as `Site`'s and
+    /// `SiteEnd`'s), in the goroutine's frames.
+    GoSite,
+    GoSiteEnd,
 }
 
 impl Program {
@@ -104,8 +108,9 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
             tail,
             exit_first,
             ends_with_parent,
+            go,
         } => (
-            Program::Site,
+            if go { Program::GoSite } else { Program::Site },
             (u64::from(slot) & SITE_SLOT_MASK)
                 | if tail { SITE_TAIL } else { 0 }
                 | if exit_first { SITE_EXIT_FIRST } else { 0 }
@@ -115,9 +120,18 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
                     0
                 },
         ),
-        ProbeKind::SiteEnd { slot, sp_adjust } => {
-            (Program::SiteEnd, u64::from(slot) | high(sp_adjust))
-        }
+        ProbeKind::SiteEnd {
+            slot,
+            sp_adjust,
+            go,
+        } => (
+            if go {
+                Program::GoSiteEnd
+            } else {
+                Program::SiteEnd
+            },
+            u64::from(slot) | high(sp_adjust),
+        ),
         ProbeKind::Go {
             id,
             kind,
@@ -281,6 +295,7 @@ mod tests {
             tail: true,
             exit_first: true,
             ends_with_parent: false,
+            go: false,
         });
         assert_eq!(prog, Program::Site);
         assert_eq!(c & SITE_SLOT_MASK, 130);
@@ -294,15 +309,34 @@ mod tests {
             tail: false,
             exit_first: false,
             ends_with_parent: true,
+            go: false,
         });
         assert_eq!(c, 1 | SITE_ENDS_WITH_PARENT);
         let (prog, c) = encode(ProbeKind::SiteEnd {
             slot: 9,
             sp_adjust: -16,
+            go: false,
         });
         assert_eq!(prog, Program::SiteEnd);
         assert_eq!(c, 9 | (u64::from(-16i32 as u32) << 32));
         assert_eq!(site_node_key(7, 2), 7 << 32 | 2);
+        // Go sites: the same cookies, read by the goroutine programs.
+        let (prog, c) = encode(ProbeKind::Site {
+            slot: 1,
+            tail: false,
+            exit_first: true,
+            ends_with_parent: true,
+            go: true,
+        });
+        assert_eq!(prog, Program::GoSite);
+        assert_eq!(c, 1 | SITE_EXIT_FIRST | SITE_ENDS_WITH_PARENT);
+        let (prog, c) = encode(ProbeKind::SiteEnd {
+            slot: 9,
+            sp_adjust: 8,
+            go: true,
+        });
+        assert_eq!(prog, Program::GoSiteEnd);
+        assert_eq!(c, 9 | 8 << 32);
     }
 
     #[test]
@@ -527,6 +561,7 @@ mod tests {
             tail: false,
             exit_first: false,
             ends_with_parent: false,
+            go: false,
         };
         plan.probes = vec![
             probe(0, 0x10, super::super::RET_EXIT),

@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 
 use super::function::{choose_entry, entry_of, ExitMode, ExitSummary};
 use super::{GoProbe, Plan, ProbeKind};
+use crate::callsites::{Site, SiteKind};
 use crate::disasm::Target;
 use crate::symbols::{ElfObject, Function, Pattern, SymSource};
 
@@ -152,5 +153,84 @@ impl Plan {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Whether a call site of Go code belongs to the stack-check prologue: the
+/// call to `runtime.morestack` (the function starts again from its entry
+/// once the stack has grown) and the jump back to the entry after it. Go
+/// code has no other jump out of a function.
+pub(super) fn prologue_site(site: &Site) -> bool {
+    site.kind == SiteKind::Tail
+        || site
+            .callee_raw
+            .as_deref()
+            .is_some_and(|n| n.starts_with("runtime.morestack"))
+}
+
+/// Whether a function of the Go runtime that Go code calls never returns
+/// to its caller: it panics, throws, or ends the goroutine. A call site of
+/// one opens a frame that only a recovery or the goroutine's end closes,
+/// as left by panic.
+pub(super) fn never_returns(shown: &str) -> bool {
+    const PREFIXES: [&str; 6] = [
+        "runtime.gopanic",
+        "runtime.panic",
+        "runtime.goPanic",
+        "runtime.throw",
+        "runtime.fatal",
+        "runtime.Goexit",
+    ];
+    PREFIXES.iter().any(|p| shown.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(kind: SiteKind, callee: Option<&str>) -> Site {
+        Site {
+            addr: 0x1000,
+            ret: (kind != SiteKind::Tail).then_some(0x1005),
+            kind,
+            callee: Some(0x2000),
+            callee_raw: callee.map(String::from),
+            name: callee.unwrap_or("*indirect").to_string(),
+            location: None,
+        }
+    }
+
+    /// The stack check's call and jump back are not sites; calls in the
+    /// body, direct or not, are.
+    #[test]
+    fn the_prologue_is_not_a_call_site() {
+        assert!(prologue_site(&site(
+            SiteKind::Call,
+            Some("runtime.morestack_noctxt.abi0")
+        )));
+        assert!(prologue_site(&site(
+            SiteKind::Call,
+            Some("runtime.morestack")
+        )));
+        assert!(prologue_site(&site(SiteKind::Tail, Some("main.work"))));
+        assert!(!prologue_site(&site(SiteKind::Call, Some("main.spin"))));
+        assert!(!prologue_site(&site(SiteKind::Indirect, None)));
+    }
+
+    #[test]
+    fn panics_and_throws_never_return() {
+        for n in [
+            "runtime.gopanic",
+            "runtime.panicIndex",
+            "runtime.panicdivide",
+            "runtime.throw",
+            "runtime.fatalpanic",
+            "runtime.Goexit",
+        ] {
+            assert!(never_returns(n), "{n}");
+        }
+        for n in ["runtime.deferreturn", "main.mayPanic", "runtime.mcall"] {
+            assert!(!never_returns(n), "{n}");
+        }
     }
 }

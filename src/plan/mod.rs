@@ -68,16 +68,18 @@ pub enum ProbeKind {
     /// also the return address of the previous slot's site, closed first.
     /// `ends_with_parent`: only the function's epilogue follows the call,
     /// so the site ends when its parent does (one single-step saved).
+    /// `go`: the site is in Go code, timed in the goroutine's frames.
     Site {
         slot: u32,
         tail: bool,
         exit_first: bool,
         ends_with_parent: bool,
+        go: bool,
     },
     /// The return of the site of `slot`: closes its frame only, keyed by SP
     /// plus `sp_adjust` (the probe may stand a few instructions after the
     /// return address, where the kernel can probe).
-    SiteEnd { slot: u32, sp_adjust: i32 },
+    SiteEnd { slot: u32, sp_adjust: i32, go: bool },
     /// A probe of a Go function (`id`), whose frames are kept per
     /// goroutine; SP plus `sp_adjust` is SP at the function's entry.
     Go {
@@ -530,6 +532,7 @@ mod tests {
                     ProbeKind::SiteEnd {
                         slot: 0,
                         sp_adjust: 0,
+                        go: false,
                     },
                 ),
                 early(0x50, None),

@@ -25,6 +25,15 @@ pub struct Drill<'a> {
     pub expand: &'a dyn Fn(&str) -> bool,
 }
 
+/// Where planning a traced function's tree is: how to drill down, whether
+/// the function is Go code (so are its sites), and the functions expanded
+/// on the way to the current one (none is expanded inside itself).
+struct Walk<'a, 'b> {
+    drill: &'a Drill<'b>,
+    go: bool,
+    path: Vec<(usize, u64)>,
+}
+
 /// A call site in the `tachy nested` tree. Its node id is
 /// `items.len()` + its index in `Plan::sites`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,8 +59,12 @@ impl Plan {
         drill: &Drill<'_>,
     ) -> Result<()> {
         let decoded = super::decode_function(obj, f)?;
-        let mut path = vec![(self.object_index(obj), f.addr)];
-        self.add_sites_of(obj, &decoded, root, 1, drill, &mut path)
+        let mut walk = Walk {
+            drill,
+            go: self.items.get(root as usize).is_some_and(|i| i.is_go()),
+            path: vec![(self.object_index(obj), f.addr)],
+        };
+        self.add_sites_of(obj, &decoded, root, 1, &mut walk)
     }
 
     fn add_sites_of(
@@ -60,10 +73,10 @@ impl Plan {
         decoded: &Decoded,
         parent: u32,
         level: u32,
-        drill: &Drill<'_>,
-        path: &mut Vec<(usize, u64)>,
+        walk: &mut Walk<'_, '_>,
     ) -> Result<()> {
         let object = self.object_index(obj);
+        let (drill, go) = (walk.drill, walk.go);
         // Siblings get consecutive ids and slots, in address order, before
         // any is expanded: a site whose call is its previous sibling's
         // return address closes slot - 1 first.
@@ -72,6 +85,9 @@ impl Plan {
             // A tail jump to unknown code ends the traced call where it
             // jumps (see add_function): nothing to time after it.
             .filter(|site| !(site.kind == SiteKind::Tail && site.callee.is_none()))
+            // Go: the prologue's call to morestack, and the jump back to
+            // the entry after it, are not calls of the function's body.
+            .filter(|site| !(go && super::golang::prologue_site(site)))
             .collect();
         if self.items.len() + self.sites.len() > PLANNED_AT_MOST {
             // Too big to time already (check_tree_size says so): planning
@@ -107,7 +123,12 @@ impl Plan {
             if let Some(ret) = site.ret {
                 // A call that cannot return (`_Unwind_Resume`, `abort`) is
                 // often followed by a landing pad: nothing ends there.
-                if !unwind::never_returns(&site.name) {
+                let never = if go {
+                    super::golang::never_returns(&site.name)
+                } else {
+                    unwind::never_returns(&site.name)
+                };
+                if !never {
                     let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
                     match site_end(decoded, ret, next_call) {
                         SiteEnd::NextCall => merge_prev = true,
@@ -121,6 +142,7 @@ impl Plan {
                                 ProbeKind::SiteEnd {
                                     slot,
                                     sp_adjust: p.sp_adjust,
+                                    go,
                                 },
                             )?
                         }
@@ -137,6 +159,7 @@ impl Plan {
                     tail,
                     exit_first,
                     ends_with_parent,
+                    go,
                 },
             )?;
         }
@@ -164,16 +187,16 @@ impl Plan {
                     _ => continue,
                 };
             let key = (self.object_index(&gobj), g.addr);
-            if path.contains(&key) {
+            if walk.path.contains(&key) {
                 continue;
             }
             let Ok(gd) = super::decode_function(&gobj, &g) else {
                 continue;
             };
             self.sites[id as usize - self.items.len()].expanded = true;
-            path.push(key);
-            self.add_sites_of(&gobj, &gd, id, level + 1, drill, path)?;
-            path.pop();
+            walk.path.push(key);
+            self.add_sites_of(&gobj, &gd, id, level + 1, walk)?;
+            walk.path.pop();
         }
         Ok(())
     }

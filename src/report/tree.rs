@@ -48,18 +48,39 @@ pub struct TreeNode {
     /// calls shorter than that.
     pub probe_ns: u64,
     pub under: u64,
+    /// Go code: what a C++ exception leaves is left by a panic here, and a
+    /// site left by one is counted, never timed.
+    pub go: bool,
     pub children: Vec<TreeNode>,
 }
 
 impl TreeNode {
-    /// Calls in `total_ns`: for a site, those left by exception too (timed
-    /// up to when tachy saw them leave); for a traced function, completed
-    /// calls only.
+    /// Calls made: for a site, those left by exception or panic too; for a
+    /// traced function, completed calls only.
     pub fn calls(&self) -> u64 {
         if self.kind == "function" {
             self.count
         } else {
             self.count + self.unwound
+        }
+    }
+
+    /// Calls in `total_ns`: a C or C++ site's left by exception are timed
+    /// up to when tachy saw them leave; a Go site's left by panic are not.
+    pub fn timed_calls(&self) -> u64 {
+        if self.go {
+            self.count
+        } else {
+            self.calls()
+        }
+    }
+
+    /// What a call that did not return was left by.
+    fn left_by(&self) -> &'static str {
+        if self.go {
+            "left by panic"
+        } else {
+            "left by exception"
         }
     }
 
@@ -215,7 +236,7 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             ));
         }
         if root.unwound > 0 {
-            head.push_str(&format!("  left by exception: {}", root.unwound));
+            head.push_str(&format!("  {}: {}", root.left_by(), root.unwound));
         }
         if let (Some(split), true) = (&root.cpu, root.count > 0) {
             head.push_str(&format!("  {}", shares(split)));
@@ -331,15 +352,16 @@ fn render_children(
     }
     let indent = "  ".repeat(depth);
     let pcount = parent.calls() as f64;
+    let ptimed = parent.timed_calls() as f64;
     let pad = width.saturating_sub(indent.len());
     let s = parent.self_ns();
     // A parent that never ran (its sites shown by --all-sites) has no self.
-    if pcount > 0.0 {
+    if ptimed > 0.0 {
         let mut line = format!(
             "{indent}{:<pad$}  {:>15}  avg {:>9}  {:>5.1}%",
             "self",
             "",
-            human(s as f64 / pcount),
+            human(s as f64 / ptimed),
             pct(s, root_total)
         );
         if let Some(split) = parent.self_cpu() {
@@ -354,8 +376,8 @@ fn render_children(
             0.0
         };
         let per_call = format!("{} per call", per_call(rate));
-        let avg = if c.calls() > 0 {
-            human(c.total_ns as f64 / c.calls() as f64)
+        let avg = if c.timed_calls() > 0 {
+            human(c.total_ns as f64 / c.timed_calls() as f64)
         } else {
             "-".into()
         };
@@ -368,7 +390,7 @@ fn render_children(
             line.push_str(&format!("  {}", shares(split)));
         }
         if c.unwound > 0 {
-            line.push_str(&format!("  ({} left by exception)", c.unwound));
+            line.push_str(&format!("  ({} {})", c.unwound, c.left_by()));
         }
         writeln!(w, "{line}")?;
         if let Some(h) = &c.hist {
@@ -406,6 +428,9 @@ fn node_json(n: &TreeNode) -> Value {
         "unwound": n.unwound,
         "children": n.children.iter().map(node_json).collect::<Vec<_>>(),
     });
+    if n.go && n.kind == "function" {
+        v["go"] = json!(true);
+    }
     if n.kind == "function" {
         v["filtered"] = json!(n.filtered);
         if let Some(a) = n.arg_filtered {
@@ -513,6 +538,7 @@ mod tests {
             cpu: None,
             probe_ns: 0,
             under: 0,
+            go: false,
             children,
         }
     }
