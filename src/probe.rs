@@ -249,11 +249,14 @@ impl<'obj> Tracer<'obj> {
             load_time,
             attach_time: Duration::ZERO,
         };
+        // The processes counted through the followed set: several -p, or
+        // one -p with --follow (and its forks).
+        let mut counted = plan.pids.clone();
         if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
-            t.follow(pid)?;
+            counted.push(pid);
         }
-        if !plan.pids.is_empty() {
-            t.count_in(&plan.pids, plan.settings.follow)?;
+        if !counted.is_empty() {
+            t.count_in(&counted, plan.settings.follow)?;
         }
         t.fill_site_nodes(plan)?;
         t.fill_probe_time(plan)?;
@@ -337,23 +340,6 @@ impl<'obj> Tracer<'obj> {
         }
         out.sort_unstable();
         out
-    }
-
-    /// Counts in process `pid` and the processes it forks (--follow).
-    fn follow(&mut self, pid: u32) -> Result<()> {
-        self.skel
-            .maps
-            .followed
-            .update(&pid.to_ne_bytes(), &[1u8], MapFlags::ANY)
-            .map_err(|e| anyhow!("cannot set up --follow: {e}"))?;
-        let link = self
-            .skel
-            .progs
-            .tachy_fork
-            .attach()
-            .map_err(|e| anyhow!("cannot watch forks for --follow: {e}"))?;
-        self.links.push(link);
-        Ok(())
     }
 
     /// Times the plan's kernel functions with fentry/fexit where the kernel
