@@ -22,16 +22,11 @@ default target/release/tachy).
 
 import os
 import re
-import statistics
 import subprocess
 import sys
-import threading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "target", "bench")
-TACHY = os.environ.get("BENCH_TACHY") or os.path.join(ROOT, "target", "release", "tachy")
-RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, load_average, medians, require_root,
+                      rounds_cell, run_workload, write_section)
 CALLS = int(os.environ.get("BENCH_CALLS", "200000"))
 SECTION = "## --by: cost per call"
 VARIANTS = ["untraced", "tachy", "tachy-caller", "tachy-tid"]
@@ -48,55 +43,18 @@ def tracer(variant, pid):
 
 def run_once(binary, variant):
     """ns per call the workload measured, the calls it made, and tachy's report."""
-    wp = subprocess.Popen([binary, str(CALLS)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True)
-    line = wp.stdout.readline()
-    if not line.startswith("ready "):
-        wp.kill()
-        sys.exit(f"bench: workload did not start: {line!r}")
-    tp = None
-    cmd = tracer(variant, wp.pid)
-    lines = []
-    if cmd:
-        # The "Tracing ..." line goes with the text report, on stdout.
-        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        attached = threading.Event()
-
-        def watch():
-            for l in tp.stdout:
-                lines.append(l)
-                if l.startswith("Tracing "):
-                    attached.set()
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        if not attached.wait(60):
-            tp.kill()
-            wp.kill()
-            sys.exit(f"bench: tachy did not attach: {tp.stderr.read()[-300:]}")
-    wp.stdin.write("g")
-    wp.stdin.flush()
-    out = wp.stdout.read()
-    wp.wait()
-    if tp:
-        try:
-            tp.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            tp.kill()
-            tp.wait()
-        reader.join(5)
+    out, report = run_workload([binary, str(CALLS)], lambda pid: tracer(variant, pid))
     m = re.search(r"calls (\d+) ns_per_call (\S+)", out)
     if not m:
         sys.exit(f"bench: no result from the workload: {out!r}")
-    return float(m.group(2)), int(m.group(1)), "".join(lines)
+    return float(m.group(2)), int(m.group(1)), report
 
 
 def main():
-    if os.geteuid() != 0:
-        sys.exit("bench: run as root (uprobes)")
-    os.makedirs(OUT, exist_ok=True)
+    require_root()
     binary = os.path.join(OUT, "by_push")
     subprocess.run(["gcc"] + FLAGS + ["-o", binary,
-                    os.path.join(ROOT, "bench", "workloads", "push.c")], check=True)
+                    os.path.join(WORKLOADS, "push.c")], check=True)
     res = {v: [] for v in VARIANTS}
     for r in range(ROUNDS):
         for v in VARIANTS:
@@ -110,21 +68,20 @@ def main():
                     rf"\n  \S.*count {calls} ", report):
                 sys.exit(f"bench: tachy --by did not put the {calls} calls in one group:\n{report}")
             print(f"round {r + 1}: {v:13} {ns:9.1f} ns/call", flush=True)
-    med = {v: statistics.median(res[v]) for v in VARIANTS}
-    load = open("/proc/loadavg").read().split()[:3]
+    med = medians(res)
     plain = med["tachy"] - med["untraced"]
     lines = [
         SECTION,
         "",
         f"bench/by.py, {ROUNDS} rounds of {CALLS} calls of traced_push (bench/workloads/push.c, "
         "push first), variants interleaved; "
-        f"load average at the end: {' '.join(load)}.",
+        f"load average at the end: {load_average()}.",
         "",
         "| variant | median ns per call | all rounds |",
         "|---|---|---|",
     ]
     for v in VARIANTS:
-        lines.append(f"| {v} | {med[v]:.1f} | {', '.join(f'{x:.0f}' for x in res[v])} |")
+        lines.append(f"| {v} | {med[v]:.1f} | {rounds_cell(res[v])} |")
     lines.append("")
     for v in ("tachy-caller", "tachy-tid"):
         add = med[v] - med["tachy"]
@@ -132,21 +89,7 @@ def main():
         lines.append(f"Added per call by {v} over plain tachy: {add:.1f} ns "
                      f"({share:.1f}% of plain tachy's {plain:.1f} ns per call; goal <= 5%).")
     lines.append("")
-    text = "\n".join(lines)
-    print()
-    print(text)
-    try:
-        old = open(RESULTS).read()
-    except OSError:
-        old = ""
-    # Replace an earlier section of ours, up to the next section.
-    start = old.find(SECTION)
-    if start >= 0:
-        nxt = old.find("\n## ", start + len(SECTION))
-        old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
-    with open(RESULTS, "w") as f:
-        f.write(old.rstrip("\n") + "\n\n" + text if old.strip() else text)
-
+    write_section(SECTION, "\n".join(lines))
 
 if __name__ == "__main__":
     main()

@@ -25,16 +25,11 @@ target/release/tachy).
 
 import os
 import re
-import statistics
 import subprocess
 import sys
-import threading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "target", "bench")
-TACHY = os.environ.get("BENCH_TACHY") or os.path.join(ROOT, "target", "release", "tachy")
-RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, load_average, medians, require_root,
+                      rounds_cell, run_workload, write_section)
 CALLS = int(os.environ.get("BENCH_CALLS", "200000"))
 WARMUP = 1000
 SECTION = "## --filter: cost per call"
@@ -56,45 +51,12 @@ def tracer(variant, pid):
 
 def run_once(binary, variant):
     """ns per call the workload measured, calls it made, tachy's report."""
-    wp = subprocess.Popen([binary, str(CALLS), str(WARMUP)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True)
-    line = wp.stdout.readline()
-    if not line.startswith("ready "):
-        wp.kill()
-        sys.exit(f"bench: workload did not start: {line!r}")
-    tp = None
-    lines = []
-    cmd = tracer(variant, wp.pid)
-    if cmd:
-        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        attached = threading.Event()
-
-        def watch():
-            for l in tp.stdout:
-                lines.append(l)
-                if l.startswith("Tracing "):
-                    attached.set()
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        if not attached.wait(60):
-            tp.kill()
-            wp.kill()
-            sys.exit(f"bench: tachy did not attach: {tp.stderr.read()[-300:]}")
-    wp.stdin.write("g")
-    wp.stdin.flush()
-    out = wp.stdout.read()
-    wp.wait()
-    if tp:
-        try:
-            tp.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            tp.kill()
-            tp.wait()
-        reader.join(5)
+    out, report = run_workload([binary, str(CALLS), str(WARMUP)],
+                               lambda pid: tracer(variant, pid), tachy_timeout=20)
     m = re.search(r"calls (\d+) ns_per_call (\S+)", out)
     if not m:
         sys.exit(f"bench: no result from the workload: {out!r}")
-    return float(m.group(2)), int(m.group(1)), "".join(lines)
+    return float(m.group(2)), int(m.group(1)), report
 
 
 def check(variant, calls, report):
@@ -111,13 +73,11 @@ def check(variant, calls, report):
 
 
 def main():
-    if os.geteuid() != 0:
-        sys.exit("bench: run as root (uprobes)")
+    require_root()
     if CALLS % 10 or WARMUP % 10:
         sys.exit("bench: BENCH_CALLS must be a multiple of 10")
-    os.makedirs(OUT, exist_ok=True)
     binary = os.path.join(OUT, "argfilter")
-    src = os.path.join(ROOT, "bench", "workloads")
+    src = WORKLOADS
     subprocess.run(["gcc", "-O2", "-g", f"-I{src}", "-o", binary,
                     os.path.join(src, "argfilter.c")], check=True)
     res = {v: [] for v in VARIANTS}
@@ -127,8 +87,7 @@ def main():
             check(v, calls, report)
             res[v].append(ns)
             print(f"round {r + 1}: {v:14} {ns:8.1f} ns/call", flush=True)
-    med = {v: statistics.median(res[v]) for v in VARIANTS}
-    load = open("/proc/loadavg").read().split()[:3]
+    med = medians(res)
 
     def over(v):
         d = med[v] - med["tachy"]
@@ -138,14 +97,14 @@ def main():
         "",
         f"bench/filter.py, {ROUNDS} rounds of {CALLS} calls of traced_args(key, n) "
         "(entry probe on an emulated instruction, uretprobe: a leaf), variants interleaved; "
-        f"load average at the end: {' '.join(load)}.",
+        f"load average at the end: {load_average()}.",
         "",
         "| variant | --filter | median ns per call | all rounds |",
         "|---|---|---|---|",
     ]
     for v in VARIANTS:
         f = f"`{FILTERS[v]}`" if v in FILTERS else ""
-        lines.append(f"| {v} | {f} | {med[v]:.1f} | {', '.join(f'{x:.0f}' for x in res[v])} |")
+        lines.append(f"| {v} | {f} | {med[v]:.1f} | {rounds_cell(res[v])} |")
     lines += [
         "",
         f"Two terms evaluated, every call timed (filter-pass - tachy): {over('filter-pass')} "
@@ -154,20 +113,7 @@ def main():
         "per call.",
         "",
     ]
-    text = "\n".join(lines)
-    print()
-    print(text)
-    try:
-        old = open(RESULTS).read()
-    except OSError:
-        old = ""
-    start = old.find(SECTION)
-    if start >= 0:
-        nxt = old.find("\n## ", start + len(SECTION))
-        old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
-    with open(RESULTS, "w") as f:
-        f.write(old.rstrip("\n") + "\n\n" + text if old.strip() else text)
-
+    write_section(SECTION, "\n".join(lines))
 
 if __name__ == "__main__":
     main()

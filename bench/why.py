@@ -24,17 +24,12 @@ binary, default target/release/tachy).
 
 import os
 import re
-import statistics
 import subprocess
 import sys
-import threading
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "target", "bench")
-TACHY = os.environ.get("BENCH_TACHY") or os.path.join(ROOT, "target", "release", "tachy")
-RESULTS = os.environ.get("BENCH_RESULTS") or os.path.join(ROOT, "bench", "RESULTS.md")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, load_average, medians, require_root,
+                      rounds_cell, run_workload, write_section)
+
 TRIPS = int(os.environ.get("BENCH_TRIPS", "100000"))
 SECTION = "## --cpu: cost per context switch"
 VARIANTS = ["untraced", "tachy", "tachy-cpu", "cpu-idle"]
@@ -52,43 +47,8 @@ def tracer(variant, pid):
 
 def run_once(binary, variant):
     """ns per switch the workload measured, and tachy's report."""
-    wp = subprocess.Popen([binary, str(TRIPS)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True)
-    line = wp.stdout.readline()
-    if not line.startswith("ready "):
-        wp.kill()
-        sys.exit(f"bench: workload did not start: {line!r}")
-    tp = None
-    cmd = tracer(variant, wp.pid)
-    lines = []
-    if cmd:
-        # The "Tracing ..." line goes with the text report, on stdout.
-        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        attached = threading.Event()
-
-        def watch():
-            for l in tp.stdout:
-                lines.append(l)
-                if l.startswith("Tracing "):
-                    attached.set()
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        if not attached.wait(60):
-            tp.kill()
-            wp.kill()
-            sys.exit(f"bench: tachy did not attach: {tp.stderr.read()[-300:]}")
-    wp.stdin.write("go\n")
-    wp.stdin.flush()
-    out = wp.stdout.read()
-    wp.wait()
-    if tp:
-        try:
-            tp.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            tp.kill()
-            tp.wait()
-        reader.join(5)
-    report = "".join(lines)
+    out, report = run_workload([binary, str(TRIPS)], lambda pid: tracer(variant, pid),
+                               go="go\n")
     m = re.search(r"switch_ns (\S+)", out)
     if not m:
         sys.exit(f"bench: no result from the workload: {out!r}")
@@ -96,12 +56,10 @@ def run_once(binary, variant):
 
 
 def main():
-    if os.geteuid() != 0:
-        sys.exit("bench: run as root (uprobes)")
-    os.makedirs(OUT, exist_ok=True)
+    require_root()
     binary = os.path.join(OUT, "pingpong")
     subprocess.run(["gcc", "-O2", "-g", "-pthread", "-o", binary,
-                    os.path.join(ROOT, "bench", "workloads", "pingpong.c")], check=True)
+                    os.path.join(WORKLOADS, "pingpong.c")], check=True)
     res = {v: [] for v in VARIANTS}
     for r in range(ROUNDS):
         for v in VARIANTS:
@@ -114,20 +72,19 @@ def main():
             if v == "tachy-cpu" and "on-CPU " not in report:
                 sys.exit(f"bench: tachy --cpu printed no split:\n{report}")
             print(f"round {r + 1}: {v:10} {ns:8.1f} ns/switch", flush=True)
-    med = {v: statistics.median(res[v]) for v in VARIANTS}
-    load = open("/proc/loadavg").read().split()[:3]
+    med = medians(res)
     lines = [
         SECTION,
         "",
         f"bench/why.py, {ROUNDS} rounds of {TRIPS} round trips (2 switches each) of "
         "two threads pinned to CPU 0 through pipes, variants interleaved; "
-        f"load average at the end: {' '.join(load)}.",
+        f"load average at the end: {load_average()}.",
         "",
         "| variant | median ns per switch | all rounds |",
         "|---|---|---|",
     ]
     for v in VARIANTS:
-        lines.append(f"| {v} | {med[v]:.1f} | {', '.join(f'{x:.0f}' for x in res[v])} |")
+        lines.append(f"| {v} | {med[v]:.1f} | {rounds_cell(res[v])} |")
     lines += [
         "",
         f"Added by --cpu per switch of a thread with an open traced frame "
@@ -136,21 +93,7 @@ def main():
         f"{med['cpu-idle'] - med['untraced']:.1f} ns.",
         "",
     ]
-    text = "\n".join(lines)
-    print()
-    print(text)
-    try:
-        old = open(RESULTS).read()
-    except OSError:
-        old = ""
-    # Replace an earlier section of ours, up to the next section.
-    start = old.find(SECTION)
-    if start >= 0:
-        nxt = old.find("\n## ", start + len(SECTION))
-        old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
-    with open(RESULTS, "w") as f:
-        f.write(old.rstrip("\n") + "\n\n" + text if old.strip() else text)
-
+    write_section(SECTION, "\n".join(lines))
 
 if __name__ == "__main__":
     main()
