@@ -375,8 +375,8 @@ pub struct LatencyArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// With recursion, time only the outermost call of each function (not
-    /// for Go functions yet)
+    /// With recursion, time only the outermost call of each function (for
+    /// Go functions, on each goroutine)
     #[arg(long)]
     pub outermost: bool,
 

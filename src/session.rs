@@ -142,12 +142,6 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
                 go.name
             );
         }
-        if s.outermost {
-            bail!(
-                "--outermost is not supported for Go functions yet ({}): their frames are kept per goroutine, and the goroutine's frames are not searched for an open call of the same function",
-                go.name
-            );
-        }
         if s.cpu {
             bail!(
                 "--cpu splits time per thread, and a goroutine moves between threads: Go functions ({}) are not split yet",

@@ -695,3 +695,26 @@ fn nested_go_with_a_duration_filter_is_refused() {
         "{all}"
     );
 }
+
+/// --outermost on a recursive Go function: each goroutine's outermost call
+/// counted once (41 calls deep, its stack copied under it), none left.
+#[test]
+fn outermost_counts_each_goroutines_outer_call() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["--outermost", "main.deep", "main.grow"],
+        "grow",
+        50,
+    );
+    assert_eq!(fixture_count(&out, "main.deep"), 50 * 41);
+    assert_calls(&rep, &out, "main.deep", 50, 0, 0, 2_000 * MS);
+    assert_calls(&rep, &out, "main.grow", 50, 0, MS, 2_000 * MS);
+    // The outer call holds the 40 below it.
+    let deep = func(&rep, "main.deep", &out);
+    let grow = func(&rep, "main.grow", &out);
+    assert!(num(deep, "total_ns") <= num(grow, "total_ns"), "{out}");
+}

@@ -1750,6 +1750,25 @@ static __always_inline void go_overflow(__u32 id)
 }
 
 /*
+ * --outermost: whether the goroutine has a call of `id` open (a recursive
+ * call inside it is then not timed; its `ret`s find no frame at their key
+ * and close nothing).
+ */
+static __always_inline bool gopen(struct tachy_goroutine *gr, __u32 id)
+{
+	__u32 i;
+
+	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
+		if (i >= gr->depth)
+			break;
+		if (gr->frames[i].id == id &&
+		    !(gr->frames[i].flags & TACHY_GFRAME_SITE))
+			return true;
+	}
+	return false;
+}
+
+/*
  * g.stack.hi - sp, for the goroutine g, in `off`; false when sp is outside
  * g's stack: R14 holds no g there (cgo, a signal handler).
  */
@@ -1828,6 +1847,8 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		if (restart(gr, c.off, id, false))
 			return 0;
 		gwalk(&c);
+		if (outermost && gopen(gr, id))
+			return 0;
 	} else {
 		first = bpf_map_lookup_elem(&gzero, &zero);
 		if (!first)
