@@ -405,7 +405,10 @@ pub struct LatencyArgs {
     pub by: Vec<ByKey>,
 
     /// With --by: show the N groups with the most total time, the others
-    /// as one "other" line
+    /// as one "other" line. With --prometheus or --textfile, also the
+    /// groups per function with a series of their own (20 if not given):
+    /// the first N seen, by total time; later ones add to one series whose
+    /// key labels are "other"
     #[arg(long, value_name = "N", requires = "by",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub top: Option<u32>,
@@ -611,6 +614,22 @@ impl LatencyArgs {
         s.cpu_hist = self.hist;
         if let Err(e) = crate::plan::by::check(&self.by, Default::default()) {
             return Err(usage(e));
+        }
+        if let Some(e) = &s.export {
+            // The group series' own labels.
+            let mut names: Vec<String> = self
+                .by
+                .iter()
+                .map(|k| crate::report::prom::group_label_name(k.name()))
+                .collect();
+            if !self.by.is_empty() {
+                names.push("comm".into());
+            }
+            if let Some((n, _)) = e.labels.iter().find(|(n, _)| names.contains(n)) {
+                return Err(usage(format!(
+                    "--label {n}: with --by, {n} is a label tachy sets itself on the groups' metrics"
+                )));
+            }
         }
         s.by = self.by;
         s.top = self.top.map(|n| n as usize);

@@ -652,7 +652,12 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     let mut exporter = match &s.export {
         Some(e) => {
             let zeros = vec![Counts::default(); plan.ids() as usize];
-            let initial = prom::render_openmetrics(&metric_series(&plan, e, &zeros));
+            let records = s.record.map(|_| prom::RecordCounts {
+                labels: e.labels.clone(),
+                ..Default::default()
+            });
+            let series = metric_series(&plan, e, &zeros, None);
+            let initial = prom::render_openmetrics(&series, records.as_ref());
             Some(Exporter::start(
                 e.listen,
                 e.textfile.as_deref(),
@@ -927,6 +932,21 @@ fn run(
     // --by: the groups read so far, and the names of their keys.
     let mut carry_groups: Vec<RawGroup> = Vec::new();
     let mut namer = Namer::default();
+    // --by with metrics: the groups since tracing began; --record-slower-than
+    // with metrics: the records since tracing began.
+    let mut metric_groups = (exporter.is_some() && !s.by.is_empty()).then(|| {
+        let by = s.by.iter().map(|k| k.name().to_string()).collect();
+        prom::GroupTally::new(by, s.top.unwrap_or(prom::DEFAULT_GROUP_SERIES))
+    });
+    let mut metric_records = match (&s.export, s.record) {
+        (Some(e), Some(_)) => Some(prom::RecordCounts {
+            labels: e.labels.clone(),
+            ..Default::default()
+        }),
+        _ => None,
+    };
+    // Records lost since the last report.
+    let mut lost = 0u64;
     let callers = s.by.contains(&ByKey::Caller);
     if let (true, Some(pid)) = (callers, plan.pid) {
         namer.watch(pid);
@@ -938,7 +958,10 @@ fn run(
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if let Some(r) = recorder.as_mut() {
-            r.print(plan, reports)?;
+            let n = r.print(plan, reports)?;
+            if let Some(m) = metric_records.as_mut() {
+                m.recorded += n;
+            }
         }
         let now = Instant::now();
         end.stopped = STOP.load(Ordering::SeqCst);
@@ -990,11 +1013,30 @@ fn run(
                     cumulative[i].merge(&n);
                 }
             }
-            report::groups::merge_raw(&mut carry_groups, tracer.take_groups()?);
+            let fresh = tracer.take_groups()?;
+            if let Some(tally) = metric_groups.as_mut() {
+                let read = fresh
+                    .iter()
+                    .map(|r| {
+                        let keys = (!r.other).then(|| namer.name(&s.by, r));
+                        (r.id, keys, r.counts.clone())
+                    })
+                    .collect();
+                tally.add(read);
+            }
+            report::groups::merge_raw(&mut carry_groups, fresh);
+            if recorder.is_some() {
+                let n = tracer.take_records_lost()?;
+                lost += n;
+                if let Some(m) = metric_records.as_mut() {
+                    m.lost += n;
+                }
+            }
         }
         if let (Some(e), Some(settings)) = (exporter.as_deref_mut(), &s.export) {
             if export || done {
-                let om = prom::render_openmetrics(&metric_series(plan, settings, &cumulative));
+                let series = metric_series(plan, settings, &cumulative, metric_groups.as_ref());
+                let om = prom::render_openmetrics(&series, metric_records.as_ref());
                 e.publish(om, now, done)?;
             }
         }
@@ -1011,8 +1053,13 @@ fn run(
         }
         if due || done {
             if let Some(r) = recorder.as_mut() {
-                r.print(plan, reports)?;
-                reports.records_lost(tracer.take_records_lost()?)?;
+                // Records that arrived after the read above are printed
+                // here and counted in the next metrics.
+                let n = r.print(plan, reports)?;
+                if let Some(m) = metric_records.as_mut() {
+                    m.recorded += n;
+                }
+                reports.records_lost(std::mem::take(&mut lost))?;
             }
             let counts = std::mem::replace(&mut carry, vec![Counts::default(); ids]);
             end.nothing_counted &= counts[..plan.items.len()]
@@ -1064,14 +1111,16 @@ impl Recorder {
         Recorder { reader, rank }
     }
 
-    fn print(&mut self, plan: &Plan, reports: &mut Reports) -> Result<()> {
+    /// Prints the records that arrived; returns how many.
+    fn print(&mut self, plan: &Plan, reports: &mut Reports) -> Result<u64> {
         let got = self.reader.read()?;
         if got.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let offset = realtime_offset();
         let records: Vec<Record> = got.iter().map(|k| self.record(plan, k, offset)).collect();
-        reports.records(&records)
+        reports.records(&records)?;
+        Ok(records.len() as u64)
     }
 
     fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
@@ -1577,11 +1626,15 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
     }
 }
 
-/// The series of `--prometheus` and `--textfile`: one per traced function
-/// and one per call site of `tachy nested`, labelled with names as the
-/// reports show them and the user's labels. (A `--by` group would add its
-/// key as one more label to each of its function's series here.)
-fn metric_series(plan: &Plan, e: &ExportSettings, counts: &[Counts]) -> Vec<prom::Series> {
+/// The series of `--prometheus` and `--textfile`: one per traced function,
+/// one per call site of `tachy nested` and those of the `--by` groups,
+/// labelled with names as the reports show them and the user's labels.
+fn metric_series(
+    plan: &Plan,
+    e: &ExportSettings,
+    counts: &[Counts],
+    groups: Option<&prom::GroupTally>,
+) -> Vec<prom::Series> {
     let nf = plan.items.len();
     let name_of = |id: u32| match (id as usize).checked_sub(nf) {
         None => plan.items.get(id as usize).map(|f| f.name.as_str()),
@@ -1611,12 +1664,15 @@ fn metric_series(plan: &Plan, e: &ExportSettings, counts: &[Counts]) -> Vec<prom
         }
     };
     let mut out: Vec<prom::Series> = Vec::with_capacity(counts.len());
-    for (f, c) in plan.items.iter().zip(counts) {
-        let labels = vec![
+    let function_labels = |id: u32| match plan.items.get(id as usize) {
+        Some(f) => vec![
             ("function".into(), f.name.clone()),
             ("object".into(), plan.object_of(f).display().to_string()),
-        ];
-        out.push(series(prom::SeriesKind::Function, labels, c));
+        ],
+        None => vec![("function".into(), format!("#{id}"))],
+    };
+    for (id, c) in (0..plan.items.len() as u32).zip(counts) {
+        out.push(series(prom::SeriesKind::Function, function_labels(id), c));
     }
     for (x, c) in plan.sites.iter().zip(counts.iter().skip(nf)) {
         let location = match &x.site.location {
@@ -1630,6 +1686,13 @@ fn metric_series(plan: &Plan, e: &ExportSettings, counts: &[Counts]) -> Vec<prom
             ("location".into(), location),
         ];
         out.push(series(prom::SeriesKind::Site, labels, c));
+    }
+    for mut g in groups
+        .map(|g| g.series(function_labels))
+        .unwrap_or_default()
+    {
+        g.labels.extend(e.labels.iter().cloned());
+        out.push(g);
     }
     // Two series may not share their labels: the same function name in one
     // object twice, or one line calling the same function twice. The

@@ -681,6 +681,133 @@ fn prometheus_scrapes_and_textfile_count_exactly() {
     assert_eq!(left.len(), 1, "temporary files left in {}", dir.display());
 }
 
+/// The groups of `function` in an exposition: the values of its labels
+/// other than function, object, le and the user's env, joined by `,`,
+/// mapped to (count, sum in seconds); each group's buckets checked.
+fn parsed_groups(fams: &Value, function: &str) -> std::collections::BTreeMap<String, (u64, f64)> {
+    let fam = "tachy_group_duration_seconds";
+    assert_eq!(fams[fam]["type"], "histogram", "{fams}");
+    let samples: Vec<&Value> = fams[fam]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s[1]["function"] == function)
+        .collect();
+    let key = |labels: &Value| {
+        labels
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| !["function", "object", "le", "env"].contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for c in samples.iter().filter(|s| s[0] == format!("{fam}_count")) {
+        let k = key(&c[1]);
+        let mine: Vec<&&Value> = samples.iter().filter(|s| key(&s[1]) == k).collect();
+        let sum = mine
+            .iter()
+            .find(|s| s[0] == format!("{fam}_sum"))
+            .unwrap_or_else(|| panic!("no _sum of {k}"))[2]
+            .as_f64()
+            .unwrap();
+        let buckets: Vec<(f64, u64)> = mine
+            .iter()
+            .filter(|s| s[0] == format!("{fam}_bucket"))
+            .map(|s| {
+                let le = s[1]["le"].as_str().unwrap();
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, s[2].as_f64().unwrap() as u64)
+            })
+            .collect();
+        let count = c[2].as_f64().unwrap() as u64;
+        check_buckets(count, &buckets);
+        assert_eq!(c[1]["object"], mine[0][1]["object"]);
+        assert_eq!(c[1]["env"], "ci", "{k}: the user's labels");
+        assert!(out.insert(k.clone(), (count, sum)).is_none(), "{k} twice");
+    }
+    out
+}
+
+/// `--by caller` in the textfile: a histogram per caller (three callers,
+/// 50, 30 and 20 calls), named as the text report names them, exact; with
+/// `--top 2` the smallest is the "other" series; the records of
+/// `--record-slower-than` counted.
+#[test]
+fn by_groups_and_records_are_metrics() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let dir = scratch("groups");
+    let textfile = dir.join("tachy.prom");
+    let exe = common::build("why");
+    let run = |opts: &[&str]| {
+        let mut args = vec![
+            "latency",
+            "--textfile",
+            textfile.to_str().unwrap(),
+            "--label",
+            "env=ci",
+            "--by",
+            "caller",
+        ];
+        args.extend_from_slice(opts);
+        args.extend(["target", "--", exe.to_str().unwrap(), "callers", "10"]);
+        let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT);
+        out.assert_success();
+        let lines = common::tagged(&format!("{}\n{}", out.stdout, out.stderr), "line");
+        let text = std::fs::read_to_string(&textfile).unwrap();
+        (out, lines, parse_exposition(&text, "text"))
+    };
+
+    let (out, lines, fams) = run(&[]);
+    let at = |c: &str| format!("caller={c} at why.c:{}", lines[c]);
+    let groups = parsed_groups(&fams, "target");
+    let counts: Vec<(String, u64)> = groups.iter().map(|(k, v)| (k.clone(), v.0)).collect();
+    let mut want = vec![
+        (at("caller_one"), 50),
+        (at("caller_two"), 30),
+        (at("caller_three"), 20),
+    ];
+    want.sort();
+    assert_eq!(counts, want, "{out}");
+    // Each call sleeps 200 us.
+    for (k, (n, sum)) in &groups {
+        assert!(*sum >= 0.9 * 200e-6 * *n as f64, "{k}: {sum} s");
+    }
+    assert_eq!(parsed_histogram(&fams, "target").0, 100);
+    assert!(fams.get("tachy_records").is_none(), "{fams}");
+
+    let (out, lines, fams) = run(&["--top", "2", "--record-slower-than", "0ns"]);
+    let at = |c: &str| format!("caller={c} at why.c:{}", lines[c]);
+    let counts: Vec<(String, u64)> = parsed_groups(&fams, "target")
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let mut want = vec![
+        (at("caller_one"), 50),
+        (at("caller_two"), 30),
+        ("caller=other".to_string(), 20),
+    ];
+    want.sort();
+    assert_eq!(counts, want, "{out}");
+    // One record per call, none lost; labelled with the user's labels.
+    let records = |fam: &str| {
+        let s = &fams[fam]["samples"][0];
+        assert_eq!(s[1], serde_json::json!({"env": "ci"}), "{fams}");
+        s[2].as_f64().unwrap() as u64
+    };
+    assert_eq!(records("tachy_records"), 100, "{out}");
+    assert_eq!(records("tachy_records_lost"), 0, "{out}");
+}
+
 #[test]
 fn prometheus_bad_label_or_busy_port_attaches_nothing() {
     let _lock = common::serial();
@@ -700,6 +827,21 @@ fn prometheus_bad_label_or_busy_port_attaches_nothing() {
             "--label a is given twice",
         ),
         (vec!["--prometheus", "9464", "-u"], "metrics are in seconds"),
+        (
+            vec!["--textfile", "x.prom", "--by", "tid", "--label", "comm=x"],
+            "--label comm: with --by, comm is a label tachy sets itself",
+        ),
+        (
+            vec![
+                "--textfile",
+                "x.prom",
+                "--by",
+                "caller",
+                "--label",
+                "caller=x",
+            ],
+            "is a label tachy sets itself",
+        ),
         (vec!["--prometheus", "nowhere"], "is not ADDR:PORT"),
     ] {
         let mut all = vec!["latency"];

@@ -100,6 +100,25 @@ impl KeyValue {
         }
     }
 
+    /// The value as a metric's label holds it: a thread or process by its
+    /// number (its name goes in a label of its own, see [`KeyValue::comm`]),
+    /// any other value as the text report shows it.
+    pub fn metric_value(&self) -> String {
+        match self {
+            KeyValue::Thread { tid, .. } => tid.to_string(),
+            KeyValue::Process { pid, .. } => pid.to_string(),
+            other => other.text(),
+        }
+    }
+
+    /// The name of the thread or process the value is, if it is one.
+    pub fn comm(&self) -> Option<&str> {
+        match self {
+            KeyValue::Thread { comm, .. } | KeyValue::Process { comm, .. } => Some(comm),
+            _ => None,
+        }
+    }
+
     /// The key's name in JSON, and the value.
     fn json(&self) -> (&'static str, Value) {
         match self {
@@ -197,7 +216,7 @@ impl Groups {
 }
 
 /// A group's key values as one text label.
-fn label(keys: &[KeyValue]) -> String {
+pub fn label(keys: &[KeyValue]) -> String {
     keys.iter()
         .map(KeyValue::text)
         .collect::<Vec<_>>()

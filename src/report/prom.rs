@@ -10,8 +10,12 @@
 //! `+Inf`. Each is a boundary of the kernel's log2 x 16 buckets, so every
 //! count is exact: a bucket counts the calls shorter than its bound (whole
 //! nanoseconds; a call of exactly 2^k ns goes to the next bucket).
+//!
+//! `--by` groups are series of their own family, `tachy_group_duration`,
+//! with a label per key (see [`GroupTally`] for how many and which).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use prometheus_client::collector::Collector;
@@ -19,8 +23,9 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::groups::{label, KeyValue};
 use super::hist::bucket_range;
-use super::Hist;
+use super::{Counts, Hist};
 
 /// The exponents k of the bucket bounds 2^k ns.
 pub const BOUND_LOG2: std::ops::RangeInclusive<u32> = 7..=35;
@@ -38,6 +43,8 @@ pub enum SeriesKind {
     Function,
     /// A call site of `tachy nested`.
     Site,
+    /// The calls of a traced function in one `--by` group.
+    Group,
 }
 
 /// One labelled set of counters: a histogram in nanoseconds and the calls
@@ -115,20 +122,35 @@ fn stem(kind: SeriesKind) -> (&'static str, &'static str) {
             "tachy_site_duration",
             "Duration of the calls made at one call site of a function broken down by tachy nested",
         ),
+        SeriesKind::Group => (
+            "tachy_group_duration",
+            "Duration of the calls of a traced function in one --by group",
+        ),
     }
 }
 
 /// A counter family: its name after the stem, its help, and its value.
 type Counter = (&'static str, &'static str, fn(&Series) -> u64);
 
+/// `--record-slower-than`: the calls recorded and the records the ring
+/// buffer had no room for, since tracing began.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordCounts {
+    /// The user's labels.
+    pub labels: Vec<(String, String)>,
+    pub recorded: u64,
+    pub lost: u64,
+}
+
 /// The collector handed to prometheus-client: every series, with the
-/// histograms and counters of each kind of series as one family each.
+/// histograms and counters of each kind of series as one family each, and
+/// the record counters.
 #[derive(Debug)]
-struct Snapshot(Vec<Series>);
+struct Snapshot(Vec<Series>, Option<RecordCounts>);
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        for kind in [SeriesKind::Function, SeriesKind::Site] {
+        for kind in [SeriesKind::Function, SeriesKind::Site, SeriesKind::Group] {
             let series: Vec<&Series> = self.0.iter().filter(|s| s.kind == kind).collect();
             if series.is_empty() {
                 continue;
@@ -146,6 +168,11 @@ impl Collector for Snapshot {
                     &buckets(s),
                     None,
                 )?;
+            }
+            // The kernel counts unwound and filtered calls per function,
+            // not per group.
+            if kind == SeriesKind::Group {
+                continue;
             }
             let counters: [Counter; 2] = [
                 (
@@ -189,14 +216,34 @@ impl Collector for Snapshot {
                 }
             }
         }
+        if let Some(r) = &self.1 {
+            for (name, help, n) in [
+                (
+                    "tachy_records",
+                    "Calls recorded by --record-slower-than",
+                    r.recorded,
+                ),
+                (
+                    "tachy_records_lost",
+                    "Records of --record-slower-than the ring buffer had no room for",
+                    r.lost,
+                ),
+            ] {
+                let mut family =
+                    encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+                let mut m = family.encode_family(&r.labels)?;
+                m.encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
         Ok(())
     }
 }
 
-/// The OpenMetrics text exposition of `series`, ending with `# EOF`.
-pub fn render_openmetrics(series: &[Series]) -> String {
+/// The OpenMetrics text exposition of `series` (and of the record
+/// counters, with `--record-slower-than`), ending with `# EOF`.
+pub fn render_openmetrics(series: &[Series], records: Option<&RecordCounts>) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Snapshot(series.to_vec())));
+    registry.register_collector(Box::new(Snapshot(series.to_vec(), records.cloned())));
     let mut out = String::new();
     // Writing into a String cannot fail; the encoder fails only on a
     // writer error.
@@ -234,6 +281,166 @@ pub fn openmetrics_to_text(om: &str) -> String {
     out
 }
 
+/// The label value of a function's groups past the bound of [`GroupTally`].
+pub const OTHER: &str = "other";
+/// The label value of a function's calls the kernel's group map had no
+/// room for.
+pub const NOT_GROUPED: &str = "not grouped";
+/// Groups per function with a series of their own when `--top` is not
+/// given.
+pub const DEFAULT_GROUP_SERIES: usize = 20;
+
+/// The label a `--by` key's values go in: the key as `--by` names it
+/// (`caller`, `tid`, `pid`, `arg1`, a parameter's name), or `by_` and the
+/// key where that is not a label name or is one the group series already
+/// have (`function`, `object`, `comm`).
+pub fn group_label_name(key: &str) -> String {
+    const TAKEN: &[&str] = &["function", "object", "comm", "le", "quantile"];
+    if valid_label_name(key) && !TAKEN.contains(&key) {
+        return key.to_string();
+    }
+    let safe: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("by_{safe}")
+}
+
+/// The labels of a group: one per key (a thread or process by its number,
+/// a caller as `function at file:line`), then `comm` with the name of the
+/// thread or process when a key has one.
+fn key_labels(by: &[String], keys: &[KeyValue]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = by
+        .iter()
+        .zip(keys)
+        .map(|(name, k)| (group_label_name(name), k.metric_value()))
+        .collect();
+    if let Some(comm) = keys.iter().find_map(KeyValue::comm) {
+        out.push(("comm".into(), comm.to_string()));
+    }
+    out
+}
+
+/// One function's groups in [`GroupTally`].
+#[derive(Clone, Debug, Default)]
+struct FuncGroups {
+    /// The groups with a series, in the order they got it.
+    named: Vec<(Vec<KeyValue>, Counts)>,
+    /// Index in `named` by the group's text label.
+    at: HashMap<String, usize>,
+    /// The groups past the bound, added up.
+    other: Counts,
+    /// The calls the kernel's group map had no room for.
+    unkept: Counts,
+}
+
+/// `--by` groups as metrics, counted since tracing began. Per function, the
+/// first `bound` groups seen (the largest by total time among those a read
+/// of the kernel's map first sees) keep a series of their own for the
+/// whole run; groups seen later are added up in one series whose key
+/// labels are all [`OTHER`], and calls the kernel's map had no room for in
+/// one whose key labels are all [`NOT_GROUPED`]. A group never moves
+/// between series, so every series only grows, as counters must for
+/// Prometheus's `rate()`, and a scrape holds at most `bound + 2` group
+/// histograms per function.
+#[derive(Clone, Debug)]
+pub struct GroupTally {
+    by: Vec<String>,
+    bound: usize,
+    funcs: Vec<FuncGroups>,
+}
+
+impl GroupTally {
+    /// Groups by the keys `by` (as `--by` names them), at most `bound`
+    /// named groups per function.
+    pub fn new(by: Vec<String>, bound: usize) -> GroupTally {
+        GroupTally {
+            by,
+            bound,
+            funcs: Vec::new(),
+        }
+    }
+
+    /// Adds one read of the kernel's groups: (function id, the group's key
+    /// values or None for the calls not grouped, its counts).
+    pub fn add(&mut self, read: Vec<(u32, Option<Vec<KeyValue>>, Counts)>) {
+        let mut new: Vec<(u32, String, Vec<KeyValue>, Counts)> = Vec::new();
+        for (id, keys, counts) in read {
+            let id_us = id as usize;
+            if self.funcs.len() <= id_us {
+                self.funcs.resize_with(id_us + 1, FuncGroups::default);
+            }
+            let f = &mut self.funcs[id_us];
+            let Some(keys) = keys else {
+                f.unkept.merge(&counts);
+                continue;
+            };
+            let name = label(&keys);
+            if let Some(&i) = f.at.get(&name) {
+                f.named[i].1.merge(&counts);
+            } else if let Some(n) = new.iter_mut().find(|n| n.0 == id && n.1 == name) {
+                n.3.merge(&counts);
+            } else {
+                new.push((id, name, keys, counts));
+            }
+        }
+        new.sort_by(|a, b| {
+            (b.3.total_ns, b.3.count, &a.1)
+                .cmp(&(a.3.total_ns, a.3.count, &b.1))
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        for (id, name, keys, counts) in new {
+            let f = &mut self.funcs[id as usize];
+            if f.named.len() < self.bound {
+                f.at.insert(name, f.named.len());
+                f.named.push((keys, counts));
+            } else {
+                f.other.merge(&counts);
+            }
+        }
+    }
+
+    /// The group series, labelled with `function_labels(id)` first; the
+    /// "other" and "not grouped" series once they have had calls.
+    pub fn series(&self, function_labels: impl Fn(u32) -> Vec<(String, String)>) -> Vec<Series> {
+        let mut out = Vec::new();
+        for (id, f) in self.funcs.iter().enumerate() {
+            let base = function_labels(id as u32);
+            let folds = [(OTHER, &f.other), (NOT_GROUPED, &f.unkept)];
+            let named = f
+                .named
+                .iter()
+                .map(|(keys, c)| (key_labels(&self.by, keys), c));
+            let folded = folds
+                .into_iter()
+                .filter(|(_, c)| c.count > 0)
+                .map(|(v, c)| {
+                    let labels = self
+                        .by
+                        .iter()
+                        .map(|n| (group_label_name(n), v.to_string()))
+                        .collect();
+                    (labels, c)
+                });
+            for (keys, c) in named.chain(folded) {
+                let mut labels = base.clone();
+                labels.extend(keys);
+                out.push(Series {
+                    kind: SeriesKind::Group,
+                    labels,
+                    hist: c.hist.clone(),
+                    count: c.count,
+                    total_ns: c.total_ns,
+                    unwound: 0,
+                    filtered: 0,
+                    arg_filtered: None,
+                });
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +465,81 @@ mod tests {
             filtered: 0,
             arg_filtered: None,
         }
+    }
+
+    impl Series {
+        fn into_counts(self) -> Counts {
+            Counts {
+                count: self.count,
+                total_ns: self.total_ns,
+                hist: self.hist,
+                ..Counts::default()
+            }
+        }
+    }
+
+    fn tid(t: u32) -> Option<Vec<KeyValue>> {
+        Some(vec![KeyValue::Thread {
+            tid: t,
+            comm: format!("w{t}"),
+        }])
+    }
+
+    /// (label values after `function`, count) of each group series.
+    fn shown(tally: &GroupTally) -> Vec<(Vec<String>, u64)> {
+        tally
+            .series(|id| vec![("function".into(), format!("f{id}"))])
+            .into_iter()
+            .map(|s| {
+                let v = s
+                    .labels
+                    .iter()
+                    .map(|l| format!("{}={}", l.0, l.1))
+                    .collect();
+                (v, s.count)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn groups_keep_their_series_and_the_rest_is_other() {
+        let mut t = GroupTally::new(vec!["tid".into()], 2);
+        // First read: three threads, the two with most time get a series.
+        t.add(vec![
+            (0, tid(1), series(&[10; 5]).into_counts()),
+            (0, tid(2), series(&[1000; 2]).into_counts()),
+            (0, tid(3), series(&[500; 3]).into_counts()),
+            (1, tid(9), series(&[10]).into_counts()),
+        ]);
+        // Later: thread 1 grows past the others but stays in "other";
+        // thread 4 is new and goes there too; the map was full once.
+        t.add(vec![
+            (0, tid(1), series(&[10_000; 9]).into_counts()),
+            (0, tid(2), series(&[1000]).into_counts()),
+            (0, tid(4), series(&[10]).into_counts()),
+            (0, None, series(&[7, 7]).into_counts()),
+        ]);
+        let l = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            shown(&t),
+            vec![
+                (l(&["function=f0", "tid=2", "comm=w2"]), 3),
+                (l(&["function=f0", "tid=3", "comm=w3"]), 3),
+                (l(&["function=f0", "tid=other"]), 15),
+                (l(&["function=f0", "tid=not grouped"]), 2),
+                (l(&["function=f1", "tid=9", "comm=w9"]), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn group_label_names() {
+        assert_eq!(group_label_name("caller"), "caller");
+        assert_eq!(group_label_name("arg1"), "arg1");
+        assert_eq!(group_label_name("len"), "len");
+        assert_eq!(group_label_name("function"), "by_function");
+        assert_eq!(group_label_name("comm"), "by_comm");
+        assert_eq!(group_label_name("a.b"), "by_a_b");
     }
 
     #[test]
@@ -310,7 +592,39 @@ mod tests {
         let mut f = series(&[1_500, 250_000, 250_000, 9_000_000]);
         f.filtered = 4;
         f.arg_filtered = Some(11);
-        let om = render_openmetrics(&[f, site]);
+        let mut tally = GroupTally::new(vec!["caller".into(), "tid".into()], 1);
+        let caller = KeyValue::Caller {
+            object: "/srv/app".into(),
+            offset: 0x1234,
+            function: Some("main".into()),
+            function_offset: 0x14,
+            location: Some("app.c:40".into()),
+        };
+        let thread = |tid: u32| KeyValue::Thread {
+            tid,
+            comm: format!("worker-{tid}"),
+        };
+        tally.add(vec![
+            (
+                0,
+                Some(vec![caller.clone(), thread(7)]),
+                series(&[5_000; 3]).into_counts(),
+            ),
+            (
+                0,
+                Some(vec![caller, thread(8)]),
+                series(&[5_000]).into_counts(),
+            ),
+            (0, None, series(&[1_000]).into_counts()),
+        ]);
+        let mut all = vec![f, site];
+        all.extend(tally.series(|_| vec![("function".into(), "work".into())]));
+        let records = RecordCounts {
+            labels: vec![("env".into(), "prod".into())],
+            recorded: 12,
+            lost: 3,
+        };
+        let om = render_openmetrics(&all, Some(&records));
         crate::golden::check("src/report/golden", "metrics.openmetrics", om.as_bytes());
         let text = openmetrics_to_text(&om);
         crate::golden::check("src/report/golden", "metrics.prom", text.as_bytes());
