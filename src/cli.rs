@@ -140,9 +140,11 @@ Examples:
   tachy merge --per-input monday.json tuesday.json      with each input's calls
 
 Inputs are files of `tachy latency --json` (every report in a file is
-added) and `tachy latency --hlog` logs. Functions are matched by demangled
-name and the base name of their object. The sums are exact: every input
-holds the kernel's own buckets. Inputs must use one unit (-u, -m).";
+added) and `tachy latency --hlog` or `tachy nested --hlog` logs (a call site
+is named by its path). Functions are matched by demangled name and the base
+name of their object. The sums are exact: every input holds the kernel's
+own buckets. Inputs must use one unit (-u, -m). The --cpu parts of a
+function are added where every input has them, and left out otherwise.";
 
 const DIFF_EXAMPLES: &str = "\
 Examples:
@@ -150,7 +152,8 @@ Examples:
   tachy diff --json before.hlog after.hlog
 
 A and B are files as `tachy merge` reads them (every report in a file is
-added up first).";
+added up first). Reports of --cpu runs also compare each part's average per
+call (on-CPU, blocked, runnable).";
 
 #[derive(Args, Debug)]
 pub struct MergeArgs {
@@ -455,6 +458,14 @@ pub struct NestedArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "output")]
     pub svg: Option<PathBuf>,
 
+    /// Also write each interval's histogram of the function and of each
+    /// call site to FILE, as an HdrHistogram interval log (V2 compressed,
+    /// nanoseconds); a site is tagged with its path,
+    /// OBJECT/FUNCTION;SITE [FILE:LINE];...; created before any probe is
+    /// attached
+    #[arg(long, value_name = "FILE")]
+    pub hlog: Option<PathBuf>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
 }
@@ -651,6 +662,7 @@ impl NestedArgs {
             _ => (Format::Text, None),
         };
         let mut s = self.trace.validate(vec![self.func], format, svg)?;
+        s.hlog = self.hlog;
         s.cpu_hist = s.cpu && self.hist;
         s.nested = Some(NestedOpts {
             depth: self.depth,

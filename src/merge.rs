@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::cli::{DiffArgs, MergeArgs};
 use crate::report::hist::bucket_of;
 use crate::report::hlog::{self, HlogWriter};
-use crate::report::{Counts, FuncReport, Hist, Report, Unit};
+use crate::report::{Counts, CpuSplit, FuncReport, Hist, Report, Unit, CPU_PARTS};
 
 /// A function of the merged report, with the count each input gave it.
 pub struct Merged {
@@ -67,13 +67,63 @@ fn key_of(object: &Path, name: &str) -> (String, String) {
 
 /// Adds `f` to `g`, the same function.
 fn add_to(g: &mut FuncReport, f: &FuncReport) {
-    g.counts.merge(&f.counts);
+    merge_counts(&mut g.counts, &f.counts);
     g.go |= f.go;
     if g.object != f.object {
         // The same function of objects at different paths: name only what
         // they share.
         g.object = PathBuf::from(key(f).0);
     }
+}
+
+/// Adds `f` to `g`. The `--cpu` parts (and their histograms) are kept only
+/// where both sides have them, or one side has no calls: calls without
+/// parts would leave the sum of the parts short of the calls' time.
+fn merge_counts(g: &mut Counts, f: &Counts) {
+    let lacks = |c: &Counts| c.count > 0 && c.cpu.is_none();
+    let lacks_hist = |c: &Counts| c.count > 0 && c.cpu.as_ref().is_some_and(|s| s.hist.is_none());
+    let drop = lacks(g) || lacks(f);
+    let drop_hist = lacks_hist(g) || lacks_hist(f);
+    g.merge(f);
+    if drop {
+        g.cpu = None;
+    } else if let (true, Some(s)) = (drop_hist, g.cpu.as_mut()) {
+        s.hist = None;
+    }
+}
+
+/// The `--cpu` parts of a function of a JSON report (`"cpu"`), if it has
+/// them.
+fn json_cpu(f: &Value) -> Result<Option<CpuSplit>> {
+    let cpu = match f.get("cpu") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(c) => c,
+    };
+    let part = |key: &str| {
+        cpu.get(format!("{key}_ns"))
+            .and_then(Value::as_u64)
+            .ok_or_else(|| anyhow!("\"cpu\" without {key}_ns"))
+    };
+    let mut split = CpuSplit {
+        oncpu_ns: part(CPU_PARTS[0].1)?,
+        blocked_ns: part(CPU_PARTS[1].1)?,
+        runq_ns: part(CPU_PARTS[2].1)?,
+        hist: None,
+    };
+    if let Some(h) = cpu.get("log2_buckets").filter(|h| !h.is_null()) {
+        let slots = |key: &str| -> Result<Vec<u64>> {
+            h.get(key)
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
+                .ok_or_else(|| anyhow!("\"cpu\" log2_buckets without {key}"))
+        };
+        split.hist = Some([
+            slots(CPU_PARTS[0].1)?,
+            slots(CPU_PARTS[1].1)?,
+            slots(CPU_PARTS[2].1)?,
+        ]);
+    }
+    Ok(Some(split))
 }
 
 fn add(into: &mut Vec<FuncReport>, f: FuncReport) {
@@ -213,6 +263,7 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
         overflow: n("overflow"),
         indirect_tail: n("indirect_tail"),
         arg_filtered: f.get("filtered_by_args").and_then(Value::as_u64),
+        cpu: json_cpu(f).with_context(|| name.clone())?,
         hist,
         ..Counts::default()
     };
@@ -428,8 +479,10 @@ pub fn diff(a: &Path, b: &Path) -> Result<(Unit, Vec<DiffRow>)> {
     Ok((ia.unit, rows))
 }
 
-/// What `tachy diff` compares, per function: (label, value in ns or calls).
-fn figures(c: &Counts, unit: Unit) -> Vec<(&'static str, Option<u64>)> {
+/// What `tachy diff` compares, per function: (label, value in ns or
+/// calls); with `cpu` (either side has `--cpu` parts), each part's average
+/// per call too (None on a side without them).
+fn figures(c: &Counts, unit: Unit, cpu: bool) -> Vec<(&'static str, Option<u64>)> {
     let mut out = vec![
         ("count", Some(c.count)),
         ("avg", c.total_ns.checked_div(c.count)),
@@ -439,8 +492,17 @@ fn figures(c: &Counts, unit: Unit) -> Vec<(&'static str, Option<u64>)> {
         out.push((name, v));
     }
     out.push(("max", (c.count > 0).then_some(c.max_ns)));
+    if cpu {
+        let parts = c.cpu.as_ref().map(CpuSplit::parts);
+        for (i, label) in CPU_LABELS.iter().enumerate() {
+            out.push((label, parts.and_then(|p| p[i].checked_div(c.count))));
+        }
+    }
     out
 }
+
+/// The `--cpu` rows of `tachy diff`: each part's average per call.
+const CPU_LABELS: [&str; 3] = ["on-CPU", "blocked", "runnable"];
 
 /// The figures of `a` and `b` side by side.
 fn paired(
@@ -448,9 +510,10 @@ fn paired(
     b: &Counts,
     unit: Unit,
 ) -> impl Iterator<Item = (&'static str, Option<u64>, Option<u64>)> {
-    figures(a, unit)
+    let cpu = a.cpu.is_some() || b.cpu.is_some();
+    figures(a, unit, cpu)
         .into_iter()
-        .zip(figures(b, unit))
+        .zip(figures(b, unit, cpu))
         .map(|((label, va), (_, vb))| (label, va, vb))
 }
 
@@ -513,15 +576,16 @@ pub fn render_diff_json(
     rows: &[DiffRow],
     w: &mut impl Write,
 ) -> std::io::Result<()> {
-    let side = |c: &Option<Counts>| match c {
+    let side = |c: &Option<Counts>, cpu: bool| match c {
         None => Value::Null,
         Some(c) => {
             let mut m = serde_json::Map::new();
-            for (label, v) in figures(c, unit) {
+            for (label, v) in figures(c, unit, cpu) {
                 let key = match label {
                     "count" => "count".to_string(),
                     "avg" => "avg_ns".to_string(),
                     "max" => "max_ns".to_string(),
+                    p if CPU_LABELS.contains(&p) => format!("{}_avg_ns", json_part(p)),
                     p => p.to_string(),
                 };
                 m.insert(key, serde_json::json!(v));
@@ -533,16 +597,19 @@ pub fn render_diff_json(
         .iter()
         .map(|r| {
             let mut change = serde_json::Map::new();
+            let cpu = [&r.a, &r.b]
+                .iter()
+                .any(|s| s.as_ref().is_some_and(|c| c.cpu.is_some()));
             if let (Some(ca), Some(cb)) = (&r.a, &r.b) {
                 for (label, va, vb) in paired(ca, cb, unit) {
-                    change.insert(label.to_string(), serde_json::json!(change_of(va, vb)));
+                    change.insert(json_part(label), serde_json::json!(change_of(va, vb)));
                 }
             }
             serde_json::json!({
                 "name": r.name,
                 "object": r.object.display().to_string(),
-                "a": side(&r.a),
-                "b": side(&r.b),
+                "a": side(&r.a, cpu),
+                "b": side(&r.b, cpu),
                 "change_percent": change,
             })
         })
@@ -554,6 +621,15 @@ pub fn render_diff_json(
     });
     serde_json::to_writer(&mut *w, &v)?;
     writeln!(w)
+}
+
+/// A figure's name in `change_percent`: a `--cpu` part as the JSON report
+/// names it (`oncpu`, `blocked`, `runnable`).
+fn json_part(label: &str) -> String {
+    match CPU_LABELS.iter().position(|l| *l == label) {
+        Some(i) => CPU_PARTS[i].1.to_string(),
+        None => label.to_string(),
+    }
 }
 
 fn change_of(a: Option<u64>, b: Option<u64>) -> Option<f64> {

@@ -1478,7 +1478,7 @@ impl Reports {
         interval: bool,
     ) -> Result<()> {
         if let (true, Some((path, log, since))) = (interval, &mut self.hlog) {
-            let report = flat_report(plan, s, counts);
+            let report = hlog_report(plan, s, counts);
             log.write(&report, *since)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             *since = report.time;
@@ -1624,6 +1624,48 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
             })
             .collect(),
     }
+}
+
+/// The histograms of `--hlog`: every traced function's, and with `tachy
+/// nested` every call site's, named by its path from the traced function
+/// (`f;g [a.c:12];h [b.c:40]`, the frames of the folded stacks) in the
+/// object of that function.
+fn hlog_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
+    let mut report = flat_report(plan, s, counts);
+    if s.nested.is_none() {
+        return report;
+    }
+    let nf = plan.items.len();
+    let clean = |name: &str| name.replace([';', '\n'], ",");
+    let frame = |x: &plan::SiteNode| match &x.site.location {
+        Some(l) => clean(&format!("{} [{l}]", x.site.name)),
+        None => clean(&x.site.name),
+    };
+    // A site's path is its parent's and one more frame; parents come
+    // before their sites in the plan. The root is a traced function.
+    let mut paths: Vec<Option<(String, usize)>> = Vec::with_capacity(plan.sites.len());
+    for x in &plan.sites {
+        let parent = x.parent as usize;
+        let up = match parent.checked_sub(nf) {
+            None => plan.items.get(parent).map(|f| (clean(&f.name), parent)),
+            Some(i) => paths.get(i).cloned().flatten(),
+        };
+        paths.push(up.map(|(base, root)| (format!("{base};{}", frame(x)), root)));
+    }
+    for (path, c) in paths.into_iter().zip(counts.iter().skip(nf)) {
+        let Some((path, f)) = path.and_then(|(p, root)| Some((p, plan.items.get(root)?))) else {
+            continue;
+        };
+        report.funcs.push(FuncReport {
+            raw_name: path.clone(),
+            name: path,
+            object: plan.object_of(f).to_path_buf(),
+            go: f.is_go(),
+            counts: c.clone(),
+            groups: None,
+        });
+    }
+    report
 }
 
 /// The series of `--prometheus` and `--textfile`: one per traced function,

@@ -296,6 +296,185 @@ fn merge_of_parts_of_a_run_is_the_whole_run() {
     assert_eq!(logged[1].2.len(), 2 * it);
 }
 
+/// A tag of an interval log with its `%XX` escapes decoded.
+fn unescape_tag(tag: &str) -> String {
+    let mut out = Vec::new();
+    let b = tag.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let hex = tag
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(c)) => {
+                out.push(c);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// `tachy nested --hlog`: the function's and each call site's histogram,
+/// tagged with the site's path as folded stacks name it; read back by the
+/// hdrhistogram crate, every count is the JSON report's, exactly, and
+/// `tachy merge` reads the log with the sites by their paths.
+#[test]
+fn nested_hlog_tags_each_site_with_its_path() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let dir = scratch("nested-hlog");
+    let log = dir.join("nested.hlog");
+    let exe = common::build("nested_o2");
+    let out = Tachy::start(
+        &[
+            "nested",
+            "--json",
+            "--depth",
+            "2",
+            "--hlog",
+            log.to_str().unwrap(),
+            "app::handle(int)",
+            "--",
+            exe.to_str().unwrap(),
+            "20",
+            "2",
+        ],
+        &[("FIXTURE_NO_WAIT", "1")],
+    )
+    .finish(RUN_TIMEOUT);
+    out.assert_success();
+    let rep = out.single_report();
+    fn walk(n: &Value, prefix: Option<&str>, out: &mut std::collections::BTreeMap<String, u64>) {
+        let name = n["name"].as_str().unwrap();
+        let frame = match n["site"].as_str() {
+            Some(s) => format!("{name} [{s}]"),
+            None => name.to_string(),
+        };
+        let path = match prefix {
+            Some(p) => format!("{p};{frame}"),
+            None => frame,
+        };
+        *out.entry(format!("nested_o2/{path}")).or_default() += num(n, "count");
+        for c in n["children"].as_array().unwrap() {
+            walk(c, Some(&path), out);
+        }
+    }
+    let mut want = std::collections::BTreeMap::new();
+    walk(&rep["roots"][0], None, &mut want);
+    assert_eq!(want["nested_o2/app::handle(int)"], 40, "{out}");
+    assert!(
+        want.keys()
+            .any(|k| k.matches(';').count() == 2 && want[k] > 0),
+        "no second level in {want:?}"
+    );
+    let mut got = std::collections::BTreeMap::new();
+    for (tag, _, h) in read_hlog(&log) {
+        *got.entry(unescape_tag(&tag)).or_default() += h.len();
+    }
+    assert_eq!(got, want, "{out}");
+
+    // tachy merge reads the sites back by their paths.
+    let merged = tachy(&["merge", "--json", log.to_str().unwrap()]);
+    merged.assert_success();
+    let v: Value = serde_json::from_str(merged.stdout.trim()).unwrap();
+    let mut again = std::collections::BTreeMap::new();
+    for f in v["functions"].as_array().unwrap() {
+        let key = format!("nested_o2/{}", f["name"].as_str().unwrap());
+        *again.entry(key).or_default() += num(f, "count");
+    }
+    assert_eq!(again, want);
+}
+
+/// `tachy merge` adds `--cpu` parts exactly where every input has them and
+/// drops them where one does not; `tachy diff` shows each part's average
+/// per call and its change.
+#[test]
+fn merge_and_diff_keep_cpu_parts() {
+    let dir = scratch("cpu");
+    let line = |count: u64, cpu: Option<[u64; 3]>| {
+        let cpu = match cpu {
+            Some([on, bl, rq]) => format!(
+                r#", "cpu": {{"oncpu_ns": {on}, "oncpu_share": 0.1, "blocked_ns": {bl}, "blocked_share": 0.8, "runnable_ns": {rq}, "runnable_share": 0.1}}"#
+            ),
+            None => String::new(),
+        };
+        format!(
+            r#"{{"time": 1.0, "functions": [{{"name": "f", "raw_name": "f", "object": "/x", "count": {count}, "total_ns": {t}, "min_ns": 900, "max_ns": 1100, "log2_unit": "nsec", "buckets": [[960, {count}]], "unwound": 0, "filtered": 0, "overflow": 0, "indirect_tail": 0{cpu}}}]}}"#,
+            t = count * 1000
+        )
+    };
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text + "\n").unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let a = write("a.json", line(2, Some([600, 1200, 200])));
+    let b = write("b.json", line(4, Some([1000, 2900, 100])));
+    let c = write("c.json", line(2, None));
+    let merged = tachy(&["merge", "--json", &a, &b]);
+    merged.assert_success();
+    let v: Value = serde_json::from_str(merged.stdout.trim()).unwrap();
+    let cpu = &v["functions"][0]["cpu"];
+    assert_eq!(
+        [
+            cpu["oncpu_ns"].clone(),
+            cpu["blocked_ns"].clone(),
+            cpu["runnable_ns"].clone()
+        ],
+        [1600, 4100, 300],
+        "{merged}"
+    );
+    let text = tachy(&["merge", &a, &b]);
+    text.assert_success();
+    assert!(text.stdout.contains("on-CPU"), "{text}");
+    // An input without the parts: the sum would be short, so none.
+    let mixed = tachy(&["merge", "--json", &a, &c]);
+    mixed.assert_success();
+    let v: Value = serde_json::from_str(mixed.stdout.trim()).unwrap();
+    assert_eq!(num(&v["functions"][0], "count"), 4);
+    assert!(v["functions"][0].get("cpu").is_none(), "{mixed}");
+
+    // Per call: on-CPU 300 -> 250 ns, blocked 600 -> 725, runnable 100 -> 25.
+    let js = tachy(&["diff", "--json", &a, &b]);
+    js.assert_success();
+    let v: Value = serde_json::from_str(js.stdout.trim()).unwrap();
+    let f = &v["functions"][0];
+    for (side, want) in [("a", [300, 600, 100]), ("b", [250, 725, 25])] {
+        let got: Vec<u64> = ["oncpu_avg_ns", "blocked_avg_ns", "runnable_avg_ns"]
+            .iter()
+            .map(|k| num(&f[side], k))
+            .collect();
+        assert_eq!(got, want, "{side}: {v}");
+    }
+    let ch = &f["change_percent"];
+    assert_eq!(
+        [
+            ch["oncpu"].as_f64(),
+            ch["blocked"].as_f64(),
+            ch["runnable"].as_f64()
+        ],
+        [Some(-16.7), Some(20.8), Some(-75.0)],
+        "{v}"
+    );
+    let diff = tachy(&["diff", &a, &c]);
+    diff.assert_success();
+    let row: Vec<&str> = diff
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("on-CPU "))
+        .unwrap_or_else(|| panic!("{diff}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row, ["on-CPU", "300", "ns", "-", "-"], "{diff}");
+}
+
 #[test]
 fn merge_and_diff_of_two_runs() {
     let _lock = common::serial();
@@ -306,7 +485,7 @@ fn merge_and_diff_of_two_runs() {
     let it = 300;
     let mut files = Vec::new();
     for run in ["one", "two"] {
-        let out = trace_plain(&["--json", "slow_sum", "fast_path"], it);
+        let out = trace_plain(&["--json", "--cpu", "slow_sum", "fast_path"], it);
         let path = dir.join(format!("{run}.json"));
         std::fs::write(&path, &out.stdout).unwrap();
         files.push(path.to_str().unwrap().to_string());
@@ -347,8 +526,33 @@ fn merge_and_diff_of_two_runs() {
         assert!(g.starts_with(w.as_str()), "{g:?} vs {w:?}");
     }
 
+    // --cpu: the merged parts are the sums of the runs' parts.
+    let js = tachy(&["merge", "--json", &files[0], &files[1]]);
+    js.assert_success();
+    let merged: Value = serde_json::from_str(js.stdout.trim()).unwrap();
+    for part in ["oncpu_ns", "blocked_ns", "runnable_ns"] {
+        let of = |v: &Value| num(&func(v, "slow_sum")["cpu"], part);
+        let runs: u64 = files
+            .iter()
+            .map(|f| {
+                json_lines(&std::fs::read_to_string(f).unwrap())
+                    .iter()
+                    .filter(|r| r.get("functions").is_some())
+                    .map(of)
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(of(&merged), runs, "{part}: {js}");
+    }
+
     let diff = tachy(&["diff", &files[0], &files[1]]);
     diff.assert_success();
+    assert!(
+        diff.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("blocked ")),
+        "{diff}"
+    );
     let count_lines: Vec<&str> = diff
         .stdout
         .lines()

@@ -5,7 +5,10 @@
 //! log back recovers every bucket count exactly.
 //!
 //! The tag of a histogram is `OBJECT/NAME`: the object's base name (which
-//! has no `/`), a `/`, then the demangled name, with `%`, `,`, space, CR
+//! has no `/`), a `/`, then the demangled name (for a call site of `tachy
+//! nested`, its path: the traced function, then each site down to it as
+//! `NAME [FILE:LINE]`, joined by `;`, as folded stacks name frames), with
+//! `%`, `,`, space, CR
 //! and LF written as `%25`, `%2C`, `%20`, `%0D`, `%0A` (interval log tags
 //! may hold none of the last four). Before each histogram line a comment
 //! `#tachy TAG key=value...` keeps what the histogram cannot: the exact
@@ -132,7 +135,7 @@ impl<W: Write> HlogWriter<W> {
         IntervalLogWriterBuilder::new()
             .add_comment("[Histogram log format version 1.3]")
             .add_comment(&format!(
-                "tachy {}: function latency in nanoseconds, one histogram per function and interval, tagged OBJECT/FUNCTION",
+                "tachy {}: function latency in nanoseconds, one histogram per function (and call site of tachy nested) and interval, tagged OBJECT/FUNCTION (OBJECT/FUNCTION;SITE [FILE:LINE];... for a site)",
                 crate::cli::VERSION
             ))
             .add_comment(&format!("tachy unit={}", unit.label()))
