@@ -199,10 +199,14 @@ impl Calibration {
             .items
             .iter()
             .map(|item| match &item.kind {
-                // Go frames (per goroutine) are timed without the
-                // correction: nothing is subtracted, and nothing said.
-                ItemKind::Function(f) if f.exits.mode != ExitMode::Go => {
-                    let (e, x) = root_kind(f.entry_cost, f.exits.mode);
+                // Go frames (per goroutine) take the probe time of the same
+                // kinds of probes: an entry, and probes on each `ret`.
+                ItemKind::Function(f) => {
+                    let exit = match f.exits.mode {
+                        ExitMode::Go => ExitMode::Rets,
+                        m => m,
+                    };
+                    let (e, x) = root_kind(f.entry_cost, exit);
                     self.root[e][x]
                 }
                 _ => ProbeTime::default(),
@@ -219,10 +223,6 @@ impl Calibration {
         let mut next_call = false;
         for p in &plan.probes {
             match p.kind {
-                // Go frames are timed without the correction.
-                ProbeKind::Site {
-                    slot: s, go: true, ..
-                } if s == slot => return ProbeTime::default(),
                 ProbeKind::Site {
                     slot: s,
                     tail,

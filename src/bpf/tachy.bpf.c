@@ -1662,6 +1662,61 @@ static __always_inline bool gends_with_below(struct gwalk_ctx *c,
 	return (b->flags & TACHY_GFRAME_SITE) && b->slot == c->slot;
 }
 
+/* The frame below the top one, which the top one ran inside of. */
+static __always_inline struct tachy_gframe *gbelow(struct tachy_goroutine *gr)
+{
+	__u32 i = gr->depth - 2;
+
+	if (i >= TACHY_MAX_DEPTH)
+		return NULL;
+	return &gr->frames[i];
+}
+
+/*
+ * The top frame `f` ends at `now`: timed when it returned (`close`),
+ * without the probes' own time (never below zero, nor below the calls
+ * timed inside it), else counted as left by panic. The probes' time of the
+ * calls inside it, and its own when it returned (a frame left by a panic
+ * never ran its exit probe), lie inside the frame below it too, as does
+ * its corrected duration.
+ */
+static __always_inline void gend(struct tachy_goroutine *gr,
+				 struct tachy_gframe *f, __u64 now, bool close)
+{
+	__u32 id = f->id;
+	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
+	struct tachy_gframe *up;
+	__u64 d = now - f->start_ns, inner = 0;
+	__u64 sub = f->probe_ns + (c ? c->in_ns : 0);
+	__u64 probe = f->probe_ns;
+	struct tachy_stats *s;
+
+	if (close) {
+		if (d < sub) {
+			s = stats_of(id);
+			if (s)
+				s->under++;
+			d = 0;
+		} else {
+			d -= sub;
+		}
+		if (d < f->inner_ns)
+			d = f->inner_ns;
+		inner = d;
+		/* Its own probes ran (left by panic, its exit did not). */
+		probe += c ? c->add_ns : 0;
+		record_ns(id, d, (struct parts){}, false);
+	} else {
+		count_unwound(id);
+	}
+	/* One use of the frame below: the verifier loses a second test. */
+	up = gbelow(gr);
+	if (up) {
+		up->probe_ns += probe;
+		up->inner_ns += inner;
+	}
+}
+
 /*
  * Pops the top frame if it is gone, closing it if it returned. At an
  * entry: one at the same key or deeper (left by a panic). At a `ret`: a
@@ -1702,10 +1757,7 @@ static long gpop_one(__u64 i, void *data)
 		close = true;
 		last = true;
 	}
-	if (close)
-		record_ns(f->id, c->now - f->start_ns, (struct parts){}, false);
-	else
-		count_unwound(f->id);
+	gend(gr, f, c->now, close);
 	gr->depth--;
 	return last;
 }
@@ -1752,18 +1804,25 @@ static __always_inline void go_overflow(__u32 id)
 /*
  * --outermost: whether the goroutine has a call of `id` open (a recursive
  * call inside it is then not timed; its `ret`s find no frame at their key
- * and close nothing).
+ * and close nothing). Its probes then run inside the top frame.
  */
 static __always_inline bool gopen(struct tachy_goroutine *gr, __u32 id)
 {
+	struct tachy_corr *c;
+	struct tachy_gframe *t;
 	__u32 i;
 
 	for (i = 0; i < TACHY_MAX_DEPTH; i++) {
 		if (i >= gr->depth)
 			break;
-		if (gr->frames[i].id == id &&
-		    !(gr->frames[i].flags & TACHY_GFRAME_SITE))
-			return true;
+		if (gr->frames[i].id != id ||
+		    (gr->frames[i].flags & TACHY_GFRAME_SITE))
+			continue;
+		c = bpf_map_lookup_elem(&corr, &id);
+		t = gtop(gr);
+		if (c && t)
+			t->probe_ns += c->add_ns;
+		return true;
 	}
 	return false;
 }
@@ -1797,6 +1856,8 @@ static __always_inline void gpush(struct tachy_goroutine *gr, __u64 off,
 	}
 	f = &gr->frames[d & (TACHY_MAX_DEPTH - 1)];
 	f->off = off;
+	f->probe_ns = 0;
+	f->inner_ns = 0;
 	f->id = id;
 	f->flags = flags;
 	f->slot = slot;

@@ -244,13 +244,17 @@ struct tachy_thread {
 struct tachy_gframe {
 	__u64 off;
 	__u64 start_ns;
+	/* time the probes of calls inside this one took, within it */
+	__u64 probe_ns;
+	/* time of the timed calls inside this one, probe time subtracted */
+	__u64 inner_ns;
 	__u32 id; /* a function's id, or a site's node */
 	__u32 flags;
 	__u32 slot; /* a site's slot */
 	__u32 pad;
 };
 
-/* A goroutine's open traced frames: 2056 bytes, while it has any. */
+/* A goroutine's open traced frames: 3080 bytes, while it has any. */
 struct tachy_goroutine {
 	__u32 depth;
 	__u32 pad;
