@@ -1277,7 +1277,7 @@ mod tests {
     /// The sizes tachy.h states, in the comments that justify its limits.
     #[test]
     fn per_thread_state_is_as_tachy_h_says() {
-        assert_eq!(std::mem::size_of::<types::tachy_thread>(), 33848);
+        assert_eq!(std::mem::size_of::<types::tachy_thread>(), 33856);
     }
 
     #[test]

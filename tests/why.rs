@@ -71,9 +71,11 @@ fn fixture_cpu(out: &Outcome, name: &str) -> (u64, u64) {
     (n, cpu)
 }
 
-/// Time the hypervisor took from the CPUs so far, in ns,
-/// from /proc/stat: a thread's CPU clock leaves it out, tachy's on-CPU
-/// time (wall time on a CPU) does not.
+/// Time the hypervisor took from the CPUs so far, in ns, from /proc/stat.
+/// A thread's CPU clock leaves it out; tachy counts it as runnable, read
+/// from the scheduler's steal clock as of its last update (at most a tick
+/// old at a call's entry and end), so a little of it may still be read as
+/// on-CPU.
 fn steal_ns() -> u64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
     let line = stat
@@ -159,12 +161,14 @@ fn crowded_threads_wait_for_the_cpu() {
     if common::skip_unless_root() {
         return;
     }
+    let steal0 = steal_ns();
     let out = run_why(
         "latency",
         &["--cpu", "--hist", "--json", "crowded"],
         "crowd",
         10,
     );
+    let steal = steal_ns() - steal0;
     out.assert_success();
     let rep = out.single_report();
     let c = split(&out, &rep, "crowded", 40);
@@ -174,13 +178,14 @@ fn crowded_threads_wait_for_the_cpu() {
     assert_eq!(n, 40);
     // The scheduler charges a thread's CPU clock up to a little before
     // sched_switch fires: a few microseconds per switch, of which the
-    // crowded threads have hundreds. (On-CPU time comes out 0.4-1.7% above
-    // the CPU clock in most runs, but about one run in ten here reads
-    // 10-20% above it with no steal time seen: the ceiling is checked on
-    // the spinning function only, until that is explained.)
+    // crowded threads have hundreds. Time the hypervisor ran another guest
+    // on the CPU (steal time) is in neither: the thread's CPU clock leaves
+    // it out, and tachy counts it as runnable. (When tachy counted it as
+    // on-CPU, about one run in six here read 5-20% above the CPU clock,
+    // each call a little: the steal of the host's busy moments.)
     let on = num(c, "oncpu_ns");
     assert!(
-        on >= cpu - cpu / 100,
+        on >= cpu - cpu / 100 && on <= on_cpu_ceiling(cpu, 40, steal),
         "on-CPU {on} ns, the fixture's CPU clock {cpu} ns\n{out}"
     );
     // --hist: each part's histogram holds every call once.

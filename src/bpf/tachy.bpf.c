@@ -346,6 +346,38 @@ static __always_inline void record_ns(__u32 id, __u64 d, struct parts p,
 		record_parts(id, s, d, p);
 }
 
+/*
+ * --cpu: the steal time (what the hypervisor ran instead of this virtual
+ * CPU) of the CPU that task `p` is on, up to the scheduler's last clock
+ * update there: at a context switch that is the switch itself; elsewhere
+ * at most a tick ago. Read through the task's own run queue (its CFS
+ * queue's rq), as per-CPU kernel symbols cannot be looked up without
+ * CONFIG_KALLSYMS_ALL. 0 where the kernel does not account steal time.
+ */
+static __always_inline __u64 steal_now(struct task_struct *p)
+{
+	if (!bpf_core_field_exists(struct rq, prev_steal_time_rq) ||
+	    !bpf_core_field_exists(struct cfs_rq, rq))
+		return 0;
+	return BPF_CORE_READ(p, se.cfs_rq, rq, prev_steal_time_rq);
+}
+
+/*
+ * Adds the steal time of the thread's CPU since c->steal0 to its runnable
+ * sum (the thread is on that CPU: its own programs, or its switch-out),
+ * and starts again from now. Time settled while no frame is open counts
+ * in no call: a frame takes the sums' differences over its own life.
+ */
+static __always_inline void steal_settle(struct tachy_cpu *c,
+					 struct task_struct *p)
+{
+	__u64 s = steal_now(p);
+
+	if (s > c->steal0)
+		c->runq_ns += s - c->steal0;
+	c->steal0 = s;
+}
+
 /* What the thread spent off its CPU since its sums were these. */
 static __always_inline struct parts parts_since(struct tachy_cpu *c,
 						__u64 blocked0, __u64 runq0)
@@ -353,6 +385,7 @@ static __always_inline struct parts parts_since(struct tachy_cpu *c,
 	struct parts p = {};
 
 	if (cpu) {
+		steal_settle(c, bpf_get_current_task_btf());
 		p.blocked = c->blocked_ns - blocked0;
 		p.runq = c->runq_ns - runq0;
 	}
@@ -1021,6 +1054,8 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->start_ns = now;
 	f->probe_ns = 0;
 	f->inner_ns = 0;
+	if (cpu)
+		steal_settle(&t->cpu, bpf_get_current_task_btf());
 	f->blocked0 = t->cpu.blocked_ns;
 	f->runq0 = t->cpu.runq_ns;
 	f->id = id;
@@ -2084,6 +2119,8 @@ int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
 		return 0;
 	sc->id = *id;
 	sc->start_ns = bpf_ktime_get_ns();
+	if (cpu_sys)
+		steal_settle(&sc->cpu, bpf_get_current_task_btf());
 	sc->blocked0 = sc->cpu.blocked_ns;
 	sc->runq0 = sc->cpu.runq_ns;
 	if (record) {
@@ -2282,9 +2319,10 @@ int tachy_ijmp_s(struct pt_regs *ctx)
  * was preempted or yielded. A wakeup turns blocked into runnable; being
  * switched in ends it. Other threads cost one task-storage lookup each.
  */
-static __always_inline void cpu_off(struct tachy_cpu *c, bool runnable,
-				    __u64 now)
+static __always_inline void cpu_off(struct tachy_cpu *c, struct task_struct *p,
+				    bool runnable, __u64 now)
 {
+	steal_settle(c, p);
 	c->off_ns = now;
 	c->off_state = runnable ? TACHY_OFF_RUNNABLE : TACHY_OFF_BLOCKED;
 }
@@ -2298,8 +2336,11 @@ static __always_inline void cpu_woken(struct tachy_cpu *c, __u64 now)
 	c->off_state = TACHY_OFF_RUNNABLE;
 }
 
-static __always_inline void cpu_on(struct tachy_cpu *c, __u64 now)
+static __always_inline void cpu_on(struct tachy_cpu *c, struct task_struct *p,
+				   __u64 now)
 {
+	/* Steal time counts from here, on this CPU. */
+	c->steal0 = steal_now(p);
 	if (!c->off_ns)
 		return;
 	if (c->off_state == TACHY_OFF_BLOCKED)
@@ -2321,18 +2362,18 @@ int BPF_PROG(tachy_switch, bool preempt, struct task_struct *prev,
 
 	t = bpf_task_storage_get(&threads, prev, 0, 0);
 	if (t && t->depth)
-		cpu_off(&t->cpu, runnable, now);
+		cpu_off(&t->cpu, prev, runnable, now);
 	t = bpf_task_storage_get(&threads, next, 0, 0);
 	if (t)
-		cpu_on(&t->cpu, now);
+		cpu_on(&t->cpu, next, now);
 	if (!cpu_sys)
 		return 0;
 	sc = bpf_task_storage_get(&sys_start, prev, 0, 0);
 	if (sc && sc->id)
-		cpu_off(&sc->cpu, runnable, now);
+		cpu_off(&sc->cpu, prev, runnable, now);
 	sc = bpf_task_storage_get(&sys_start, next, 0, 0);
 	if (sc)
-		cpu_on(&sc->cpu, now);
+		cpu_on(&sc->cpu, next, now);
 	return 0;
 }
 

@@ -155,7 +155,10 @@ struct tachy_frame {
  * system call), from sched_switch and sched_wakeup. Both sums only grow;
  * a frame keeps their values at its entry, and its blocked and runnable
  * parts are the differences at its end. On-CPU time is the rest of its
- * duration, so the three parts add up to it.
+ * duration, so the three parts add up to it. Time the hypervisor gave the
+ * thread's CPU to another guest while the thread was on it (steal time) is
+ * runnable: the thread waited for a physical CPU, and its own CPU clock
+ * does not count that time either.
  */
 struct tachy_cpu {
 	__u64 blocked_ns;
@@ -163,6 +166,9 @@ struct tachy_cpu {
 	__u64 off_ns;	 /* when it left the CPU or was woken; 0: running */
 	__u32 off_state; /* TACHY_OFF_*, while off_ns is set */
 	__u32 pad;
+	/* The CPU's steal clock when the thread's time was last settled
+	 * (steal_settle in tachy.bpf.c). */
+	__u64 steal0;
 };
 
 /* Log2 slots of the parts' histograms (--cpu --hist), as funclatency's. */
@@ -186,7 +192,7 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: 33848 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 33856 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {
