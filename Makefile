@@ -111,8 +111,9 @@ clean:
 # Then bench/why.py: what --cpu adds to a context switch; bench/by.py: what
 # --by caller and --by tid add to each call; bench/filter.py: what a
 # two-clause --filter adds to a call; bench/records.py: what
-# --record-slower-than costs per call at 10,000 slow calls a second. These
-# share bench/benchlib.py.
+# --record-slower-than costs per call at 10,000 slow calls a second;
+# bench/cgroup.py: what --cgroup adds to each call. These share
+# bench/benchlib.py.
 BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
 
 bench: build
@@ -128,6 +129,7 @@ bench: build
 	/usr/bin/python3 bench/by.py
 	/usr/bin/python3 bench/filter.py
 	/usr/bin/python3 bench/records.py
+	/usr/bin/python3 bench/cgroup.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload

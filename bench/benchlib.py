@@ -1,5 +1,5 @@
 """What the per-feature benchmark rows of `make bench` share (bench/by.py,
-bench/filter.py, bench/why.py, bench/records.py): where things are, one run
+bench/filter.py, bench/why.py, bench/records.py, bench/cgroup.py): where things are, one run
 of a workload with or without tachy attached, and the section each row
 writes into bench/RESULTS.md.
 
@@ -13,6 +13,7 @@ bench/RESULTS.md), BENCH_TACHY (the binary, default target/release/tachy).
 """
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,10 +34,12 @@ def require_root():
     os.makedirs(OUT, exist_ok=True)
 
 
-def run_workload(argv, tracer, go="g", tachy_timeout=10):
+def run_workload(argv, tracer, go="g", tachy_timeout=10, stop=False):
     """Runs the workload `argv` with tachy (`tracer(pid)`, a command or None)
-    attached before the go signal `go`. Returns the workload's standard
-    output and tachy's (its report; "" without tachy)."""
+    attached before the go signal `go`; with `stop`, tachy is sent SIGINT
+    once the workload has exited (a trace that outlives it: a cgroup,
+    several processes). Returns the workload's standard output and tachy's
+    (its report; "" without tachy)."""
     wp = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     line = wp.stdout.readline()
     if not line.startswith("ready "):
@@ -66,6 +69,8 @@ def run_workload(argv, tracer, go="g", tachy_timeout=10):
     out = wp.stdout.read()
     wp.wait()
     if tp:
+        if stop:
+            tp.send_signal(signal.SIGINT)
         try:
             tp.wait(timeout=tachy_timeout)
         except subprocess.TimeoutExpired:
@@ -88,6 +93,15 @@ def load_average():
 def rounds_cell(xs):
     """A table cell with every round's value."""
     return ", ".join(f"{x:.0f}" for x in xs)
+
+
+def median_table(variants, res):
+    """Markdown lines of a table: each variant's median and every round."""
+    med = medians(res)
+    lines = ["| variant | median ns per call | all rounds |", "|---|---|---|"]
+    for v in variants:
+        lines.append(f"| {v} | {med[v]:.1f} | {rounds_cell(res[v])} |")
+    return lines
 
 
 def write_section(section, text):

@@ -701,9 +701,18 @@ fn parsed_histogram(fams: &Value, function: &str) -> (u64, f64, Vec<(f64, u64)>,
     let count = one("_count")[2].as_f64().unwrap() as u64;
     let sum = one("_sum")[2].as_f64().unwrap();
     let labels = one("_count")[1].clone();
-    let buckets = samples
-        .iter()
-        .filter(|s| s[0] == "tachy_function_duration_seconds_bucket")
+    let buckets = bucket_samples(
+        samples.iter().copied(),
+        "tachy_function_duration_seconds_bucket",
+    );
+    (count, sum, buckets, labels)
+}
+
+/// The samples named `name` (a histogram's `_bucket`) among `samples`, as
+/// (le, cumulative count).
+fn bucket_samples<'a>(samples: impl Iterator<Item = &'a Value>, name: &str) -> Vec<(f64, u64)> {
+    samples
+        .filter(|s| s[0] == name)
         .map(|s| {
             let le = s[1]["le"].as_str().unwrap();
             let le = if le == "+Inf" {
@@ -713,8 +722,7 @@ fn parsed_histogram(fams: &Value, function: &str) -> (u64, f64, Vec<(f64, u64)>,
             };
             (le, s[2].as_f64().unwrap() as u64)
         })
-        .collect();
-    (count, sum, buckets, labels)
+        .collect()
 }
 
 /// The value of counter `family` for `function`.
@@ -917,19 +925,7 @@ fn parsed_groups(fams: &Value, function: &str) -> std::collections::BTreeMap<Str
             .unwrap_or_else(|| panic!("no _sum of {k}"))[2]
             .as_f64()
             .unwrap();
-        let buckets: Vec<(f64, u64)> = mine
-            .iter()
-            .filter(|s| s[0] == format!("{fam}_bucket"))
-            .map(|s| {
-                let le = s[1]["le"].as_str().unwrap();
-                let le = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().unwrap()
-                };
-                (le, s[2].as_f64().unwrap() as u64)
-            })
-            .collect();
+        let buckets = bucket_samples(mine.iter().map(|s| **s), &format!("{fam}_bucket"));
         let count = c[2].as_f64().unwrap() as u64;
         check_buckets(count, &buckets);
         assert_eq!(c[1]["object"], mine[0][1]["object"]);
