@@ -64,7 +64,17 @@ fn name_of(obj: &ElfObject, t: Target) -> (SiteKind, Option<u64>, Option<String>
             let raw = obj.symbols().ok().and_then(|ix| ix.name_starting_at(a));
             match raw {
                 Some(raw) => (SiteKind::Call, Some(a), Some(raw.to_string()), display(raw)),
-                None => (SiteKind::Call, Some(a), None, format!("{a:#x}")),
+                // A call into a function's middle (Go's runtime.duffzero
+                // and duffcopy are entered there): named by the function
+                // that holds it; never expanded.
+                None => {
+                    let inside = obj.symbols().ok().and_then(|ix| ix.function_containing(a));
+                    let name = match inside {
+                        Some(f) => format!("{}+{:#x}", f.names.full, a - f.addr),
+                        None => format!("{a:#x}"),
+                    };
+                    (SiteKind::Call, Some(a), None, name)
+                }
             }
         }
         Target::Slot(s) => match obj.slot_import(s) {
