@@ -310,6 +310,24 @@ fn stack_growth_under_a_traced_frame_keeps_every_call() {
     assert!(copies >= 50, "{copies} stack copies\n{out}");
 }
 
+/// Past the 64 frames a goroutine's traced calls keep, calls are counted as
+/// not timed, each once: also the call that goes to `runtime.morestack` and
+/// starts again from its entry on the grown stack (150 levels of 4 KiB
+/// frames: the stack is still copied at 256 and 512 KiB).
+#[test]
+fn calls_past_the_deepest_frame_are_counted_once_through_stack_growth() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace("gowork", &["main.deep"], "deepgrow", 20);
+    assert_eq!(fixture_count(&out, "main.deep"), 20 * 151);
+    let f = func(&rep, "main.deep", &out);
+    assert_eq!(num(f, "count"), 20 * 64, "{f}\n{out}");
+    assert_eq!(num(f, "overflow"), 20 * (151 - 64), "{f}\n{out}");
+    assert_eq!(num(f, "unwound"), 0, "{f}\n{out}");
+}
+
 /// Half the calls panic through a traced function and are recovered by
 /// its traced caller: those are counted as left by panic, never timed, and
 /// the program goes on to exit 0.

@@ -1930,7 +1930,13 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	if (gr) {
 		c.gr = gr;
 		if (kind == TACHY_GO_MORESTACK) {
-			restart(gr, c.off, id, true);
+			/* Past the deepest frame: no frame to mark. */
+			if (gr->depth >= TACHY_MAX_DEPTH) {
+				gr->over_id = id;
+				gr->over_off = c.off;
+			} else {
+				restart(gr, c.off, id, true);
+			}
 			return 0;
 		}
 		if (kind == TACHY_GO_RET) {
@@ -1942,6 +1948,11 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		/* The entry again after morestack: the same call, restarted. */
 		if (restart(gr, c.off, id, false))
 			return 0;
+		if (gr->over_off && gr->over_off == c.off &&
+		    gr->over_id == id) {
+			gr->over_off = 0;
+			return 0;
+		}
 		gwalk(&c);
 		if (outermost && gopen(gr, id))
 			return 0;

@@ -260,10 +260,16 @@ struct tachy_gframe {
 	__u32 pad;
 };
 
-/* A goroutine's open traced frames: 3080 bytes, while it has any. */
+/*
+ * A goroutine's open traced frames: 3088 bytes, while it has any. A call
+ * past the deepest frame is counted as not timed; over_id/over_off mark the
+ * last such call that went to runtime.morestack, so that its restart from
+ * the entry is not counted again.
+ */
 struct tachy_goroutine {
 	__u32 depth;
-	__u32 pad;
+	__u32 over_id;
+	__u64 over_off;
 	struct tachy_gframe frames[TACHY_MAX_DEPTH];
 };
 
