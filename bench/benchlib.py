@@ -90,6 +90,12 @@ def load_average():
     return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
+def over(med, v, base="tachy"):
+    """What variant `v` adds over `base`, from their medians: ns and share."""
+    d = med[v] - med[base]
+    return f"{d:+.1f} ns ({100 * d / med[base]:+.1f}%)"
+
+
 def rounds_cell(xs):
     """A table cell with every round's value."""
     return ", ".join(f"{x:.0f}" for x in xs)

@@ -28,8 +28,8 @@ import re
 import subprocess
 import sys
 
-from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, load_average, medians, require_root,
-                      rounds_cell, run_workload, write_section)
+from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, load_average, medians, over,
+                      require_root, rounds_cell, run_workload, write_section)
 
 CALLS = int(os.environ.get("BENCH_CALLS", "20000"))
 RATE = 10000
@@ -86,10 +86,6 @@ def main():
             print(f"round {r + 1}: {v:13} {ns:9.1f} ns/call at {rate:.0f} calls/s", flush=True)
     med = medians(res)
     rate = medians(rates)
-
-    def over(v):
-        d = med[v] - med["tachy"]
-        return f"{d:+.1f} ns ({100 * d / med['tachy']:+.1f}%)"
     lines = [
         SECTION,
         "",
@@ -105,10 +101,10 @@ def main():
         lines.append(f"| {v} | {t} | {med[v]:.1f} | {rate[v]:.0f} | {rounds_cell(res[v])} |")
     lines += [
         "",
-        f"Every call recorded, {RATE} records a second (records - tachy): {over('records')} "
-        "per call.",
-        f"The option on, no call recorded (records-none - tachy): {over('records-none')} "
-        "per call.",
+        f"Every call recorded, {RATE} records a second (records - tachy): "
+        f"{over(med, 'records')} per call.",
+        "The option on, no call recorded (records-none - tachy): "
+        f"{over(med, 'records-none')} per call.",
         "",
     ]
     write_section(SECTION, "\n".join(lines))
