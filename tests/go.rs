@@ -793,3 +793,39 @@ fn go_frames_subtract_the_probes_own_time() {
         "raw p50 {raw} ns, untraced {want} ns\n{out}"
     );
 }
+
+/// Two processes of one Go binary lay out their heaps alike, so their
+/// goroutines often have the same g: traced together (`-p A,B`), each
+/// keeps its own frames, and every count is exact.
+#[test]
+fn two_go_processes_keep_their_goroutines_apart() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let mut a = common::Fixture::spawn("gowork", &["panic", "100"]);
+    let mut b = common::Fixture::spawn("gowork", &["panic", "100"]);
+    let pids = format!("{},{}", a.pid(), b.pid());
+    let mut t = Tachy::start(
+        &[
+            "latency",
+            "--json",
+            "-p",
+            &pids,
+            "main.safeCall",
+            "main.mayPanic",
+        ],
+        &[],
+    );
+    t.wait_for_header(true);
+    a.go();
+    b.go();
+    let (sa, oa) = a.wait();
+    let (sb, ob) = b.wait();
+    assert!(sa.success() && sb.success(), "{oa}\n{ob}");
+    let out = t.finish(Duration::from_secs(30));
+    out.assert_success();
+    let rep = out.single_report();
+    assert_calls(&rep, &out, "main.safeCall", 202, 0, 200 * US, 20 * MS);
+    assert_calls(&rep, &out, "main.mayPanic", 102, 100, 200 * US, 20 * MS);
+}

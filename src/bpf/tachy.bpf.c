@@ -1629,11 +1629,20 @@ int tachy_uret_s(struct pt_regs *ctx)
 const volatile __u32 go_stack_lo = 0; /* offsets in runtime.g */
 const volatile __u32 go_stack_hi = 8;
 
+/*
+ * A goroutine: its g and its process. Two processes of one Go binary lay
+ * out their heaps alike, so their goroutines often have the same g.
+ */
+struct gkey {
+	__u64 g;
+	__u64 tgid;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, TACHY_MAX_GOROUTINES);
-	__type(key, __u64);
+	__type(key, struct gkey);
 	__type(value, struct tachy_goroutine);
 } goroutines SEC(".maps");
 
@@ -1912,17 +1921,18 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	struct tachy_goroutine *gr;
 	void *first;
 	__u64 pt = bpf_get_current_pid_tgid();
+	struct gkey k = {.g = g, .tgid = pt >> 32};
 
 	if (!(kind == TACHY_GO_ENTRY ? entry_wanted(pt) : process_wanted(pt)))
 		return 0;
-	gr = bpf_map_lookup_elem(&goroutines, &g);
+	gr = bpf_map_lookup_elem(&goroutines, &k);
 	if (!gr && kind != TACHY_GO_ENTRY)
 		return 0;
 	c.now = bpf_ktime_get_ns();
 	if (gr && kind == TACHY_GO_GOEXIT) {
 		c.gr = gr;
 		gwalk(&c);
-		bpf_map_delete_elem(&goroutines, &g);
+		bpf_map_delete_elem(&goroutines, &k);
 		return 0;
 	}
 	if (!goff(g, sp, &c.off))
@@ -1942,7 +1952,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		if (kind == TACHY_GO_RET) {
 			gwalk(&c);
 			if (!gr->depth)
-				bpf_map_delete_elem(&goroutines, &g);
+				bpf_map_delete_elem(&goroutines, &k);
 			return 0;
 		}
 		/* The entry again after morestack: the same call, restarted. */
@@ -1960,11 +1970,11 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		first = bpf_map_lookup_elem(&gzero, &zero);
 		if (!first)
 			return 0;
-		if (bpf_map_update_elem(&goroutines, &g, first, BPF_NOEXIST)) {
+		if (bpf_map_update_elem(&goroutines, &k, first, BPF_NOEXIST)) {
 			go_overflow(id);
 			return 0;
 		}
-		gr = bpf_map_lookup_elem(&goroutines, &g);
+		gr = bpf_map_lookup_elem(&goroutines, &k);
 		if (!gr)
 			return 0;
 	}
@@ -1992,10 +2002,12 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 	struct tachy_goroutine *gr;
 	struct tachy_gframe *f;
 	__u32 slot, *node;
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct gkey k = {.g = g, .tgid = pt >> 32};
 
-	if (!process_wanted(bpf_get_current_pid_tgid()))
+	if (!process_wanted(pt))
 		return 0;
-	gr = bpf_map_lookup_elem(&goroutines, &g);
+	gr = bpf_map_lookup_elem(&goroutines, &k);
 	if (!gr || !gr->depth)
 		return 0;
 	if (end) {
@@ -2013,7 +2025,7 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 		c.slot = slot;
 		gwalk(&c);
 		if (!gr->depth)
-			bpf_map_delete_elem(&goroutines, &g);
+			bpf_map_delete_elem(&goroutines, &k);
 		return 0;
 	}
 	/* This call is also the previous site's return: that one ends. */
