@@ -31,7 +31,7 @@ Examples:
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
   tachy latency --record-slower-than 5ms -p 4242 'db::Table::scan'   a line per call over 5 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
-  tachy latency -p 4242,4250 'kv::Store::read'     two processes of one program, each counted
+  tachy latency -p 4242,4250 'kv::Store::read'     two processes, each counted
   tachy latency --comm kvd 'kv::Store::read'       every process named kvd
   tachy latency --pgrep '^kv' 'kv::Store::read'    every process whose name matches, as pgrep
   tachy latency --cgroup /sys/fs/cgroup/system.slice/kvd.service /srv/kv/kvd:'kv::Store::read'
@@ -236,8 +236,8 @@ impl Command {
 #[derive(Args, Debug)]
 pub struct TraceArgs {
     /// Trace this process (its executable and the libraries it maps); with
-    /// several (-p 1,2 or -p 1 -p 2), processes of one program, each
-    /// counted
+    /// several (-p 1,2 or -p 1 -p 2), each counted, names looked up in
+    /// each of their programs
     #[arg(short, long, value_name = "PID", value_parser = parse_id, allow_negative_numbers = true,
           value_delimiter = ',', action = clap::ArgAction::Append)]
     pub pid: Vec<u32>,

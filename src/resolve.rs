@@ -67,7 +67,13 @@ fn file_ref(p: &Path) -> ObjectRef {
 fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>>> {
     let Some(obj) = spec.object.as_deref() else {
         return Ok(match scope {
-            Scope::Process(m) => vec![vec![m.exe.clone()], m.libs.clone()],
+            Scope::Process(m) => vec![
+                std::iter::once(&m.exe)
+                    .chain(&m.other_exes)
+                    .cloned()
+                    .collect(),
+                m.libs.clone(),
+            ],
             Scope::Command { exe, libs } => vec![
                 vec![file_ref(exe)],
                 libs.iter().map(|l| file_ref(l)).collect(),

@@ -226,35 +226,23 @@ pub fn pids(s: &Scoping) -> Result<Vec<u32>> {
     }
 }
 
-/// Several processes are traced through one program's files: each must
-/// run the same executable (same file, by device and inode), else its
-/// calls would go uncounted.
-pub fn check_one_program(pids: &[u32]) -> Result<()> {
-    let exe = |p: u32| {
+/// One process of each program among `pids` (the same executable file, by
+/// device and inode), in the order given: names are looked up in each
+/// program's files once.
+pub fn one_per_program(pids: &[u32]) -> Result<Vec<u32>> {
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for &p in pids {
         let path = format!("/proc/{p}/exe");
-        std::fs::metadata(&path)
+        let id = std::fs::metadata(&path)
             .map(|m| (m.dev(), m.ino()))
-            .with_context(|| format!("cannot read {path}"))
-    };
-    let Some((&first, rest)) = pids.split_first() else {
-        return Ok(());
-    };
-    let want = exe(first)?;
-    for &p in rest {
-        if exe(p)? != want {
-            let name = |p: u32| {
-                std::fs::read_link(format!("/proc/{p}/exe"))
-                    .map(|l| l.display().to_string())
-                    .unwrap_or_else(|_| "?".into())
-            };
-            bail!(
-                "processes {first} ({}) and {p} ({}) run different programs: trace one program's processes at a time",
-                name(first),
-                name(p)
-            );
+            .with_context(|| format!("cannot read {path}"))?;
+        if !seen.contains(&id) {
+            seen.push(id);
+            out.push(p);
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -487,9 +487,16 @@ impl Target {
                 cgroup: Some((cg, if files_only { Vec::new() } else { pids })),
             });
         }
-        scope::check_one_program(&pids)?;
+        // Processes of several programs: the functions are looked up in
+        // every program (a name found in two is traced in both).
+        let mut maps = Vec::new();
+        for p in scope::one_per_program(&pids)? {
+            maps.push(target::process_maps(p)?);
+        }
+        let maps =
+            target::ProcessMaps::joined(maps).ok_or_else(|| anyhow!("no process to trace"))?;
         Ok(Target {
-            scope: Scope::Process(target::process_maps(pids[0])?),
+            scope: Scope::Process(maps),
             exe: None,
             pids,
             cgroup: None,

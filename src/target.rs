@@ -180,12 +180,50 @@ pub struct ObjectRef {
 pub struct ProcessMaps {
     pub pid: u32,
     pub exe: ObjectRef,
+    /// Several processes of different programs: the executables of the
+    /// others, searched with `exe`.
+    pub other_exes: Vec<ObjectRef>,
     pub libs: Vec<ObjectRef>,
 }
 
 impl ProcessMaps {
     pub fn all(&self) -> impl Iterator<Item = &ObjectRef> {
-        std::iter::once(&self.exe).chain(&self.libs)
+        std::iter::once(&self.exe)
+            .chain(&self.other_exes)
+            .chain(&self.libs)
+    }
+
+    /// The mappings of several processes as one: the first's, with the
+    /// other programs' executables and every library, each file once (by
+    /// device and inode, so a library seen through two processes' roots
+    /// is probed once).
+    pub fn joined(all: Vec<ProcessMaps>) -> Option<ProcessMaps> {
+        let mut it = all.into_iter();
+        let mut out = it.next()?;
+        let id = |o: &ObjectRef| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(&o.open_path).map(|m| (m.dev(), m.ino())).ok()
+        };
+        let mut seen: Vec<(u64, u64)> = out.all().filter_map(id).collect();
+        let mut fresh = |o: &ObjectRef| match id(o) {
+            Some(k) if seen.contains(&k) => false,
+            Some(k) => {
+                seen.push(k);
+                true
+            }
+            None => true,
+        };
+        for m in it {
+            if fresh(&m.exe) {
+                out.other_exes.push(m.exe);
+            }
+            for lib in m.libs {
+                if fresh(&lib) {
+                    out.libs.push(lib);
+                }
+            }
+        }
+        Some(out)
     }
 }
 
@@ -258,6 +296,7 @@ pub fn process_maps(pid: u32) -> Result<ProcessMaps> {
     Ok(ProcessMaps {
         pid,
         exe,
+        other_exes: Vec::new(),
         libs: objects.into_iter().map(|(o, _)| o).collect(),
     })
 }

@@ -1233,6 +1233,54 @@ fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
     assert_eq!(comms, ["plain", "plain"], "{rep}");
 }
 
+/// Processes of different programs (here a copy of the fixture, another
+/// file): the functions are found in each program and traced in both,
+/// each process's calls counted.
+#[test]
+fn several_pids_of_different_programs_are_each_traced() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let dir = scratch("two-programs");
+    let copy = dir.join("plain_copy");
+    std::fs::copy(common::build("plain"), &copy).unwrap();
+    let mut a = Fixture::spawn("plain", &["100", "1"]);
+    let mut cmd = std::process::Command::new(&copy);
+    cmd.args(["60", "1"]);
+    let mut b = Fixture::spawn_command("plain", cmd);
+    let (pa, pb) = (a.pid(), b.pid());
+    let both = format!("{pa},{pb}");
+    let mut t = Tachy::start(&["latency", "--json", "-p", &both, "slow_sum"], &[]);
+    t.wait_for_header(true);
+    a.go();
+    b.go();
+    assert!(a.wait().0.success());
+    assert!(b.wait().0.success());
+    let out = t.finish(RUN_TIMEOUT);
+    out.assert_success();
+    let rep = out.single_report();
+    let mut by_object: Vec<(String, u64)> = rep["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["name"] == "slow_sum")
+        .map(|f| {
+            let obj = f["object"].as_str().unwrap();
+            (obj.rsplit('/').next().unwrap().to_string(), num(f, "count"))
+        })
+        .collect();
+    by_object.sort();
+    assert_eq!(
+        by_object,
+        [("plain".to_string(), 100), ("plain_copy".to_string(), 60)],
+        "{out}"
+    );
+    let procs = processes(&rep);
+    assert_eq!(procs[&u64::from(pa)], 100, "{rep}");
+    assert_eq!(procs[&u64::from(pb)], 60, "{rep}");
+}
+
 #[test]
 fn comm_and_pgrep_find_processes_by_name() {
     let _lock = common::serial();
