@@ -784,8 +784,9 @@ def main():
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     say(f"tachy benchmark, {stamp}")
     say(f"machine: Linux {m['kernel']}, {m['cpu']}, nproc {m['nproc']}")
-    say(f"tools: {m['tachy']} (git {m['git']}, binary sha256 {tachy_sum}), {m['bpftrace']}, "
-        f"gcc {m['gcc']}")
+    # `tachy --version` names its commit when it was built from a checkout.
+    built = m['tachy'] if "(git " in m['tachy'] else f"{m['tachy']} (git {m['git']})"
+    say(f"tools: {built}, binary sha256 {tachy_sum}, {m['bpftrace']}, gcc {m['gcc']}")
     say(f"rounds: {ROUNDS}, variants interleaved in every round; warm-up {WARMUP} calls; "
         f"untraced runs time {UNTRACED_FACTOR}x more calls")
     try:
