@@ -251,6 +251,8 @@ fn build(
         probe_ns: 0,
         under: 0,
         cpu: None,
+        // Go and C trees differ only in the words of what was left.
+        go: n.count & 1 == 1,
         children,
     })
 }
