@@ -29,6 +29,8 @@ Examples:
   tachy latency -u -p 4242 'db::Table::scan' --by caller   per call site, at file:line
   tachy latency -p 4242 'kv::Store::get' --by tid --top 5  the 5 threads with most time
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
+  tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000' --by arg1 --top 5
+  tachy latency -p 4242 'kv::Store::get' --by key --by tid   per value of parameter key, per thread
   tachy latency --record-slower-than 5ms -p 4242 'db::Table::scan'   a line per call over 5 ms
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -p 4242,4250 'kv::Store::read'     two processes, each counted
@@ -402,8 +404,11 @@ pub struct LatencyArgs {
 
     /// Break each function's calls down by KEY: caller (the call site it
     /// was called from, as function at file:line), tid (thread, with its
-    /// name) or pid (process, with its command); repeat for two keys
-    /// (--by caller --by tid). Counted in the kernel
+    /// name), pid (process, with its command), argN (the integer value of
+    /// argument N at entry, as --filter reads it), a DWARF parameter name
+    /// (its value: decimal as its type reads, pointers in hex) or
+    /// goroutine (Go functions: the goroutine's id); repeat for two keys
+    /// (--by caller --by tid, --by key --by tid). Counted in the kernel
     #[arg(long = "by", value_name = "KEY", value_parser = ByKey::parse)]
     pub by: Vec<ByKey>,
 
@@ -631,7 +636,7 @@ impl LatencyArgs {
             let mut names: Vec<String> = self
                 .by
                 .iter()
-                .map(|k| crate::report::prom::group_label_name(k.name()))
+                .map(|k| crate::report::prom::group_label_name(&k.name()))
                 .collect();
             if !self.by.is_empty() {
                 names.push("comm".into());

@@ -5,12 +5,14 @@
 //! the process runs (`watch`) and kept, so the last report of a process
 //! that has exited still names its callers.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use crate::plan::args::Operand;
 use crate::plan::by::ByKey;
 use crate::report::groups::{KeyValue, RawGroup};
+use crate::report::records::ArgValue;
 use crate::symbols::ElfObject;
 use crate::target::{self, Mapping, ObjectRef};
 
@@ -22,9 +24,17 @@ pub struct Namer {
     objects: HashMap<PathBuf, Option<Rc<ElfObject>>>,
     /// Callers named so far, by process and address.
     callers: HashMap<(u32, u64), KeyValue>,
+    /// `--by argN`/`NAME`: each function's operands (`Plan::by_args`),
+    /// whose types say how a value reads.
+    args: BTreeMap<u32, Vec<Option<Operand>>>,
 }
 
 impl Namer {
+    /// The operands of `--by` argument keys, per function id, as planned.
+    pub fn set_args(&mut self, args: &BTreeMap<u32, Vec<Option<Operand>>>) {
+        self.args = args.clone();
+    }
+
     /// Reads the mappings of process `pid` unless they are known already.
     pub fn watch(&mut self, pid: u32) {
         if !self.maps.contains_key(&pid) {
@@ -138,7 +148,8 @@ impl Namer {
     pub fn name(&mut self, by: &[ByKey], g: &RawGroup) -> Vec<KeyValue> {
         by.iter()
             .zip(&g.vals)
-            .map(|(k, &v)| match k {
+            .enumerate()
+            .map(|(slot, (k, &v))| match k {
                 ByKey::Caller => self.caller(g.tgid, v),
                 ByKey::Tid => KeyValue::Thread {
                     tid: v as u32,
@@ -148,6 +159,22 @@ impl Namer {
                     pid: v as u32,
                     comm: g.comm.clone(),
                 },
+                ByKey::Arg(a) => {
+                    let op = self
+                        .args
+                        .get(&g.id)
+                        .and_then(|ops| ops.get(slot))
+                        .and_then(Option::as_ref);
+                    KeyValue::Arg {
+                        name: a.to_string(),
+                        value: match op {
+                            Some(op) if op.pointer => ArgValue::Pointer(v),
+                            Some(op) => ArgValue::int(v, op.size, op.signed),
+                            None => ArgValue::int(v, 8, true),
+                        },
+                    }
+                }
+                ByKey::Goroutine => KeyValue::Goroutine { goid: v },
             })
             .collect()
     }

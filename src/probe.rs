@@ -35,20 +35,43 @@ unsafe impl plain::Plain for types::tachy_corr {}
 // SAFETY: as tachy_stats: integers only (explicit padding fields).
 unsafe impl plain::Plain for types::tachy_filter {}
 
+// SAFETY: as tachy_filter: integers only (explicit padding fields).
+unsafe impl plain::Plain for types::tachy_by_args {}
+
+/// A term (or a `--by` operand) as the BPF side reads it.
+fn term_value(t: &crate::plan::filter::Encoded) -> types::tachy_term {
+    types::tachy_term {
+        value: t.value,
+        off: t.off,
+        kind: t.kind,
+        reg: t.reg,
+        cmp: t.cmp,
+        size: t.size,
+        flags: t.flags,
+        ..Default::default()
+    }
+}
+
 /// One item's `--filter` as the BPF side reads it.
 fn filter_value(r: &crate::plan::filter::Resolved) -> types::tachy_filter {
     let mut v = types::tachy_filter::default();
     let terms = r.encode();
     for (slot, t) in v.terms.iter_mut().zip(&terms) {
-        slot.value = t.value;
-        slot.off = t.off;
-        slot.kind = t.kind;
-        slot.reg = t.reg;
-        slot.cmp = t.cmp;
-        slot.size = t.size;
-        slot.flags = t.flags;
+        *slot = term_value(t);
     }
     v.nterms = terms.len().min(v.terms.len()) as u32;
+    v
+}
+
+/// One item's `--by` argument keys as the BPF side reads them (a key
+/// that is not an argument is left zero).
+fn by_args_value(ops: &[Option<crate::plan::args::Operand>]) -> types::tachy_by_args {
+    let mut v = types::tachy_by_args::default();
+    for (slot, op) in v.opnd.iter_mut().zip(ops) {
+        if let Some(op) = op {
+            *slot = term_value(&crate::plan::filter::encode_operand(op));
+        }
+    }
     v
 }
 // SAFETY: as tachy_stats: integers only, no padding.
@@ -261,6 +284,7 @@ impl<'obj> Tracer<'obj> {
         t.fill_site_nodes(plan)?;
         t.fill_probe_time(plan)?;
         t.fill_filters(plan)?;
+        t.fill_by_args(plan)?;
         t.fill_groups()?;
         t.attach_uprobes(plan, &groups, attached)?;
         if plan.syscalls().next().is_some() {
@@ -481,6 +505,21 @@ impl<'obj> Tracer<'obj> {
                 .update(&id.to_ne_bytes(), bytes, MapFlags::ANY)
                 .map_err(|e| anyhow!("cannot set up --filter: {e}"))?;
             self.filtered[*id as usize] = true;
+        }
+        Ok(())
+    }
+
+    /// Tells the kernel where each item's `--by` argument keys are read.
+    fn fill_by_args(&mut self, plan: &Plan) -> Result<()> {
+        for (id, ops) in &plan.by_args {
+            let v = by_args_value(ops);
+            // SAFETY: tachy_by_args is integers only, generated from tachy.h.
+            let bytes = unsafe { plain::as_bytes(&v) };
+            self.skel
+                .maps
+                .by_args
+                .update(&id.to_ne_bytes(), bytes, MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up the arguments of --by: {e}"))?;
         }
         Ok(())
     }
@@ -967,6 +1006,12 @@ fn load<'obj>(
         .corr
         .set_max_entries(plan.ids().max(1))
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
+    if !plan.by_args.is_empty() {
+        open.maps
+            .by_args
+            .set_max_entries(plan.ids().max(1))
+            .map_err(|e| anyhow!("cannot size the arguments of --by: {e}"))?;
+    }
     if !plan.arg_filters.is_empty() {
         open.maps
             .filters
@@ -1146,6 +1191,14 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
         *slot = key.kind();
     }
     ro.by_entry = plan.settings.by.iter().any(|k| k.read_at_entry());
+    ro.by_arg = !plan.by_args.is_empty();
+    if plan
+        .settings
+        .by
+        .contains(&crate::plan::by::ByKey::Goroutine)
+    {
+        ro.go_goid = plan.go_layout.and_then(|l| l.goid).unwrap_or(0);
+    }
     ro.record = plan.settings.record_min_ns.is_some();
     ro.record_min_ns = plan.settings.record_min_ns.unwrap_or(0);
     Ok(())

@@ -17,7 +17,7 @@ use crate::disasm::ProbeCost;
 use crate::export::Exporter;
 use crate::kernel;
 use crate::naming::Namer;
-use crate::plan::args::FuncArgs;
+use crate::plan::args::{FuncArgs, Operand, Source};
 use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
 use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
@@ -169,8 +169,11 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             syscall: named(|i| matches!(i.kind, ItemKind::Syscall { .. })),
             kernel: named(|i| matches!(i.kind, ItemKind::KernelFunction)),
             go: named(|i| i.is_go()),
+            native: named(|i| matches!(i.kind, ItemKind::Function(_)) && !i.is_go()),
+            goid_known: plan.go_layout.is_some_and(|l| l.goid.is_some()),
         };
         plan::by::check(&s.by, traced).map_err(anyhow::Error::msg)?;
+        add_by_args(&mut plan, &s.by, &roots)?;
     }
     if let Some(n) = &s.nested {
         let expand = &n.expand;
@@ -331,6 +334,65 @@ fn add_record_args(plan: &mut Plan, roots: &[(&resolve::Resolved, &Function, u32
         }
         plan.record_args.insert(id, list);
     }
+}
+
+/// Resolves the argument keys of `--by` (`argN`, parameter names) for
+/// every traced item as `--filter` resolves its operands: each function's
+/// where its own DWARF (or the ABI) puts them, each system call's in the
+/// syscall registers. An entry probe placed after an instruction that
+/// overwrites a key's register moves back to the first instruction. What
+/// cannot be resolved is a usage error; notes (what argN means on a clone)
+/// go to stderr once each.
+fn add_by_args(
+    plan: &mut Plan,
+    by: &[ByKey],
+    roots: &[(&resolve::Resolved, &Function, u32)],
+) -> Result<()> {
+    if !by.iter().any(|k| matches!(k, ByKey::Arg(_))) {
+        return Ok(());
+    }
+    let operands = |a: &FuncArgs| -> Result<Vec<Option<Operand>>> {
+        by.iter()
+            .map(|k| match k {
+                ByKey::Arg(r) => a
+                    .resolve(r)
+                    .map(Some)
+                    .map_err(|e| UsageError(format!("--by {k}: {e:#}")).into()),
+                _ => Ok(None),
+            })
+            .collect()
+    };
+    let mut resolved = Vec::new();
+    for (i, item) in plan.items.iter().enumerate() {
+        if let ItemKind::Syscall { .. } = item.kind {
+            resolved.push((i as u32, operands(&FuncArgs::for_syscall(&item.name))?));
+        }
+    }
+    for (r, func, entry, id, a) in args_at_start(plan, roots) {
+        let ops = operands(&a)?;
+        let regs = ops
+            .iter()
+            .flatten()
+            .filter_map(|o| match o.source {
+                Source::Reg(r) => Some(1u16 << (r & 15)),
+                _ => None,
+            })
+            .fold(0, |a, b| a | b);
+        if regs & written_before(&r.obj, func, entry) != 0 {
+            plan.entry_at_start(&r.obj, func, id)?;
+        }
+        resolved.push((id, ops));
+    }
+    let mut noted = std::collections::BTreeSet::new();
+    for (id, ops) in resolved {
+        for n in ops.iter().flatten().filter_map(|o| o.note.as_ref()) {
+            if noted.insert(n.clone()) {
+                eprintln!("tachy: note: {n}");
+            }
+        }
+        plan.by_args.insert(id, ops);
+    }
+    Ok(())
 }
 
 /// The function a PLT call to `raw` reaches in the traced process: the
@@ -954,6 +1016,7 @@ fn run(
     };
     // Records lost since the last report.
     let mut lost = 0u64;
+    namer.set_args(&plan.by_args);
     let callers = s.by.contains(&ByKey::Caller);
     if let (true, Some(pid)) = (callers, plan.pid) {
         namer.watch(pid);

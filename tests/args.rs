@@ -68,11 +68,11 @@ fn floats_and_structs_by_value_are_refused() {
     let _g = common::serial();
     assert_eq!(
         err(&one("mixed"), "f"),
-        "f of mixed(double, int) is floating point (double): filters compare integers and pointers"
+        "f of mixed(double, int) is floating point (double): tachy reads integers and pointers"
     );
     assert_eq!(
         err(&one("by_point"), "p"),
-        "p of by_point(Point, int) is passed by value as struct Point: filters compare integers and pointers"
+        "p of by_point(Point, int) is passed by value as struct Point: tachy reads integers and pointers"
     );
 }
 
@@ -288,11 +288,11 @@ fn bad_filters_are_usage_errors() {
     };
     assert_eq!(
         dry("f > 1", "mixed"),
-        "error: f of mixed(double, int) is floating point (double): filters compare integers and pointers"
+        "error: f of mixed(double, int) is floating point (double): tachy reads integers and pointers"
     );
     assert_eq!(
         dry("p == 1", "by_point"),
-        "error: p of by_point(Point, int) is passed by value as struct Point: filters compare integers and pointers"
+        "error: p of by_point(Point, int) is passed by value as struct Point: tachy reads integers and pointers"
     );
     assert_eq!(
         dry("key == 1", "pick"),
@@ -306,8 +306,7 @@ fn bad_filters_are_usage_errors() {
     assert_eq!(
         dry("factor == 3", "scaled"),
         "error: factor of (anonymous namespace)::scaled(int, int) [clone .constprop.0.isra.0] is \
-         the constant 3 in this clone .constprop.0.isra.0: a comparison with it is always true or \
-         always false"
+         the constant 3 in this clone .constprop.0.isra.0: every call passes the same value"
     );
     assert_eq!(
         dry("v > 70000000000", "pick"),

@@ -8,68 +8,42 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use common::run::{Outcome, Tachy};
+use common::report::{func, num};
+use common::run::{run_fixture, Outcome, Tachy, RUN_TIMEOUT};
 use common::{tagged, Fixture};
 use serde_json::Value;
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const SCAN: &str = "grp::Table::scan(int)";
+const FETCH: &str = "grp::Table::fetch(int, long)";
 
 /// Runs `tachy latency OPTS... -- FIXTURE ARGS...`, without the go signal,
 /// with `envs` for tachy.
 fn run(opts: &[&str], fixture: &str, args: &[&str], envs: &[(&str, &str)]) -> Outcome {
-    let exe = common::build(fixture);
-    let exe = exe.to_str().unwrap().to_string();
-    let mut all: Vec<&str> = vec!["latency"];
-    all.extend_from_slice(opts);
-    all.push("--");
-    all.push(&exe);
-    all.extend_from_slice(args);
-    let mut env = vec![("FIXTURE_NO_WAIT", "1")];
-    env.extend_from_slice(envs);
-    Tachy::start(&all, &env).finish(RUN_TIMEOUT)
-}
-
-fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    rep["functions"]
-        .as_array()
-        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
-        .unwrap_or_else(|| panic!("no function {name} in {rep}"))
-}
-
-fn num(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
-}
-
-/// What the fixture printed (on tachy's standard error with JSON).
-fn fixture_text(out: &Outcome) -> String {
-    format!("{}\n{}", out.stdout, out.stderr)
+    run_fixture("latency", opts, fixture, args, envs)
 }
 
 /// The groups of function `name` as label -> count, the label made of
 /// each key value: `function at location` for a caller, `comm tid` for a
-/// thread, `comm pid` for a process.
+/// thread, `comm pid` for a process, `NAME value` for an argument.
 fn groups(rep: &Value, name: &str) -> BTreeMap<String, u64> {
     let f = func(rep, name);
     let mut out = BTreeMap::new();
     for g in f["groups"].as_array().expect("a groups array") {
         let mut parts = Vec::new();
-        if let Some(c) = g.get("caller") {
-            parts.push(format!(
-                "{} at {}",
-                c["function"].as_str().unwrap_or("?"),
-                c["location"].as_str().unwrap_or("?")
-            ));
-        }
-        if let Some(t) = g.get("tid") {
-            parts.push(format!("{} {}", t["comm"].as_str().unwrap(), t["tid"]));
-        }
-        if let Some(p) = g.get("pid") {
-            parts.push(format!("{} {}", p["comm"].as_str().unwrap(), p["pid"]));
+        for key in f["by"].as_array().expect("a by array") {
+            let key = key.as_str().unwrap();
+            let v = &g[key];
+            parts.push(match key {
+                "caller" => format!(
+                    "{} at {}",
+                    v["function"].as_str().unwrap_or("?"),
+                    v["location"].as_str().unwrap_or("?")
+                ),
+                "tid" => format!("{} {}", v["comm"].as_str().unwrap(), v["tid"]),
+                "pid" => format!("{} {}", v["comm"].as_str().unwrap(), v["pid"]),
+                _ => format!("{key} {}", v["value"]),
+            });
         }
         let label = parts.join(", ");
         assert!(
@@ -86,7 +60,7 @@ fn map(pairs: &[(String, u64)]) -> BTreeMap<String, u64> {
 
 /// The line of each caller's call, as the why fixture prints it.
 fn why_lines(out: &Outcome) -> BTreeMap<String, u64> {
-    tagged(&fixture_text(out), "line")
+    tagged(&out.fixture_text(), "line")
 }
 
 /// `--by caller` on a C function called from three callers: exact counts
@@ -104,8 +78,7 @@ fn callers_have_exact_counts_and_lines() {
         &["callers", "10"],
         &[],
     );
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let lines = why_lines(&out);
     let at = |c: &str| format!("{c} at why.c:{}", lines[c]);
     assert_eq!(
@@ -174,8 +147,7 @@ fn top_folds_the_rest_into_other() {
         &["callers", "10"],
         &[],
     );
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let lines = why_lines(&out);
     let calls = |c: &str| match c {
         "caller_one" => 50,
@@ -238,8 +210,7 @@ fn a_full_map_counts_the_rest_as_not_grouped() {
         &["callers", "10"],
         &small,
     );
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let lines = why_lines(&out);
     let at = |c: &str| format!("{c} at why.c:{}", lines[c]);
     assert_eq!(
@@ -274,7 +245,7 @@ fn a_full_map_counts_the_rest_as_not_grouped() {
 
 /// The thread ids and names the by fixture printed, as `name tid`.
 fn threads(out: &Outcome) -> Vec<String> {
-    tagged(&fixture_text(out), "tid")
+    tagged(&out.fixture_text(), "tid")
         .into_iter()
         .map(|(name, tid)| format!("{name} {tid}"))
         .collect()
@@ -294,8 +265,7 @@ fn threads_have_names_and_exact_counts() {
         &["10", "2"],
         &[],
     );
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let t = threads(&out);
     let named = |prefix: &str| t.iter().find(|x| x.starts_with(prefix)).unwrap().clone();
     assert_eq!(
@@ -330,9 +300,8 @@ fn callers_of_a_cpp_method_by_thread() {
         &["10", "2"],
         &[],
     );
-    out.assert_success();
-    let rep = out.single_report();
-    let text = fixture_text(&out);
+    let rep = out.success_report();
+    let text = out.fixture_text();
     let lines = tagged(&text, "line");
     let t = threads(&out);
     let named = |prefix: &str| t.iter().find(|x| x.starts_with(prefix)).unwrap().clone();
@@ -374,8 +343,7 @@ fn processes_of_a_path_target() {
     assert!(sa.success() && sb.success());
     t.signal(libc::SIGINT);
     let out = t.finish(RUN_TIMEOUT);
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     // 10 + 10 + 20 calls, and 5 + 5.
     assert_eq!(
         groups(&rep, SCAN),
@@ -398,8 +366,7 @@ fn system_calls_by_thread() {
         &["callers", "10"],
         &[],
     );
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let g = groups(&rep, "syscall:clock_nanosleep");
     assert_eq!(g.len(), 1, "{out}");
     let (label, n) = g.iter().next().unwrap();
@@ -425,7 +392,7 @@ fn nonsense_is_refused() {
         ),
         (&["--top", "3", "-p", "1", "f"], 2, "--by"),
         (
-            &["--by", "colour", "-p", "1", "f"],
+            &["--by", "col-our", "-p", "1", "f"],
             2,
             "is not a key to group by",
         ),
@@ -453,4 +420,280 @@ fn nonsense_is_refused() {
             .contains("--by caller: a system call (syscall:clock_nanosleep) has no caller"),
         "{out}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// --by argN and --by NAME: the by fixture's grp::Table::fetch(int key, long
+// us) is called with key 7 30 times (20 on the main thread, 10 on
+// "by-fetch"), 9 20 times (main), 1000 10 times (by-fetch); `this` is
+// argument 0, key argument 1.
+// ---------------------------------------------------------------------------
+
+/// The fetch calls of the by fixture grouped by `keys` (`--by` each).
+fn fetch_groups(keys: &[&str], more: &[&str]) -> (BTreeMap<String, u64>, Value, Outcome) {
+    let mut opts = vec!["--json"];
+    for k in keys {
+        opts.extend(["--by", k]);
+    }
+    opts.extend_from_slice(more);
+    opts.push("grp::Table::fetch");
+    let out = run(&opts, "by", &["1", "1"], &[]);
+    let rep = out.success_report();
+    (groups(&rep, FETCH), rep, out)
+}
+
+fn counted(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
+/// `--by arg1` and `--by key` (its DWARF name) give each value's exact
+/// count, in JSON and text.
+#[test]
+fn argument_values_have_exact_counts() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let (g, rep, out) = fetch_groups(&["arg1"], &[]);
+    assert_eq!(
+        g,
+        counted(&[("arg1 7", 30), ("arg1 9", 20), ("arg1 1000", 10)]),
+        "{out}"
+    );
+    assert_eq!(num(func(&rep, FETCH), "count"), 60, "{out}");
+    let (g, _, out) = fetch_groups(&["key"], &[]);
+    assert_eq!(
+        g,
+        counted(&[("key 7", 30), ("key 9", 20), ("key 1000", 10)]),
+        "{out}"
+    );
+
+    let out = run(
+        &["-u", "--by", "key", "grp::Table::fetch"],
+        "by",
+        &["1", "1"],
+        &[],
+    );
+    out.assert_success();
+    let section = out
+        .stdout
+        .split_once("\nby key:\n")
+        .unwrap_or_else(|| panic!("no by key section\n{out}"))
+        .1;
+    // By total time: 30 calls of 1 ms, 20 of 200 us, 10 of 50 us.
+    let rows: Vec<&str> = section.lines().take(3).collect();
+    for (row, (v, n)) in rows.iter().zip([("7", 30), ("9", 20), ("1000", 10)]) {
+        assert!(
+            row.starts_with(&format!("  key {v} ")) && row.contains(&format!(" count {n} ")),
+            "{row:?}\n{out}"
+        );
+    }
+}
+
+/// `--top 1`: the value with the most time (key 7: 30 ms against 4.5 ms)
+/// is kept; the two others are one "other (2 groups)" line of 30 calls.
+#[test]
+fn top_folds_argument_values() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let (g, rep, out) = fetch_groups(&["key"], &["--top", "1"]);
+    assert_eq!(g, counted(&[("key 7", 30)]), "{out}");
+    let other = &func(&rep, FETCH)["groups_other"];
+    assert_eq!(
+        (num(other, "groups"), num(other, "count")),
+        (2, 30),
+        "{out}"
+    );
+}
+
+/// `--by key --by tid`: each value split by the thread that passed it.
+#[test]
+fn argument_values_by_thread() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let (g, _, out) = fetch_groups(&["key", "tid"], &[]);
+    let t = threads(&out);
+    let named = |prefix: &str| t.iter().find(|x| x.starts_with(prefix)).unwrap().clone();
+    let (main, fetcher) = (named("by "), named("by-fetch "));
+    assert_eq!(
+        g,
+        map(&[
+            (format!("key 7, {main}"), 20),
+            (format!("key 9, {main}"), 20),
+            (format!("key 7, {fetcher}"), 10),
+            (format!("key 1000, {fetcher}"), 10),
+        ]),
+        "{out}"
+    );
+}
+
+/// A pointer (`this`) groups by address, shown in hex: the main thread's
+/// table and the fetch thread's.
+#[test]
+fn pointers_group_by_address() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let (g, rep, out) = fetch_groups(&["this"], &[]);
+    let mut n: Vec<u64> = g.values().copied().collect();
+    n.sort();
+    assert_eq!(n, [20, 40], "{out}");
+    for grp in func(&rep, FETCH)["groups"].as_array().unwrap() {
+        let v = &grp["this"];
+        assert_eq!(
+            v["hex"].as_str(),
+            Some(format!("{:#x}", v["value"].as_u64().unwrap()).as_str()),
+            "{out}"
+        );
+    }
+}
+
+/// A compiler clone by name: the args fixture's Table::scan is a
+/// `.constprop.isra` clone that takes key in rdi, where the ABI would put
+/// `this`; `args 1000` passes each key 0..9 100 times. `arg0` reads the
+/// same register there, and says so.
+#[test]
+fn clones_group_where_their_dwarf_says() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let each = |key: &str| -> BTreeMap<String, u64> {
+        (0..10).map(|v| (format!("{key} {v}"), 100)).collect()
+    };
+    let out = run(
+        &["--json", "--by", "key", "Table::scan"],
+        "args",
+        &["1000"],
+        &[],
+    );
+    let rep = out.success_report();
+    let name = rep["functions"][0]["name"].as_str().unwrap().to_string();
+    assert!(name.contains("[clone ."), "{out}");
+    assert_eq!(groups(&rep, &name), each("key"), "{out}");
+    let out = run(
+        &["--json", "--by", "arg0", "Table::scan"],
+        "args",
+        &["1000"],
+        &[],
+    );
+    let rep = out.success_report();
+    assert_eq!(groups(&rep, &name), each("arg0"), "{out}");
+    assert!(
+        out.stderr.lines().any(|l| l.starts_with("tachy: note: ")
+            && l.contains(": arg0 is register rdi of the clone")
+            && l.ends_with("(its DWARF puts parameter key there)")),
+        "{out}"
+    );
+}
+
+/// System call arguments: the args fixture closes fds 1000..1009, 10
+/// times each with `args 100`.
+#[test]
+fn system_call_arguments_group() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run(
+        &["--json", "--by", "arg0", "syscall:close"],
+        "args",
+        &["100"],
+        &[],
+    );
+    let rep = out.success_report();
+    let g = groups(&rep, "syscall:close");
+    for fd in 1000..1010 {
+        assert_eq!(g.get(&format!("arg0 {fd}")), Some(&10), "{fd}\n{out}");
+    }
+}
+
+/// An argument key that cannot be read: one line, exit status 2.
+#[test]
+fn unreadable_argument_keys_are_usage_errors() {
+    let _g = common::serial();
+    let exe = common::build("args");
+    let nodebug = common::build("args_nodebug");
+    let at = |obj: &std::path::Path, f: &str| format!("{}:{f}", obj.display());
+    let first_line = |key: &str, target: &str| {
+        let out =
+            Tachy::start(&["latency", "--dry-run", "--by", key, target], &[]).finish(RUN_TIMEOUT);
+        out.assert_no_panic();
+        assert_eq!(out.code(), Some(2), "{out}");
+        out.stderr.lines().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        first_line("f", &at(&exe, "mixed")),
+        "error: --by f: f of mixed(double, int) is floating point (double): tachy reads integers and pointers"
+    );
+    assert_eq!(
+        first_line("p", &at(&exe, "by_point")),
+        "error: --by p: p of by_point(Point, int) is passed by value as struct Point: tachy reads integers and pointers"
+    );
+    assert_eq!(
+        first_line("v", &at(&nodebug, "pick")),
+        "error: --by v: v: pick has no DWARF parameter information (built without -g?); name its arguments arg0 to arg5"
+    );
+    assert_eq!(
+        first_line("key", &at(&exe, "pick")),
+        "error: --by key: pick has no parameter named key (its parameters: v, w, name)"
+    );
+    assert_eq!(
+        first_line("arg6", &at(&exe, "pick")),
+        "error: invalid value 'arg6' for '--by <KEY>': arg6: only arg0 to arg5 (the six integer argument registers) can be read; name a later parameter by its DWARF name"
+    );
+    assert_eq!(
+        first_line("fd", "syscall:close"),
+        "error: --by fd: fd: system call arguments have no names here; use arg0 to arg5 (syscall:close)"
+    );
+}
+
+/// pick's cheaper entry probe stands after an instruction that overwrites
+/// rsi: `--by w` (rsi) moves it back to the function's first instruction,
+/// as --filter does; `--by v` (rdi) leaves it.
+#[test]
+fn entry_moves_back_for_an_overwritten_register() {
+    let _g = common::serial();
+    let exe = common::build("args");
+    let entry = |key: &str| {
+        let out = Tachy::start(
+            &[
+                "latency",
+                "--dry-run",
+                "--by",
+                key,
+                &format!("{}:pick", exe.display()),
+            ],
+            &[],
+        )
+        .finish(RUN_TIMEOUT);
+        out.assert_success();
+        let text = out.fixture_text();
+        let func_at = text
+            .lines()
+            .find_map(|l| l.split(" at 0x").nth(1)?.split(' ').next())
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string();
+        let entry_at = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("entry [0]"))
+            .and_then(|l| l.rsplit("(0x").next())
+            .map(|r| r.trim_end_matches(')').to_string())
+            .unwrap_or_else(|| panic!("{out}"));
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("  [0] --by, at entry: ")),
+            "{out}"
+        );
+        (func_at, entry_at)
+    };
+    let (f, e) = entry("w");
+    assert_eq!(f, e);
+    let (f, e) = entry("v");
+    assert_ne!(f, e);
 }

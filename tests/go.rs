@@ -748,6 +748,75 @@ fn outermost_counts_each_goroutines_outer_call() {
     assert!(num(deep, "total_ns") <= num(grow, "total_ns"), "{out}");
 }
 
+/// `--by goroutine`: 30 goroutines that each call yielder 4 times, moving
+/// between threads mid-call (GOMAXPROCS 2, runtime.Gosched), make 30
+/// groups of exactly 4 calls, each named by its goroutine's id.
+#[test]
+fn calls_group_by_goroutine() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep) = trace(
+        "gowork",
+        &["--by", "goroutine", "main.yielder"],
+        "sched",
+        30,
+    );
+    let f = func(&rep, "main.yielder", &out);
+    assert_eq!(f["by"], serde_json::json!(["goroutine"]), "{out}");
+    let groups = f["groups"].as_array().unwrap();
+    let mut ids: Vec<u64> = groups
+        .iter()
+        .map(|g| {
+            assert_eq!(num(g, "count"), 4, "{g}\n{out}");
+            num(&g["goroutine"], "goid")
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 30, "{out}");
+    assert!(ids[0] > 0, "{out}");
+    assert!(f["groups_other"].is_null() && f["groups_not_kept"].is_null());
+}
+
+/// Keys that say nothing of a Go function, and `goroutine` on C code, are
+/// refused with one line.
+#[test]
+fn by_keys_go_refuses() {
+    let _guard = common::serial();
+    if common::skip_without_go() {
+        return;
+    }
+    let go = common::build("gowork");
+    let c = common::build("plain");
+    let cases = [
+        (
+            format!("{}:main.yielder", go.display()),
+            "tid",
+            "tachy: --by tid does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+        ),
+        (
+            format!("{}:main.yielder", go.display()),
+            "arg0",
+            "tachy: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+        ),
+        (
+            format!("{}:main", c.display()),
+            "goroutine",
+            "tachy: --by goroutine groups calls of Go functions; main is not Go code",
+        ),
+    ];
+    for (target, key, line) in cases {
+        let args = ["latency", "--dry-run", "--by", key, &target];
+        let out = tachy(&args);
+        let all = text(&args, &out);
+        assert_eq!(out.status.code(), Some(1), "{all}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().next(), Some(line), "{all}");
+    }
+}
+
 /// The p50 of the one function of a latency report, and the probe time
 /// subtracted from each call (0: none).
 fn p50_and_probe(rep: &Value, name: &str, out: &Outcome) -> (f64, u64) {

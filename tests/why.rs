@@ -5,37 +5,15 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::run::{Outcome, Tachy};
+use common::report::{func, num};
+use common::run::{run_fixture, Outcome, Tachy, RUN_TIMEOUT};
 use common::{counts, tagged};
 use serde_json::Value;
-
-const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs `tachy SUBCOMMAND OPTS... -- why MODE ITERATIONS`, without the go
 /// signal.
 fn run_why(sub: &str, opts: &[&str], mode: &str, iterations: u32) -> Outcome {
-    let exe = common::build("why");
-    let exe = exe.to_str().unwrap().to_string();
-    let it = iterations.to_string();
-    let mut args: Vec<&str> = vec![sub];
-    args.extend_from_slice(opts);
-    args.extend_from_slice(&["--", &exe, mode, &it]);
-    Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
-}
-
-fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    rep["functions"]
-        .as_array()
-        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
-        .unwrap_or_else(|| panic!("no function {name} in {rep}"))
-}
-
-fn num(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+    run_fixture(sub, opts, "why", &[mode, &iterations.to_string()], &[])
 }
 
 fn share(v: &Value, key: &str) -> f64 {
@@ -57,15 +35,9 @@ fn split<'a>(out: &'a Outcome, rep: &'a Value, name: &str, count: u64) -> &'a Va
     c
 }
 
-/// What the fixture printed: with JSON on standard output, it goes to
-/// tachy's standard error.
-fn fixture_text(out: &Outcome) -> String {
-    format!("{}\n{}", out.stdout, out.stderr)
-}
-
 /// The fixture's own count and CPU time inside `name`.
 fn fixture_cpu(out: &Outcome, name: &str) -> (u64, u64) {
-    let text = fixture_text(out);
+    let text = out.fixture_text();
     let n = counts(&text)[name];
     let cpu = tagged(&text, "cpu_ns")[name];
     (n, cpu)
@@ -101,7 +73,7 @@ fn on_cpu_ceiling(cpu_clock: u64, calls: u64, steal: u64) -> u64 {
 /// Whether the fixture ran at SCHED_FIFO, as it does as root.
 fn assert_fifo(out: &Outcome) {
     assert!(
-        fixture_text(out).lines().any(|l| l == "policy fifo"),
+        out.fixture_text().lines().any(|l| l == "policy fifo"),
         "the fixture could not run at SCHED_FIFO\n{out}"
     );
 }
@@ -115,9 +87,8 @@ fn sleeping_function_is_blocked() {
         return;
     }
     let out = run_why("latency", &["--cpu", "--json", "sleeper"], "sleep", 20);
-    out.assert_success();
+    let rep = out.success_report();
     assert_fifo(&out);
-    let rep = out.single_report();
     let c = split(&out, &rep, "sleeper", 20);
     assert!(share(c, "blocked_share") > 0.9, "{out}");
     // The timer fires no earlier than 5 ms after the sleep began; the
@@ -137,9 +108,8 @@ fn spinning_function_is_on_cpu() {
     let steal0 = steal_ns();
     let out = run_why("latency", &["--cpu", "--json", "spinner"], "spin", 20);
     let steal = steal_ns() - steal0;
-    out.assert_success();
+    let rep = out.success_report();
     assert_fifo(&out);
-    let rep = out.single_report();
     let c = split(&out, &rep, "spinner", 20);
     assert!(share(c, "oncpu_share") > 0.9, "{out}");
     assert_eq!(num(c, "blocked_ns"), 0, "{out}");
@@ -169,8 +139,7 @@ fn crowded_threads_wait_for_the_cpu() {
         10,
     );
     let steal = steal_ns() - steal0;
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let c = split(&out, &rep, "crowded", 40);
     // Each thread has the CPU a quarter of the time at best.
     assert!(share(c, "runnable_share") > 0.25, "{out}");
@@ -258,9 +227,8 @@ fn syscall_split() {
         "sleep",
         10,
     );
-    out.assert_success();
+    let rep = out.success_report();
     assert_fifo(&out);
-    let rep = out.single_report();
     let c = split(&out, &rep, "syscall:clock_nanosleep", 10);
     assert!(share(c, "blocked_share") > 0.9, "{out}");
     assert!(num(c, "blocked_ns") >= 10 * 4_900_000, "{out}");
@@ -276,8 +244,7 @@ fn nested_sites_are_split() {
         return;
     }
     let out = run_why("nested", &["--cpu", "--json", "caller_one"], "callers", 4);
-    out.assert_success();
-    let rep = out.single_report();
+    let rep = out.success_report();
     let root = &rep["roots"][0];
     assert_eq!(num(root, "count"), 4, "{out}");
     let parts = |v: &Value| {

@@ -703,12 +703,84 @@ static __always_inline void pass_probe_time(struct tachy_thread *t,
 }
 
 /*
+ * The general registers saved at the probe, numbered as x86 encodes them.
+ * Copied out with constant offsets: the verifier refuses a context read at
+ * a computed one, which a switch on the number compiles to.
+ */
+static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
+{
+	r[0] = ctx->ax;
+	r[1] = ctx->cx;
+	r[2] = ctx->dx;
+	r[3] = ctx->bx;
+	r[4] = ctx->sp;
+	r[5] = ctx->bp;
+	r[6] = ctx->si;
+	r[7] = ctx->di;
+	r[8] = ctx->r8;
+	r[9] = ctx->r9;
+	r[10] = ctx->r10;
+	r[11] = ctx->r11;
+	r[12] = ctx->r12;
+	r[13] = ctx->r13;
+	r[14] = ctx->r14;
+	r[15] = ctx->r15;
+}
+
+/*
+ * The value of operand t (a --filter term's, or a --by argument's) at a
+ * call's entry, with registers `r` and SP `sp`, extended from its size as
+ * its sign says; non-zero when it cannot be read.
+ */
+static __always_inline int opnd_read(struct tachy_term *t, __u64 r[16],
+				     __u64 sp, __u64 pid_tgid, __u64 *out)
+{
+	__u32 shift = 64 - 8 * (t->size & 15);
+	__u64 v = 0;
+	bool sgn = t->flags & TACHY_TERM_SIGNED;
+
+	switch (t->kind) {
+	case TACHY_OPND_REG:
+		v = r[t->reg & 15];
+		break;
+	case TACHY_OPND_STACK:
+		if (bpf_probe_read_user(&v, sizeof(v), (void *)(sp + t->off)))
+			return -1;
+		break;
+	case TACHY_OPND_TID:
+		v = (__u32)pid_tgid;
+		break;
+	default:
+		v = pid_tgid >> 32;
+	}
+	/* The ABI leaves the bits above a narrower argument undefined. */
+	if (shift && shift < 64) {
+		v <<= shift;
+		v = sgn ? (__u64)((__s64)v >> shift) : v >> shift;
+	}
+	*out = v;
+	return 0;
+}
+
+/*
  * --by: calls grouped by key (tachy.h). The key kinds, in the order of the
  * group key's values; TACHY_BY_NONE past the last.
  */
 const volatile __u32 by_kind[TACHY_BY_KEYS] = {};
 /* Some kind is read at entry (kept per frame in by_frames). */
 const volatile bool by_entry = false;
+/* Some kind is TACHY_BY_ARG, read where by_args says. */
+const volatile bool by_arg = false;
+/* TACHY_BY_GOID: the offset of goid in Go's runtime.g. */
+const volatile __u32 go_goid = 0;
+
+/* Per id (nfuncs entries when by_arg, set by user space; 1 otherwise). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_by_args);
+} by_args SEC(".maps");
 
 /*
  * (function, key values, interval) -> calls. Sized by user space, which
@@ -752,12 +824,38 @@ static __always_inline __u64 by_entry_value(__u32 kind, __u64 sp)
 	return v;
 }
 
+/*
+ * The values read at entry of a call of `id`, with registers `regs` and SP
+ * `sp`, into vals[]: each key's that is read at entry (others are 0).
+ */
+static __always_inline void by_entry_values(__u32 id, struct pt_regs *regs,
+					    __u64 sp, __u64 *vals)
+{
+	struct tachy_by_args *a = NULL;
+	__u64 r[16], pt = bpf_get_current_pid_tgid();
+	__u32 k;
+
+	if (by_arg) {
+		a = bpf_map_lookup_elem(&by_args, &id);
+		if (a)
+			save_regs(regs, r);
+	}
+	for (k = 0; k < TACHY_BY_KEYS; k++) {
+		vals[k] = 0;
+		if (by_kind[k] != TACHY_BY_ARG)
+			vals[k] = by_entry_value(by_kind[k], sp);
+		else if (a && opnd_read(&a->opnd[k], r, sp, pt, &vals[k]))
+			vals[k] = 0;
+	}
+}
+
 /* At a traced function's entry: keeps the values of the frame about to
  * open (index t->depth) that are read at entry. */
-static __always_inline void by_open(struct tachy_thread *t, __u64 sp)
+static __always_inline void by_open(struct tachy_thread *t, __u32 id,
+				    struct pt_regs *ctx, __u64 sp)
 {
 	struct tachy_by_frames *bf;
-	__u32 i = t->depth, k;
+	__u32 i = t->depth;
 
 	if (!by_entry || i >= TACHY_MAX_DEPTH)
 		return;
@@ -766,9 +864,7 @@ static __always_inline void by_open(struct tachy_thread *t, __u64 sp)
 	if (!bf)
 		return;
 	barrier_var(i);
-	for (k = 0; k < TACHY_BY_KEYS; k++)
-		bf->val[i & (TACHY_MAX_DEPTH - 1)][k] =
-			by_entry_value(by_kind[k], sp);
+	by_entry_values(id, ctx, sp, bf->val[i & (TACHY_MAX_DEPTH - 1)]);
 }
 
 /* The value of a key known when the call ends, on its own thread. */
@@ -835,8 +931,9 @@ static __always_inline void group_add(struct tachy_group_key *key, __u64 d)
 
 /*
  * A call of function `id` that lasted d ns ends, with the key values read
- * at its entry in `vals` (NULL when none were kept): counted in its group,
- * unless --slower-than/--faster-than left it out.
+ * at its entry (or a Go call's goroutine) in `vals` (NULL when none were
+ * kept): counted in its group, unless --slower-than/--faster-than left it
+ * out.
  */
 static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals)
 {
@@ -850,7 +947,8 @@ static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals)
 		return;
 	for (k = 0; k < TACHY_BY_KEYS; k++) {
 		kind = by_kind[k];
-		if (kind == TACHY_BY_CALLER || kind == TACHY_BY_ARG) {
+		if (kind == TACHY_BY_CALLER || kind == TACHY_BY_ARG ||
+		    kind == TACHY_BY_GOID) {
 			if (vals)
 				key.val[k] = vals[k];
 			/* An address means something in its process only. */
@@ -1120,57 +1218,14 @@ struct {
 	__type(value, struct tachy_filter);
 } filters SEC(".maps");
 
-/*
- * The general registers saved at the probe, numbered as x86 encodes them.
- * Copied out with constant offsets: the verifier refuses a context read at
- * a computed one, which a switch on the number compiles to.
- */
-static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
-{
-	r[0] = ctx->ax;
-	r[1] = ctx->cx;
-	r[2] = ctx->dx;
-	r[3] = ctx->bx;
-	r[4] = ctx->sp;
-	r[5] = ctx->bp;
-	r[6] = ctx->si;
-	r[7] = ctx->di;
-	r[8] = ctx->r8;
-	r[9] = ctx->r9;
-	r[10] = ctx->r10;
-	r[11] = ctx->r11;
-	r[12] = ctx->r12;
-	r[13] = ctx->r13;
-	r[14] = ctx->r14;
-	r[15] = ctx->r15;
-}
-
 static __always_inline bool term_holds(struct tachy_term *t, __u64 r[16],
 				       __u64 sp, __u64 pid_tgid)
 {
-	__u32 shift = 64 - 8 * (t->size & 15);
-	__u64 v = 0;
 	bool sgn = t->flags & TACHY_TERM_SIGNED;
+	__u64 v;
 
-	switch (t->kind) {
-	case TACHY_OPND_REG:
-		v = r[t->reg & 15];
-		break;
-	case TACHY_OPND_STACK:
-		if (bpf_probe_read_user(&v, sizeof(v), (void *)(sp + t->off)))
-			return false;
-		break;
-	case TACHY_OPND_TID:
-		v = (__u32)pid_tgid;
-		break;
-	default:
-		v = pid_tgid >> 32;
-	}
-	/* The ABI leaves the bits above a narrower argument undefined. */
-	if (shift && shift < 64) {
-		v <<= shift;
-		v = sgn ? (__u64)((__s64)v >> shift) : v >> shift;
-	}
+	if (opnd_read(t, r, sp, pid_tgid, &v))
+		return false;
 	switch (t->cmp) {
 	case TACHY_CMP_EQ:
 		return v == t->value;
@@ -1262,7 +1317,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		}
 	}
 
-	by_open(t, sp);
+	by_open(t, id, ctx, sp);
 	/*
 	 * The clock is read again last: what this program did before is not
 	 * the call's time.
@@ -1666,11 +1721,23 @@ struct gwalk_ctx {
 	struct tachy_goroutine *gr;
 	__u64 off;
 	__u64 now;
+	__u64 goid; /* --by goroutine, at a ret */
 	__u32 kind;
 	/* a site's call: the slot of a site at the key that returned here
 	 * (ANY_ID: none); a site's return: the slot of the site to close */
 	__u32 slot;
 };
+
+/* --by: a Go call of `id` that lasted d ns ends on goroutine `goid`. */
+static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid)
+{
+	__u64 vals[TACHY_BY_KEYS];
+	__u32 k;
+
+	for (k = 0; k < TACHY_BY_KEYS; k++)
+		vals[k] = goid;
+	by_close(id, d, vals);
+}
 
 static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
 {
@@ -1722,10 +1789,12 @@ static __always_inline struct tachy_gframe *gbelow(struct tachy_goroutine *gr)
  * timed inside it), else counted as left by panic. The probes' time of the
  * calls inside it, and its own when it returned (a frame left by a panic
  * never ran its exit probe), lie inside the frame below it too, as does
- * its corrected duration.
+ * its corrected duration. A traced function's call (`func`) also counts in
+ * its --by group; `goid` is its goroutine's id.
  */
 static __always_inline void gend(struct tachy_goroutine *gr,
-				 struct tachy_gframe *f, __u64 now, bool close)
+				 struct tachy_gframe *f, __u64 now, bool close,
+				 bool func, __u64 goid)
 {
 	__u32 id = f->id;
 	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
@@ -1750,6 +1819,8 @@ static __always_inline void gend(struct tachy_goroutine *gr,
 		/* Its own probes ran (left by panic, its exit did not). */
 		probe += c ? c->add_ns : 0;
 		record_ns(id, d, (struct parts){}, false);
+		if (func && by_kind[0] != TACHY_BY_NONE)
+			go_by_close(id, d, goid);
 	} else {
 		count_unwound(id);
 	}
@@ -1801,7 +1872,7 @@ static long gpop_one(__u64 i, void *data)
 		close = true;
 		last = true;
 	}
-	gend(gr, f, c->now, close);
+	gend(gr, f, c->now, close, !site, c->goid);
 	gr->depth--;
 	return last;
 }
@@ -1950,6 +2021,12 @@ static __always_inline int do_go(struct pt_regs *ctx)
 			return 0;
 		}
 		if (kind == TACHY_GO_RET) {
+			/* The goroutine's id: the call ends on the goroutine
+			 * it began on, so its g holds the same one. */
+			if (go_goid &&
+			    bpf_probe_read_user(&c.goid, sizeof(c.goid),
+						(void *)(g + go_goid)))
+				c.goid = 0;
 			gwalk(&c);
 			if (!gr->depth)
 				bpf_map_delete_elem(&goroutines, &k);
@@ -2104,6 +2181,8 @@ struct tachy_syscall {
 	__u64 runq0;
 	/* --record-slower-than: the call's arguments */
 	__u64 args[TACHY_REC_ARGS];
+	/* --by: the key values read at entry */
+	__u64 by[TACHY_BY_KEYS];
 };
 
 struct {
@@ -2146,6 +2225,8 @@ int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
 		steal_settle(&sc->cpu, bpf_get_current_task_btf());
 	sc->blocked0 = sc->cpu.blocked_ns;
 	sc->runq0 = sc->cpu.runq_ns;
+	if (by_entry)
+		by_entry_values(*id - 1, regs, 0, sc->by);
 	if (record) {
 		sc->args[0] = BPF_CORE_READ(regs, di);
 		sc->args[1] = BPF_CORE_READ(regs, si);
@@ -2193,7 +2274,7 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 	d = now - sc->start_ns;
 	p = parts_since(&sc->cpu, sc->blocked0, sc->runq0);
 	record_ns(id, d, p, false);
-	by_close(id, d, NULL);
+	by_close(id, d, sc->by);
 	rec_syscall(sc, id, now, d, p);
 	return 0;
 }

@@ -404,6 +404,7 @@ struct tachy_filter {
 #define TACHY_BY_TID	2
 #define TACHY_BY_PID	3
 #define TACHY_BY_ARG	4 /* an integer argument, read at entry */
+#define TACHY_BY_GOID	5 /* a Go goroutine's id, read from g at its ret */
 
 /* Groups the map holds unless user space sizes it otherwise. */
 #define TACHY_BY_GROUPS 4096
@@ -423,6 +424,15 @@ struct tachy_group {
 	__u64 total_ns;
 	char comm[16]; /* by tid: the thread's name; by pid: the process's */
 	__u64 buckets[TACHY_NBUCKETS];
+};
+
+/*
+ * --by argN / NAME: where a function's keys of kind TACHY_BY_ARG are read
+ * at its entry (operands as --filter's terms: kind, reg, off, size and
+ * TACHY_TERM_SIGNED), per function id.
+ */
+struct tachy_by_args {
+	struct tachy_term opnd[TACHY_BY_KEYS];
 };
 
 /* --by: key values read at entry, per open frame (1 KiB per thread). */

@@ -121,6 +121,8 @@ pub struct Operand {
     pub size: u8,
     /// Compare as signed (sign-extended from `size`).
     pub signed: bool,
+    /// DWARF says it is a pointer or reference (shown in hex).
+    pub pointer: bool,
     /// For messages and `--dry-run`: `key (rsi, int)`, `arg0 (rdi)`.
     pub what: String,
     /// Something the user should know about this operand on this function
@@ -138,6 +140,7 @@ impl Operand {
                 8
             },
             signed: !matches!(source, Source::Tid | Source::Pid),
+            pointer: false,
             what,
             note: None,
         }
@@ -305,6 +308,7 @@ impl FuncArgs {
                 op.size = size;
                 op.signed = signed;
             }
+            op.pointer = matches!(p.ty, ParamType::Pointer { .. });
             if let Some(pn) = &p.name {
                 op.what = format!("arg{i} ({rn}, {pn}: {})", p.ty.name());
             }
@@ -360,13 +364,13 @@ impl FuncArgs {
         let Some((size, signed)) = width(&p.ty) else {
             match &p.ty {
                 ParamType::Float { .. } => bail!(
-                    "{n} of {name} is floating point ({ty}): filters compare integers and pointers"
+                    "{n} of {name} is floating point ({ty}): tachy reads integers and pointers"
                 ),
                 ParamType::Aggregate { .. } => bail!(
-                    "{n} of {name} is passed by value as {ty}: filters compare integers and pointers"
+                    "{n} of {name} is passed by value as {ty}: tachy reads integers and pointers"
                 ),
                 _ => bail!(
-                    "{n} of {name} is a {ty}: filters compare integers and pointers of up to 8 bytes"
+                    "{n} of {name} is a {ty}: tachy reads integers and pointers of up to 8 bytes"
                 ),
             }
         };
@@ -381,7 +385,7 @@ impl FuncArgs {
                 _ => bail!("{n} of {name} is on the stack at an offset tachy does not read ({off})"),
             },
             (EntryLoc::Const(c), Some(what)) => bail!(
-                "{n} of {name} is the constant {c} in this {what}: a comparison with it is always true or always false"
+                "{n} of {name} is the constant {c} in this {what}: every call passes the same value"
             ),
             (EntryLoc::Absent, Some(what)) => bail!(
                 "{n} of {name} was optimized out of this {what}: it has no value at the entry"
@@ -411,6 +415,7 @@ impl FuncArgs {
             source,
             size,
             signed,
+            pointer: matches!(p.ty, ParamType::Pointer { .. }),
             what: format!("{n} ({place}, {ty})"),
             note: None,
         })
@@ -692,11 +697,11 @@ mod tests {
         let err = |a: &str| f.resolve(&name(a)).unwrap_err().to_string();
         assert_eq!(
             err("w"),
-            "w of Store::get(int) is floating point (double): filters compare integers and pointers"
+            "w of Store::get(int) is floating point (double): tachy reads integers and pointers"
         );
         assert_eq!(
             err("p"),
-            "p of Store::get(int) is passed by value as struct Point: filters compare integers and pointers"
+            "p of Store::get(int) is passed by value as struct Point: tachy reads integers and pointers"
         );
         assert_eq!(
             err("nope"),
@@ -742,7 +747,7 @@ mod tests {
         );
         assert_eq!(
             err("limit"),
-            "limit of Store::get(int) [clone .isra.0] is the constant 100 in this clone .isra.0: a comparison with it is always true or always false"
+            "limit of Store::get(int) [clone .isra.0] is the constant 100 in this clone .isra.0: every call passes the same value"
         );
         assert!(
             err("p").contains("lives in a computed location"),

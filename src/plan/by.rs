@@ -2,15 +2,23 @@
 //! names them, checked against what is traced, and their numbers on the
 //! BPF side (TACHY_BY_* in tachy.h).
 //!
-//! A new kind of key (say `goroutine`) is one variant here with its name in
+//! A new kind of key (say the CPU) is one variant here with its name in
 //! `parse` and `name`, its number in `kind` (and tachy.h), what it means
 //! for each kind of traced item in `check`, the BPF side's value for it
 //! (`by_entry_value` when it is read at the function's entry,
 //! `by_close_value` when it is known at the call's end), and how the
 //! report names a value of it (`report::groups::KeyValue`, made in
-//! `session::name_key`).
+//! `naming::Namer::name`).
+//!
+//! `argN` and parameter names are the operands of `--filter`: each traced
+//! function resolves them where its own DWARF (or the ABI) puts them
+//! (`Plan::by_args`), and the BPF entry program reads them as the filter
+//! does. A goroutine's id is read from Go's `g` (R14) at the offset of
+//! `goid` that `Plan::go_layout` gives.
 
 use std::fmt;
+
+use super::args::ArgRef;
 
 /// One key of `--by`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -22,6 +30,12 @@ pub enum ByKey {
     Tid,
     /// The process that made the call.
     Pid,
+    /// An integer argument's value at entry: `argN` or a DWARF parameter
+    /// name (never `ArgRef::Tid` or `ArgRef::Pid`, which are the keys
+    /// above), read where each function has it (`plan::args`).
+    Arg(ArgRef),
+    /// A Go function's goroutine (`g.goid`).
+    Goroutine,
 }
 
 /// Keys at most, as the BPF side keeps them (TACHY_BY_KEYS).
@@ -32,6 +46,8 @@ pub const KIND_NONE: u32 = 0;
 pub const KIND_CALLER: u32 = 1;
 pub const KIND_TID: u32 = 2;
 pub const KIND_PID: u32 = 3;
+pub const KIND_ARG: u32 = 4;
+pub const KIND_GOID: u32 = 5;
 
 impl ByKey {
     /// Parses a key as `--by` takes it.
@@ -40,9 +56,16 @@ impl ByKey {
             "caller" => Ok(ByKey::Caller),
             "tid" | "thread" => Ok(ByKey::Tid),
             "pid" | "process" => Ok(ByKey::Pid),
-            other => Err(format!(
-                "{other:?} is not a key to group by: use caller, tid or pid"
-            )),
+            "goroutine" => Ok(ByKey::Goroutine),
+            other => match ArgRef::parse(other) {
+                Ok(ArgRef::Tid) => Ok(ByKey::Tid),
+                Ok(ArgRef::Pid) => Ok(ByKey::Pid),
+                Ok(a) => Ok(ByKey::Arg(a)),
+                Err(e) if other.starts_with("arg") => Err(e.to_string()),
+                Err(_) => Err(format!(
+                    "{other:?} is not a key to group by: use caller, tid, pid, goroutine, argN or a parameter name"
+                )),
+            },
         }
     }
 
@@ -52,28 +75,33 @@ impl ByKey {
             ByKey::Caller => KIND_CALLER,
             ByKey::Tid => KIND_TID,
             ByKey::Pid => KIND_PID,
+            ByKey::Arg(_) => KIND_ARG,
+            ByKey::Goroutine => KIND_GOID,
         }
     }
 
     /// Whether the BPF side reads its value at the function's entry (and
-    /// keeps it with the open frame).
+    /// keeps it with the open frame). A goroutine's id is read from `g` at
+    /// the call's `ret`: the call ends on the goroutine it began on.
     pub fn read_at_entry(&self) -> bool {
-        matches!(self, ByKey::Caller)
+        matches!(self, ByKey::Caller | ByKey::Arg(_))
     }
 
     /// The key as `--by` names it.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> String {
         match self {
-            ByKey::Caller => "caller",
-            ByKey::Tid => "tid",
-            ByKey::Pid => "pid",
+            ByKey::Caller => "caller".into(),
+            ByKey::Tid => "tid".into(),
+            ByKey::Pid => "pid".into(),
+            ByKey::Arg(a) => a.to_string(),
+            ByKey::Goroutine => "goroutine".into(),
         }
     }
 }
 
 impl fmt::Display for ByKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }
 
@@ -86,6 +114,10 @@ pub struct Traced<'a> {
     pub kernel: Option<&'a str>,
     /// A Go function's name, if any is traced.
     pub go: Option<&'a str>,
+    /// A user function's name that is not Go, if any is traced.
+    pub native: Option<&'a str>,
+    /// Go only: whether the offset of `goid` in `runtime.g` is known.
+    pub goid_known: bool,
 }
 
 /// Refuses keys that do not go together or do not mean anything for what
@@ -114,10 +146,28 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), String> {
             "--by groups calls of user functions and system calls; kernel functions ({k}) are not grouped"
         ));
     }
+    if keys.contains(&ByKey::Goroutine) {
+        if let Some(other) = traced.native.or(traced.syscall) {
+            return Err(format!(
+                "--by goroutine groups calls of Go functions; {other} is not Go code"
+            ));
+        }
+        if traced.go.is_some() && !traced.goid_known {
+            return Err(format!(
+                "--by goroutine: where runtime.g keeps goid is not known for this Go binary ({}): it has no DWARF for runtime.g and its Go version's layout is not known to tachy",
+                traced.go.unwrap_or_default()
+            ));
+        }
+    }
     if let Some(g) = traced.go {
-        return Err(format!(
-            "--by does not group calls of Go functions yet ({g})"
-        ));
+        if let Some(k) = keys
+            .iter()
+            .find(|k| !matches!(k, ByKey::Goroutine | ByKey::Pid))
+        {
+            return Err(format!(
+                "--by {k} does not group calls of Go functions ({g}): group them by goroutine (or pid)"
+            ));
+        }
     }
     if let (Some(sys), true) = (traced.syscall, keys.contains(&ByKey::Caller)) {
         return Err(format!(
@@ -136,7 +186,18 @@ mod tests {
         assert_eq!(ByKey::parse("caller"), Ok(ByKey::Caller));
         assert_eq!(ByKey::parse("tid"), Ok(ByKey::Tid));
         assert_eq!(ByKey::parse("pid"), Ok(ByKey::Pid));
-        assert!(ByKey::parse("colour").is_err());
+        assert_eq!(ByKey::parse("goroutine"), Ok(ByKey::Goroutine));
+        assert_eq!(ByKey::parse("arg1"), Ok(ByKey::Arg(ArgRef::Index(1))));
+        assert_eq!(
+            ByKey::parse("key"),
+            Ok(ByKey::Arg(ArgRef::Name("key".into())))
+        );
+        assert!(ByKey::parse("arg7")
+            .unwrap_err()
+            .starts_with("arg7: only arg0 to arg5"));
+        assert!(ByKey::parse("col-our")
+            .unwrap_err()
+            .contains("is not a key to group by"));
     }
 
     #[test]
@@ -165,5 +226,28 @@ mod tests {
             ..Traced::default()
         };
         assert!(check(&[ByKey::Tid], go).is_err());
+        assert_eq!(
+            check(&[ByKey::Goroutine], go).unwrap_err(),
+            "--by goroutine: where runtime.g keeps goid is not known for this Go binary (main.work): it has no DWARF for runtime.g and its Go version's layout is not known to tachy"
+        );
+        let known = Traced {
+            goid_known: true,
+            ..go
+        };
+        assert!(check(&[ByKey::Goroutine, ByKey::Pid], known).is_ok());
+        assert_eq!(
+            check(&[ByKey::Goroutine, ByKey::Arg(ArgRef::Index(0))], known).unwrap_err(),
+            "--by arg0 does not group calls of Go functions (main.work): group them by goroutine (or pid)"
+        );
+        let c = Traced {
+            native: Some("work"),
+            ..Traced::default()
+        };
+        assert_eq!(
+            check(&[ByKey::Goroutine], c).unwrap_err(),
+            "--by goroutine groups calls of Go functions; work is not Go code"
+        );
+        assert!(check(&[ByKey::Arg(ArgRef::Index(1)), ByKey::Tid], c).is_ok());
+        assert!(check(&[ByKey::Arg(ArgRef::Index(0))], sys).is_ok());
     }
 }

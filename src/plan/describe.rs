@@ -87,6 +87,10 @@ impl Plan {
         for (id, f) in &self.arg_filters {
             let _ = writeln!(s, "  [{id}] --filter, at entry: {}", f.describe());
         }
+        for (id, ops) in &self.by_args {
+            let keys: Vec<&str> = ops.iter().flatten().map(|o| o.what.as_str()).collect();
+            let _ = writeln!(s, "  [{id}] --by, at entry: {}", keys.join(", "));
+        }
         for (id, args) in &self.record_args {
             let syscall = matches!(
                 self.items.get(*id as usize).map(|i| &i.kind),

@@ -93,6 +93,26 @@ pub struct Filter {
     pub groups: Vec<Vec<Comparison>>,
 }
 
+/// Where and how the BPF entry program reads an operand (a term without
+/// its comparison): what `--by` keys of arguments are encoded as too.
+pub fn encode_operand(op: &Operand) -> Encoded {
+    let (kind, reg, off) = match op.source {
+        Source::Reg(r) => (OPND_REG, r, 0),
+        Source::Stack(o) => (OPND_STACK, 0, o),
+        Source::Tid => (OPND_TID, 0, 0),
+        Source::Pid => (OPND_PID, 0, 0),
+    };
+    Encoded {
+        value: 0,
+        off,
+        kind,
+        reg,
+        cmp: 0,
+        size: op.size,
+        flags: if op.signed { TERM_SIGNED } else { 0 },
+    }
+}
+
 /// One comparison resolved for a function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Term {
@@ -117,28 +137,13 @@ impl Resolved {
         let mut out = Vec::new();
         for g in &self.groups {
             for (i, t) in g.iter().enumerate() {
-                let (kind, reg, off) = match t.operand.source {
-                    Source::Reg(r) => (OPND_REG, r, 0),
-                    Source::Stack(o) => (OPND_STACK, 0, o),
-                    Source::Tid => (OPND_TID, 0, 0),
-                    Source::Pid => (OPND_PID, 0, 0),
-                };
-                let mut flags = 0;
-                if t.operand.signed {
-                    flags |= TERM_SIGNED;
-                }
+                let mut e = encode_operand(&t.operand);
+                e.value = t.value;
+                e.cmp = t.op.code();
                 if i + 1 == g.len() {
-                    flags |= TERM_LAST;
+                    e.flags |= TERM_LAST;
                 }
-                out.push(Encoded {
-                    value: t.value,
-                    off,
-                    kind,
-                    reg,
-                    cmp: t.op.code(),
-                    size: t.operand.size,
-                    flags,
-                });
+                out.push(e);
             }
         }
         out

@@ -238,6 +238,10 @@ pub struct Plan {
     pub settings: Settings,
     /// `--filter`, resolved per item id (a function's own registers).
     pub arg_filters: std::collections::BTreeMap<u32, filter::Resolved>,
+    /// `--by argN`/`--by NAME`: per item id, each key's operand where the
+    /// key reads an argument (None for the other keys), in the order of
+    /// `settings.by`.
+    pub by_args: std::collections::BTreeMap<u32, Vec<Option<args::Operand>>>,
     /// `--record-slower-than`: what each item's records print of its
     /// arguments, per item id.
     pub record_args: std::collections::BTreeMap<u32, Vec<args::RecordArg>>,

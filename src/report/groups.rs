@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use serde_json::{json, Map, Value};
 
 use super::hist::round_to_precision;
+use super::records::ArgValue;
 use super::text::PERCENTILES;
 use super::{Counts, Unit};
 
@@ -75,6 +76,16 @@ pub enum KeyValue {
         pid: u32,
         comm: String,
     },
+    /// An argument's value at entry, with the key's name as `--by` gives
+    /// it (`arg1`, `key`).
+    Arg {
+        name: String,
+        value: ArgValue,
+    },
+    /// A Go goroutine, by its id.
+    Goroutine {
+        goid: u64,
+    },
 }
 
 impl KeyValue {
@@ -97,16 +108,22 @@ impl KeyValue {
             }
             KeyValue::Thread { tid, comm } => format!("tid {tid} ({comm})"),
             KeyValue::Process { pid, comm } => format!("pid {pid} ({comm})"),
+            KeyValue::Arg { name, value } => format!("{name} {}", value.text()),
+            KeyValue::Goroutine { goid } => format!("goroutine {goid}"),
         }
     }
 
     /// The value as a metric's label holds it: a thread or process by its
     /// number (its name goes in a label of its own, see [`KeyValue::comm`]),
-    /// any other value as the text report shows it.
+    /// an argument or goroutine by its value (the label is named after the
+    /// key), a caller as the text report shows it.
     pub fn metric_value(&self) -> String {
         match self {
             KeyValue::Thread { tid, .. } => tid.to_string(),
             KeyValue::Process { pid, .. } => pid.to_string(),
+            // The label's name says which argument: the value alone.
+            KeyValue::Arg { value, .. } => value.text(),
+            KeyValue::Goroutine { goid } => goid.to_string(),
             other => other.text(),
         }
     }
@@ -120,7 +137,7 @@ impl KeyValue {
     }
 
     /// The key's name in JSON, and the value.
-    fn json(&self) -> (&'static str, Value) {
+    fn json(&self) -> (String, Value) {
         match self {
             KeyValue::Caller {
                 object,
@@ -129,7 +146,7 @@ impl KeyValue {
                 function_offset,
                 location,
             } => (
-                "caller",
+                "caller".into(),
                 json!({
                     "function": function,
                     "function_offset": function.as_ref().map(|_| function_offset),
@@ -138,8 +155,23 @@ impl KeyValue {
                     "offset": offset,
                 }),
             ),
-            KeyValue::Thread { tid, comm } => ("tid", json!({ "tid": tid, "comm": comm })),
-            KeyValue::Process { pid, comm } => ("pid", json!({ "pid": pid, "comm": comm })),
+            KeyValue::Thread { tid, comm } => ("tid".into(), json!({ "tid": tid, "comm": comm })),
+            KeyValue::Process { pid, comm } => ("pid".into(), json!({ "pid": pid, "comm": comm })),
+            KeyValue::Arg { name, value } => {
+                let mut v = json!({ "value": value.json() });
+                if let ArgValue::Pointer(p) = value {
+                    v["hex"] = json!(format!("{p:#x}"));
+                }
+                // A parameter named like a field of the group's stats
+                // does not hide it.
+                let key = if STATS_FIELDS.contains(&name.as_str()) {
+                    format!("param:{name}")
+                } else {
+                    name.clone()
+                };
+                (key, v)
+            }
+            KeyValue::Goroutine { goid } => ("goroutine".into(), json!({ "goid": goid })),
         }
     }
 }
@@ -302,6 +334,9 @@ pub fn render_text(g: &Groups, unit: Unit, w: &mut impl Write) -> io::Result<()>
     Ok(())
 }
 
+/// The fields `stats_json` gives a group.
+const STATS_FIELDS: [&str; 4] = ["count", "total_ns", "avg_ns", "percentiles_ns"];
+
 /// Count, total, avg and percentiles of a group in JSON.
 fn stats_json(c: &Counts, unit: Unit) -> Map<String, Value> {
     let mut m = Map::new();
@@ -329,7 +364,7 @@ pub fn json_fields(g: &Groups, unit: Unit, into: &mut Value) {
             let mut m = stats_json(&x.counts, unit);
             for k in &x.keys {
                 let (name, v) = k.json();
-                m.insert(name.into(), v);
+                m.insert(name, v);
             }
             Value::Object(m)
         })

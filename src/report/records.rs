@@ -66,7 +66,7 @@ pub struct Arg {
 }
 
 /// An argument's value, as its type reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArgValue {
     Signed(i64),
     Unsigned(u64),
@@ -101,7 +101,7 @@ impl ArgValue {
         }
     }
 
-    fn json(self) -> Value {
+    pub fn json(self) -> Value {
         match self {
             ArgValue::Signed(v) => json!(v),
             ArgValue::Unsigned(v) | ArgValue::Pointer(v) | ArgValue::Register(v) => json!(v),

@@ -71,6 +71,24 @@ pub mod node {
     }
 }
 
+/// Accessors of the reports of `tachy latency --json`.
+pub mod report {
+    use serde_json::Value;
+
+    /// `v[key]`, a number.
+    pub fn num(v: &Value, key: &str) -> u64 {
+        super::node::num(v, key)
+    }
+
+    /// The function named `name` in a report.
+    pub fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+        rep["functions"]
+            .as_array()
+            .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+            .unwrap_or_else(|| panic!("no function {name} in {rep}"))
+    }
+}
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};

@@ -102,6 +102,43 @@ impl Outcome {
         assert_eq!(r.len(), 1, "expected exactly one JSON report\n{self}");
         r.pop().unwrap()
     }
+
+    /// Asserts success; the one JSON report of the run.
+    pub fn success_report(&self) -> Value {
+        self.assert_success();
+        self.single_report()
+    }
+
+    /// What the traced command printed: with JSON on standard output, it
+    /// goes to tachy's standard error, so both.
+    pub fn fixture_text(&self) -> String {
+        format!("{}\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// How long [`run_fixture`] lets a run take.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `tachy SUBCOMMAND OPTS... -- FIXTURE ARGS...` to its end: the
+/// fixture built, started by tachy without the go signal
+/// (`FIXTURE_NO_WAIT=1`), with `envs` for tachy too.
+pub fn run_fixture(
+    sub: &str,
+    opts: &[&str],
+    fixture: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Outcome {
+    let exe = super::build(fixture);
+    let exe = exe.to_string_lossy().into_owned();
+    let mut all: Vec<&str> = vec![sub];
+    all.extend_from_slice(opts);
+    all.push("--");
+    all.push(&exe);
+    all.extend_from_slice(args);
+    let mut env = vec![("FIXTURE_NO_WAIT", "1")];
+    env.extend_from_slice(envs);
+    Tachy::start(&all, &env).finish(RUN_TIMEOUT)
 }
 
 impl std::fmt::Display for Outcome {
