@@ -810,23 +810,22 @@ struct {
 	__type(value, struct tachy_by_frames);
 } by_frames SEC(".maps");
 
-/*
- * The value of a key read at entry: `sp` is the address of the
- * return-address slot (the entry probe's SP, adjusted for what the
- * function pushed before it).
- */
-static __always_inline __u64 by_entry_value(__u32 kind, __u64 sp)
+/* Whether some key is of this kind (known at load: the branches on it are
+ * dead code otherwise). */
+static __always_inline bool by_has(__u32 kind)
 {
-	__u64 v = 0;
+	__u32 k;
 
-	if (kind == TACHY_BY_CALLER)
-		bpf_probe_read_user(&v, sizeof(v), (const void *)sp);
-	return v;
+	for (k = 0; k < TACHY_BY_KEYS; k++)
+		if (by_kind[k] == kind)
+			return true;
+	return false;
 }
 
 /*
  * The values read at entry of a call of `id`, with registers `regs` and SP
- * `sp`, into vals[]: each key's that is read at entry (others are 0).
+ * `sp` (the address of the return-address slot), into vals[]: each
+ * argument's (others are 0).
  */
 static __always_inline void by_entry_values(__u32 id, struct pt_regs *regs,
 					    __u64 sp, __u64 *vals)
@@ -842,9 +841,8 @@ static __always_inline void by_entry_values(__u32 id, struct pt_regs *regs,
 	}
 	for (k = 0; k < TACHY_BY_KEYS; k++) {
 		vals[k] = 0;
-		if (by_kind[k] != TACHY_BY_ARG)
-			vals[k] = by_entry_value(by_kind[k], sp);
-		else if (a && opnd_read(&a->opnd[k], r, sp, pt, &vals[k]))
+		if (by_kind[k] == TACHY_BY_ARG && a &&
+		    opnd_read(&a->opnd[k], r, sp, pt, &vals[k]))
 			vals[k] = 0;
 	}
 }
@@ -932,10 +930,11 @@ static __always_inline void group_add(struct tachy_group_key *key, __u64 d)
 /*
  * A call of function `id` that lasted d ns ends, with the key values read
  * at its entry (or a Go call's goroutine) in `vals` (NULL when none were
- * kept): counted in its group, unless --slower-than/--faster-than left it
- * out.
+ * kept) and its return address `ret`: counted in its group, unless
+ * --slower-than/--faster-than left it out.
  */
-static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals)
+static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals,
+				     __u64 ret)
 {
 	struct tachy_group_key key = {.id = id};
 	__u64 pt = bpf_get_current_pid_tgid();
@@ -947,13 +946,13 @@ static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals)
 		return;
 	for (k = 0; k < TACHY_BY_KEYS; k++) {
 		kind = by_kind[k];
-		if (kind == TACHY_BY_CALLER || kind == TACHY_BY_ARG ||
-		    kind == TACHY_BY_GOID) {
+		if (kind == TACHY_BY_CALLER) {
+			key.val[k] = ret;
+			/* An address means something in its process only. */
+			key.tgid = pt >> 32;
+		} else if (kind == TACHY_BY_ARG || kind == TACHY_BY_GOID) {
 			if (vals)
 				key.val[k] = vals[k];
-			/* An address means something in its process only. */
-			if (kind == TACHY_BY_CALLER)
-				key.tgid = pt >> 32;
 		} else {
 			key.val[k] = by_close_value(kind, pt);
 		}
@@ -977,11 +976,13 @@ static __always_inline const __u64 *by_frame_vals(__u32 i)
 /*
  * A frame ends normally at `now` (a traced function's: by a return, or by
  * an indirect tail jump, to which it is timed). Its duration is without the
- * probes' own time (never below zero).
+ * probes' own time (never below zero). `ret` is its return address where
+ * the probe knows it (a uretprobe, whose trampoline took the slot's place),
+ * else 0: the slot still holds it.
  */
 static __always_inline void close_frame(struct tachy_thread *t,
 					struct tachy_frame *f, __u64 now,
-					bool indirect_tail)
+					bool indirect_tail, __u64 ret)
 {
 	__u32 id = f->id;
 	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
@@ -1063,8 +1064,15 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 		  indirect_tail);
 	/* f is the top frame. */
-	if (by_kind[0] != TACHY_BY_NONE)
-		by_close(id, d, by_frame_vals(t->depth - 1));
+	if (by_kind[0] == TACHY_BY_NONE)
+		return;
+	/*
+	 * The caller is read now rather than at entry: the call's own probes
+	 * then cost what plain timing costs, and the slot is the same.
+	 */
+	if (by_has(TACHY_BY_CALLER) && !ret)
+		bpf_probe_read_user(&ret, sizeof(ret), (const void *)f->sp);
+	by_close(id, d, by_frame_vals(t->depth - 1), ret);
 }
 
 /*
@@ -1176,6 +1184,7 @@ struct walk_ctx {
 	struct tachy_thread *t;
 	__u64 sp;
 	__u64 now;
+	__u64 ret;  /* the return address, where the probe knows it (or 0) */
 	__u32 only; /* a site end: the slot of the one frame to close */
 	bool all;   /* pop every frame: the thread is exiting */
 	bool site;  /* a call site opens */
@@ -1351,7 +1360,7 @@ static long exit_one(__u64 i, void *data)
 		if (c->only != ANY_ID &&
 		    (!(f->flags & TACHY_FRAME_SITE) || f->slot != c->only))
 			return 1;
-		close_frame(t, f, c->now, false);
+		close_frame(t, f, c->now, false, c->ret);
 		t->depth--;
 		return c->only != ANY_ID;
 	}
@@ -1361,7 +1370,7 @@ static long exit_one(__u64 i, void *data)
 			? &t->frames[(t->depth - 2) & (TACHY_MAX_DEPTH - 1)]
 			: NULL;
 	if ((f->flags & TACHY_FRAME_TAILSITE) && below && below->sp == c->sp)
-		close_frame(t, f, c->now, false);
+		close_frame(t, f, c->now, false, 0);
 	else
 		drop_frame(t, f, c->now);
 	t->depth--;
@@ -1369,9 +1378,10 @@ static long exit_one(__u64 i, void *data)
 }
 
 static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
-				    __u32 only)
+				    __u32 only, __u64 ret)
 {
-	struct walk_ctx c = {.t = t, .sp = sp, .now = now, .only = only};
+	struct walk_ctx c = {
+		.t = t, .sp = sp, .now = now, .only = only, .ret = ret};
 
 	bpf_loop(TACHY_MAX_DEPTH, exit_one, &c, 0);
 }
@@ -1411,14 +1421,15 @@ static __always_inline bool cond_taken(__u64 fl, __u32 cc)
 	return (cc & 1) ? !r : r;
 }
 
-static __always_inline int do_exit(__u64 sp)
+/* A return to the slot at `sp`; `ret`: the return address, where known. */
+static __always_inline int do_exit(__u64 sp, __u64 ret)
 {
 	struct tachy_thread *t;
 
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
-	exit_at(t, sp, bpf_ktime_get_ns(), ANY_ID);
+	exit_at(t, sp, bpf_ktime_get_ns(), ANY_ID, ret);
 	return 0;
 }
 
@@ -1430,7 +1441,7 @@ static __always_inline int do_exit_probe(struct pt_regs *ctx)
 	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
 	    !cond_taken(ctx->flags, cookie & TACHY_EXIT_COND_MASK))
 		return 0;
-	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32));
+	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32), 0);
 }
 
 /* The return of a call site (cookie: its slot, and an SP adjustment when
@@ -1444,7 +1455,7 @@ static __always_inline int do_site_end(struct pt_regs *ctx)
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
-	exit_at(t, sp, bpf_ktime_get_ns(), (__u32)cookie);
+	exit_at(t, sp, bpf_ktime_get_ns(), (__u32)cookie, 0);
 	return 0;
 }
 
@@ -1483,7 +1494,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	now = bpf_ktime_get_ns();
 	/* This call is the previous site's return address: end it first. */
 	if (cookie & TACHY_SITE_EXIT_FIRST)
-		exit_at(t, sp, now, slot - 1);
+		exit_at(t, sp, now, slot - 1, 0);
 	if (cookie & TACHY_SITE_TAIL) {
 		/*
 		 * The function has torn its frame down: SP is its entry key,
@@ -1534,7 +1545,7 @@ static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 	if (!f || f->sp != PT_REGS_SP(ctx))
 		return 0;
 	if (indirect) {
-		close_frame(t, f, bpf_ktime_get_ns(), true);
+		close_frame(t, f, bpf_ktime_get_ns(), true, 0);
 		t->depth--;
 		return 0;
 	}
@@ -1616,7 +1627,7 @@ int tachy_exit_m(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int tachy_uret_m(struct pt_regs *ctx)
 {
-	return do_exit(PT_REGS_SP(ctx) - 8);
+	return do_exit(PT_REGS_SP(ctx) - 8, PT_REGS_IP(ctx));
 }
 
 SEC("uprobe.multi")
@@ -1671,7 +1682,7 @@ int tachy_send_s(struct pt_regs *ctx)
 SEC("uretprobe")
 int tachy_uret_s(struct pt_regs *ctx)
 {
-	return do_exit(PT_REGS_SP(ctx) - 8);
+	return do_exit(PT_REGS_SP(ctx) - 8, PT_REGS_IP(ctx));
 }
 
 /*
@@ -1736,7 +1747,7 @@ static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid)
 
 	for (k = 0; k < TACHY_BY_KEYS; k++)
 		vals[k] = goid;
-	by_close(id, d, vals);
+	by_close(id, d, vals, 0);
 }
 
 static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
@@ -2274,7 +2285,7 @@ int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 	d = now - sc->start_ns;
 	p = parts_since(&sc->cpu, sc->blocked0, sc->runq0);
 	record_ns(id, d, p, false);
-	by_close(id, d, sc->by);
+	by_close(id, d, sc->by, 0);
 	rec_syscall(sc, id, now, d, p);
 	return 0;
 }

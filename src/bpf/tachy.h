@@ -392,15 +392,15 @@ struct tachy_filter {
  * --by: each traced function's calls grouped by up to TACHY_BY_KEYS keys,
  * in a bounded hash map of the kernel (`groups`). A key kind is one of
  * TACHY_BY_*; a kind whose value must be read at the function's entry
- * (caller, argument) is kept per open frame in struct tachy_by_frames, a
+ * (an argument) is kept per open frame in struct tachy_by_frames, a
  * task-local storage of its own, so struct tachy_thread does not grow and
  * runs without --by pay nothing. A new kind plugs in at three places: a
- * number here, by_entry_value() (read at entry) or by_close_value() (known
+ * number here, by_entry_values() (read at entry) or by_close_value() (known
  * at the close) in tachy.bpf.c, and the Rust side's plan::by::ByKey.
  */
 #define TACHY_BY_KEYS	2
 #define TACHY_BY_NONE	0
-#define TACHY_BY_CALLER 1 /* the return address, read at entry */
+#define TACHY_BY_CALLER 1 /* the return address, read at the return */
 #define TACHY_BY_TID	2
 #define TACHY_BY_PID	3
 #define TACHY_BY_ARG	4 /* an integer argument, read at entry */

@@ -5,7 +5,7 @@
 //! A new kind of key (say the CPU) is one variant here with its name in
 //! `parse` and `name`, its number in `kind` (and tachy.h), what it means
 //! for each kind of traced item in `check`, the BPF side's value for it
-//! (`by_entry_value` when it is read at the function's entry,
+//! (`by_entry_values` when it is read at the function's entry,
 //! `by_close_value` when it is known at the call's end), and how the
 //! report names a value of it (`report::groups::KeyValue`, made in
 //! `naming::Namer::name`).
@@ -82,9 +82,11 @@ impl ByKey {
 
     /// Whether the BPF side reads its value at the function's entry (and
     /// keeps it with the open frame). A goroutine's id is read from `g` at
-    /// the call's `ret`: the call ends on the goroutine it began on.
+    /// the call's `ret`: the call ends on the goroutine it began on. The
+    /// caller is read at the return too, from the return-address slot (or
+    /// a uretprobe's registers), which holds the same address as at entry.
     pub fn read_at_entry(&self) -> bool {
-        matches!(self, ByKey::Caller | ByKey::Arg(_))
+        matches!(self, ByKey::Arg(_))
     }
 
     /// The key as `--by` names it.
