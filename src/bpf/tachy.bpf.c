@@ -359,7 +359,8 @@ static __always_inline __u64 steal_now(struct task_struct *p)
 	if (!bpf_core_field_exists(struct rq, prev_steal_time_rq) ||
 	    !bpf_core_field_exists(struct cfs_rq, rq))
 		return 0;
-	return BPF_CORE_READ(p, se.cfs_rq, rq, prev_steal_time_rq);
+	/* Direct loads of BTF pointers: no helper call per step. */
+	return p->se.cfs_rq->rq->prev_steal_time_rq;
 }
 
 /*
@@ -2432,8 +2433,22 @@ int tachy_ijmp_s(struct pt_regs *ctx)
  * --cpu. A thread with an open traced frame (or system call) that leaves
  * its CPU is off from then: blocked when it went to sleep, runnable when it
  * was preempted or yielded. A wakeup turns blocked into runnable; being
- * switched in ends it. Other threads cost one task-storage lookup each.
+ * switched in ends it. A thread with no task-local storage at all (no
+ * traced call yet, nor another BPF tool's) costs one load.
  */
+
+/*
+ * Whether task `p` holds any BPF task-local storage: one load, where a
+ * lookup in a map it has no storage in costs more than the rest of the
+ * program.
+ */
+static __always_inline bool has_storage(struct task_struct *p)
+{
+	if (!bpf_core_field_exists(p->bpf_storage))
+		return true;
+	return p->bpf_storage != NULL;
+}
+
 static __always_inline void cpu_off(struct tachy_cpu *c, struct task_struct *p,
 				    bool runnable, __u64 now)
 {
@@ -2471,40 +2486,62 @@ int BPF_PROG(tachy_switch, bool preempt, struct task_struct *prev,
 {
 	/* TASK_RUNNING is 0: still runnable (a yield, or woken already). */
 	bool runnable = preempt || !prev_state;
-	__u64 now = bpf_ktime_get_ns();
-	struct tachy_syscall *sc;
-	struct tachy_thread *t;
+	struct tachy_syscall *sc = NULL, *sc_next = NULL;
+	struct tachy_thread *t = NULL, *t_next = NULL;
+	__u64 now;
 
-	t = bpf_task_storage_get(&threads, prev, 0, 0);
-	if (t && t->depth)
-		cpu_off(&t->cpu, prev, runnable, now);
-	t = bpf_task_storage_get(&threads, next, 0, 0);
-	if (t)
-		cpu_on(&t->cpu, next, now);
-	if (!cpu_sys)
+	/*
+	 * Every switch on the machine comes here: one with neither thread
+	 * followed costs two loads, no lookup and no clock read.
+	 */
+	if (!has_storage(prev) && !has_storage(next))
 		return 0;
-	sc = bpf_task_storage_get(&sys_start, prev, 0, 0);
-	if (sc && sc->id)
-		cpu_off(&sc->cpu, prev, runnable, now);
-	sc = bpf_task_storage_get(&sys_start, next, 0, 0);
+	if (has_storage(prev)) {
+		t = bpf_task_storage_get(&threads, prev, 0, 0);
+		if (t && !t->depth)
+			t = NULL;
+		if (cpu_sys) {
+			sc = bpf_task_storage_get(&sys_start, prev, 0, 0);
+			if (sc && !sc->id)
+				sc = NULL;
+		}
+	}
+	if (has_storage(next)) {
+		t_next = bpf_task_storage_get(&threads, next, 0, 0);
+		if (cpu_sys)
+			sc_next = bpf_task_storage_get(&sys_start, next, 0, 0);
+	}
+	if (!t && !sc && !t_next && !sc_next)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (t)
+		cpu_off(&t->cpu, prev, runnable, now);
+	if (t_next)
+		cpu_on(&t_next->cpu, next, now);
 	if (sc)
-		cpu_on(&sc->cpu, next, now);
+		cpu_off(&sc->cpu, prev, runnable, now);
+	if (sc_next)
+		cpu_on(&sc_next->cpu, next, now);
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(tachy_wakeup, struct task_struct *p)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct tachy_syscall *sc;
+	struct tachy_syscall *sc = NULL;
 	struct tachy_thread *t;
+	__u64 now;
 
+	if (!has_storage(p))
+		return 0;
 	t = bpf_task_storage_get(&threads, p, 0, 0);
+	if (cpu_sys)
+		sc = bpf_task_storage_get(&sys_start, p, 0, 0);
+	if (!t && !sc)
+		return 0;
+	now = bpf_ktime_get_ns();
 	if (t)
 		cpu_woken(&t->cpu, now);
-	if (!cpu_sys)
-		return 0;
-	sc = bpf_task_storage_get(&sys_start, p, 0, 0);
 	if (sc)
 		cpu_woken(&sc->cpu, now);
 	return 0;
