@@ -25,7 +25,7 @@ Examples:
   tachy latency -u --cpu -p 4242 'db::Table::scan'  on-CPU, blocked and runnable time
   tachy latency -p 4242 'kv::Store::get' --filter 'key == 42'   only calls with key 42
   tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000 && tid != 4250'
-  tachy latency -p 4242 syscall:read --filter 'arg0 == 5'      reads of fd 5
+  tachy latency -p 4242 syscall:read --filter 'fd == 5'        reads of fd 5
   tachy latency -u -p 4242 'db::Table::scan' --by caller   per call site, at file:line
   tachy latency -p 4242 'kv::Store::get' --by tid --top 5  the 5 threads with most time
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process

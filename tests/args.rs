@@ -243,6 +243,15 @@ fn system_call_arguments() {
     assert_eq!(timed, 200, "{out}");
     // The other 800 calls, and whatever the loader closed.
     assert!(rejected >= 800, "{out}");
+    // close(unsigned int fd), as the kernel's tracing names it.
+    if !common::syscall_formats() {
+        eprintln!("skipped: --filter on fd of syscall:close: no syscall events in tracefs");
+        return;
+    }
+    let (c, out) = filtered("fd == 1003 || fd == 1009", &["syscall:close"]);
+    let (timed, rejected) = c["syscall:close"];
+    assert_eq!(timed, 200, "{out}");
+    assert!(rejected >= 800, "{out}");
 }
 
 #[test]

@@ -1,4 +1,62 @@
-//! x86-64 system call numbers by name (from the kernel's unistd_64.h).
+//! x86-64 system call numbers by name (from the kernel's unistd_64.h), and
+//! the names and C types of a system call's arguments as the running
+//! kernel's tracing describes them.
+
+use std::path::Path;
+
+/// Where tracefs is mounted: its own mount point, or under debugfs.
+const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// The arguments of system call `name` (without `syscall:`), in order, as
+/// (C type, name), from tracefs's events/syscalls/sys_enter_NAME/format
+/// (`newstat` where unistd says `stat`). None where tracefs is not mounted
+/// or has no such event (a kernel without syscall tracepoints).
+pub fn arguments(name: &str) -> Option<Vec<(String, String)>> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    for root in TRACEFS {
+        for event in [format!("sys_enter_{name}"), format!("sys_enter_new{name}")] {
+            let path = Path::new(root)
+                .join("events/syscalls")
+                .join(event)
+                .join("format");
+            if let Ok(text) = std::fs::read_to_string(path) {
+                return Some(parse_format(&text));
+            }
+        }
+    }
+    None
+}
+
+/// The arguments a sys_enter event's format lists after `__syscall_nr`:
+/// lines `field:TYPE NAME;\toffset:...`.
+pub fn parse_format(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut after_nr = false;
+    for line in text.lines() {
+        let Some(field) = line.trim_start().strip_prefix("field:") else {
+            continue;
+        };
+        let Some(decl) = field.split(';').next() else {
+            continue;
+        };
+        let decl = decl.trim();
+        // The name is the last identifier; the type is what precedes it.
+        let cut = decl
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
+        let (ty, name) = (decl[..cut].trim(), &decl[cut..]);
+        if name == "__syscall_nr" {
+            after_nr = true;
+            continue;
+        }
+        if after_nr && !name.is_empty() {
+            out.push((ty.to_string(), name.to_string()));
+        }
+    }
+    out
+}
 
 /// (name, number), sorted by number.
 pub const X86_64: &[(&str, u32)] = &[
@@ -365,3 +423,44 @@ pub const X86_64: &[(&str, u32)] = &[
     ("futex_waitv", 449),
     ("set_mempolicy_home_node", 450),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const READ: &str = "name: sys_enter_read
+ID: 842
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;
+\tfield:unsigned int fd;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:char * buf;\toffset:24;\tsize:8;\tsigned:0;
+\tfield:size_t count;\toffset:32;\tsize:8;\tsigned:0;
+\tfield:const char *const * argv;\toffset:40;\tsize:8;\tsigned:0;
+
+print fmt: \"fd: 0x%08lx\"
+";
+
+    #[test]
+    fn format_gives_types_and_names_in_order() {
+        let args = parse_format(READ);
+        let got: Vec<(&str, &str)> = args.iter().map(|(t, n)| (t.as_str(), n.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("unsigned int", "fd"),
+                ("char *", "buf"),
+                ("size_t", "count"),
+                ("const char *const *", "argv")
+            ]
+        );
+    }
+
+    #[test]
+    fn names_that_are_not_identifiers_read_nothing() {
+        assert_eq!(arguments("../../x"), None);
+        assert_eq!(arguments(""), None);
+    }
+}

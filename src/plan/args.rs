@@ -10,7 +10,8 @@
 //! 2. [`FuncArgs::for_functions`] reads, in one DWARF pass per object, what
 //!    each function's own subprogram DIE says about its parameters (a
 //!    compiler clone has its own); [`FuncArgs::for_syscall`] does the same
-//!    for a system call (registers of the syscall ABI, no names).
+//!    for a system call (registers of the syscall ABI, named and typed as
+//!    the kernel's tracing describes them, [`syscall_params`]).
 //! 3. [`FuncArgs::resolve`] gives an [`Operand`]: a register, a stack slot
 //!    at the entry SP, the thread id or the process id, with the width and
 //!    signedness to compare it with, a description for messages, and a
@@ -24,8 +25,8 @@
 //! method. Of a system call they are rdi, rsi, rdx, r10, r8, r9. A clone
 //! (`.isra`, `.constprop`, `.part`) is called with its own convention:
 //! there `argN` is still the Nth register, and the note says so. Names are
-//! read where the clone's DWARF says they live at its entry. Pure: no
-//! kernel, no privilege.
+//! read where the clone's DWARF says they live at its entry. Pure but for
+//! the system calls' argument names, read from tracefs.
 
 use std::collections::HashMap;
 
@@ -232,12 +233,22 @@ impl FuncArgs {
             .collect()
     }
 
-    /// A system call `name`: arguments in the syscall ABI's registers.
+    /// A system call `name` (`syscall:close`): arguments in the syscall
+    /// ABI's registers, named as the running kernel's tracing names them
+    /// (none where it does not).
     pub fn for_syscall(name: &str) -> FuncArgs {
+        let bare = name.strip_prefix("syscall:").unwrap_or(name);
+        let args = crate::kernel::syscalls::arguments(bare);
+        FuncArgs::for_syscall_with(name, args.as_deref())
+    }
+
+    /// A system call `name` whose arguments are `args`, (C type, name) in
+    /// order (None: unnamed).
+    pub fn for_syscall_with(name: &str, args: Option<&[(String, String)]>) -> FuncArgs {
         FuncArgs {
             name: name.to_string(),
             convention: Convention::Syscall,
-            params: None,
+            params: args.map(syscall_params),
             clobbered: 0,
         }
     }
@@ -331,7 +342,7 @@ impl FuncArgs {
         let Some(ps) = &self.params else {
             match self.convention {
                 Convention::Syscall => bail!(
-                    "{n}: system call arguments have no names here; use arg0 to arg5 ({name})"
+                    "{n}: this kernel's tracing does not name the arguments of {name}; use arg0 to arg5"
                 ),
                 _ => bail!(
                     "{n}: {name} has no DWARF parameter information (built without -g?); name its arguments arg0 to arg5"
@@ -506,9 +517,15 @@ impl FuncArgs {
         let Some(ps) = &self.params else {
             return registers();
         };
-        if matches!(self.convention, Convention::Go | Convention::Syscall) {
+        if matches!(self.convention, Convention::Go) {
             return registers();
         }
+        // What the BPF side saves: a function's ABI registers, a system
+        // call's own.
+        let saved: &[u8; 6] = match self.convention {
+            Convention::Syscall => &SYSCALL_REGS,
+            _ => &ABI_REGS,
+        };
         let mut out = Vec::new();
         for (k, p) in ps.params.iter().enumerate() {
             if out.len() == RECORD_PARAMS {
@@ -528,7 +545,7 @@ impl FuncArgs {
                 (EntryLoc::Const(c), Convention::Own(_)) => Fetch::Const(*c),
                 _ => match self.place(p.name.as_deref().unwrap_or("?"), k, p, ps) {
                     Ok(op) => match op.source {
-                        Source::Reg(r) => match ABI_REGS.iter().position(|&a| a == r) {
+                        Source::Reg(r) => match saved.iter().position(|&a| a == r) {
                             Some(i) => Fetch::Saved(i as u8),
                             None => Fetch::Unavailable(format!(
                                 "in {} at the entry",
@@ -549,6 +566,55 @@ impl FuncArgs {
         }
         out
     }
+}
+
+/// The parameters of a system call whose arguments are (C type, name), in
+/// the syscall ABI's registers. The kernel passes each in a full register;
+/// its C type gives the width and sign that count (`int fd` compares as a
+/// 32-bit signed value); a type not known here reads as 64 unsigned bits.
+pub fn syscall_params(args: &[(String, String)]) -> FuncParams {
+    let params = args
+        .iter()
+        .zip(SYSCALL_REGS)
+        .map(|((ty, name), reg)| Param {
+            name: Some(name.clone()),
+            ty: syscall_type(ty),
+            at_entry: EntryLoc::Reg(reg),
+            artificial: false,
+        })
+        .collect();
+    FuncParams {
+        params,
+        nocall: false,
+    }
+}
+
+/// A system call argument's C type (as tracefs writes it) as a parameter
+/// type.
+fn syscall_type(ty: &str) -> ParamType {
+    let name = ty.to_string();
+    let base: Vec<&str> = ty
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "const" | "volatile" | "__user"))
+        .collect();
+    let base = base.join(" ");
+    // Typedefs of pointers the kernel's syscall headers use.
+    if ty.contains('*') || matches!(base.as_str(), "cap_user_header_t" | "cap_user_data_t") {
+        return ParamType::Pointer { name };
+    }
+    let (size, signed) = match base.as_str() {
+        "char" | "signed char" => (1, true),
+        "unsigned char" | "u8" | "__u8" => (1, false),
+        "short" | "s16" => (2, true),
+        "unsigned short" | "umode_t" | "u16" | "__u16" => (2, false),
+        "int" | "signed int" | "pid_t" | "clockid_t" | "timer_t" | "key_t" | "mqd_t"
+        | "key_serial_t" | "rwf_t" | "s32" | "__s32" => (4, true),
+        "unsigned int" | "unsigned" | "uid_t" | "gid_t" | "qid_t" | "u32" | "__u32" => (4, false),
+        "long" | "long int" | "off_t" | "loff_t" | "ssize_t" | "time_t" | "s64" | "__s64"
+        | "long long" => (8, true),
+        _ => (8, false),
+    };
+    ParamType::Int { size, signed, name }
 }
 
 /// Width and signedness of a parameter compared as an integer.
@@ -585,6 +651,79 @@ fn abi_reg(ps: &FuncParams, k: usize) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// clock_nanosleep as tracefs describes it.
+    fn clock_nanosleep() -> FuncArgs {
+        let args: Vec<(String, String)> = [
+            ("const clockid_t", "which_clock"),
+            ("int", "flags"),
+            ("const struct __kernel_timespec *", "rqtp"),
+            ("struct __kernel_timespec *", "rmtp"),
+        ]
+        .iter()
+        .map(|(t, n)| (t.to_string(), n.to_string()))
+        .collect();
+        FuncArgs::for_syscall_with("syscall:clock_nanosleep", Some(&args))
+    }
+
+    #[test]
+    fn system_call_arguments_have_their_kernel_names_and_types() {
+        let f = clock_nanosleep();
+        let op = f.resolve(&ArgRef::Name("which_clock".into())).unwrap();
+        assert_eq!(
+            (op.source, op.size, op.signed, op.pointer),
+            (Source::Reg(7), 4, true, false)
+        );
+        assert_eq!(op.what, "which_clock (rdi, const clockid_t)");
+        let op = f.resolve(&ArgRef::Name("rmtp".into())).unwrap();
+        // The fourth system call argument is in r10, not rcx.
+        assert_eq!((op.source, op.size, op.pointer), (Source::Reg(10), 8, true));
+        let op = f.resolve(&ArgRef::Index(1)).unwrap();
+        assert_eq!(op.what, "arg1 (rsi, flags: int)");
+        assert_eq!(
+            f.resolve(&ArgRef::Name("clock".into())).unwrap_err().to_string(),
+            "syscall:clock_nanosleep has no parameter named clock (its parameters: which_clock, flags, rqtp, rmtp)"
+        );
+        let rec: Vec<(String, Fetch)> = f
+            .record_args()
+            .into_iter()
+            .map(|a| (a.name, a.fetch))
+            .collect();
+        assert_eq!(
+            rec,
+            [
+                ("which_clock".to_string(), Fetch::Saved(0)),
+                ("flags".to_string(), Fetch::Saved(1)),
+                ("rqtp".to_string(), Fetch::Saved(2)),
+                ("rmtp".to_string(), Fetch::Saved(3)),
+            ]
+        );
+        let bare = FuncArgs::for_syscall_with("syscall:close", None);
+        assert_eq!(
+            bare.resolve(&ArgRef::Name("fd".into())).unwrap_err().to_string(),
+            "fd: this kernel's tracing does not name the arguments of syscall:close; use arg0 to arg5"
+        );
+    }
+
+    #[test]
+    fn system_call_types_give_width_and_sign() {
+        let w = |t: &str| match syscall_type(t) {
+            ParamType::Int { size, signed, .. } => {
+                format!("{size}{}", if signed { "s" } else { "u" })
+            }
+            ParamType::Pointer { .. } => "ptr".into(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(w("unsigned int"), "4u");
+        assert_eq!(w("int"), "4s");
+        assert_eq!(w("const clockid_t"), "4s");
+        assert_eq!(w("size_t"), "8u");
+        assert_eq!(w("loff_t"), "8s");
+        assert_eq!(w("umode_t"), "2u");
+        assert_eq!(w("const char __user *"), "ptr");
+        assert_eq!(w("cap_user_header_t"), "ptr");
+        assert_eq!(w("aio_context_t"), "8u");
+    }
 
     fn int(name: &str, size: u8, signed: bool) -> ParamType {
         ParamType::Int {
@@ -769,7 +908,7 @@ mod tests {
 
     #[test]
     fn system_calls_use_the_syscall_registers() {
-        let f = FuncArgs::for_syscall("syscall:read");
+        let f = FuncArgs::for_syscall_with("syscall:read", None);
         let op = f.resolve(&ArgRef::Index(3)).unwrap();
         assert_eq!(op.source, Source::Reg(10));
         assert_eq!(op.what, "arg3 (r10)");
@@ -830,7 +969,7 @@ mod tests {
         );
         let bare = FuncArgs::from_params("f", "", None);
         assert_eq!(show(&bare), ["arg0 (rdi)", "arg1 (rsi)", "arg2 (rdx)"]);
-        let sys = FuncArgs::for_syscall("syscall:read").record_args();
+        let sys = FuncArgs::for_syscall_with("syscall:read", None).record_args();
         assert_eq!(sys[2].describe(true), "arg2 (rdx)");
         // Six at most.
         let many = FuncParams {

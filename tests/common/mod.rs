@@ -156,6 +156,14 @@ pub fn skip_without_go() -> bool {
     }
 }
 
+/// Whether the kernel's tracing describes system call arguments (tracefs
+/// has events/syscalls), so that tachy names them.
+pub fn syscall_formats() -> bool {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .iter()
+        .any(|t| std::path::Path::new(t).join("events/syscalls").is_dir())
+}
+
 /// True (after printing why) when a test that attaches probes cannot run.
 pub fn skip_unless_root() -> bool {
     if is_root() {
