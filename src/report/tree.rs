@@ -644,6 +644,51 @@ mod tests {
         assert_eq!(own.parts().iter().sum::<u64>(), root.self_ns());
     }
 
+    /// `--cpu --hist`: each part's log2 histogram under its site, in text
+    /// and JSON (log2 slots of the display unit, as `Hist::log2_slots`).
+    #[test]
+    fn golden_cpu_hist() {
+        let split = |on: u64, blocked: u64, runq: u64, hist: [Vec<u64>; 3]| {
+            Some(CpuSplit {
+                oncpu_ns: on,
+                blocked_ns: blocked,
+                runq_ns: runq,
+                hist: Some(hist),
+            })
+        };
+        let mut r = sample();
+        let root = &mut r.roots[0];
+        // 312 calls: on-CPU 128-511 us, blocked mostly 4-8 ms, a few
+        // waiting for a CPU 8-63 us.
+        root.cpu = split(
+            55_682_400,
+            1_150_000_000,
+            14_237_600,
+            [
+                [vec![0; 7], vec![12, 300]].concat(),
+                [vec![0; 11], vec![2, 310]].concat(),
+                vec![290, 0, 0, 4, 10, 8],
+            ],
+        );
+        // db::Page::load: 1310 calls, each blocked 1-2 ms.
+        root.children[1].cpu = split(
+            2_800_000,
+            1_148_000_000,
+            2_000_000,
+            [
+                vec![1300, 10],
+                [vec![0; 10], vec![1310]].concat(),
+                vec![1305, 0, 5],
+            ],
+        );
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        check("tree_cpu_hist.txt", &out);
+        let mut out = Vec::new();
+        render_json(&r, &mut out).unwrap();
+        check("tree_cpu_hist.json", &out);
+    }
+
     #[test]
     fn golden_folded() {
         let mut out = Vec::new();
