@@ -42,6 +42,18 @@ impl Namer {
         }
     }
 
+    /// Reads process `pid`'s maps again while it runs when they do not
+    /// hold `addr` (a library it loaded after they were read).
+    pub fn cover(&mut self, pid: u32, addr: u64) {
+        let held = self
+            .maps
+            .get(&pid)
+            .is_some_and(|maps| maps.iter().any(|m| addr >= m.start && addr < m.end));
+        if !held && target::process_alive(pid) {
+            self.reread(pid);
+        }
+    }
+
     fn reread(&mut self, pid: u32) {
         if let Ok(m) = target::exec_mappings(pid) {
             self.maps.insert(pid, m);

@@ -631,18 +631,15 @@ impl<'obj> Tracer<'obj> {
         Ok(out)
     }
 
-    /// --by caller: the processes whose addresses the groups hold now
-    /// (read without clearing anything), so that their maps can be read
-    /// while they run.
-    pub fn group_processes(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = Vec::new();
+    /// --by caller: the (process, key values) of every group the kernel
+    /// holds now (read without clearing anything), so that the processes'
+    /// maps can be read while they run.
+    pub fn group_keys(&self) -> Vec<(u32, Vec<u64>)> {
+        let mut out = Vec::new();
         for k in self.skel.maps.groups.keys() {
             let mut key = types::tachy_group_key::default();
-            if plain::copy_from_bytes(&mut key, &k).is_ok()
-                && key.tgid != 0
-                && !out.contains(&key.tgid)
-            {
-                out.push(key.tgid);
+            if plain::copy_from_bytes(&mut key, &k).is_ok() && key.tgid != 0 && key.other == 0 {
+                out.push((key.tgid, key.val.to_vec()));
             }
         }
         out

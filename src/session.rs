@@ -1017,8 +1017,9 @@ fn run(
     // Records lost since the last report.
     let mut lost = 0u64;
     namer.set_args(&plan.by_args);
-    let callers = s.by.contains(&ByKey::Caller);
-    if let (true, Some(pid)) = (callers, plan.pid) {
+    // Which of a group's key values is its caller.
+    let caller_key = s.by.iter().position(|k| *k == ByKey::Caller);
+    if let (Some(_), Some(pid)) = (caller_key, plan.pid) {
         namer.watch(pid);
     }
     let mut next_watch = start;
@@ -1059,12 +1060,15 @@ fn run(
         let due = next_report.is_some_and(|t| now >= t);
         let interim = INTERIM.swap(false, Ordering::SeqCst);
         // A caller's address is named through its process's mappings,
-        // read while the process runs.
-        if callers && now >= next_watch {
-            for pid in tracer.group_processes() {
-                namer.watch(pid);
+        // read while the process runs: again when a caller is in none of
+        // them (a library loaded after they were read).
+        if let (Some(k), true) = (caller_key, now >= next_watch) {
+            for (pid, vals) in tracer.group_keys() {
+                if let Some(&addr) = vals.get(k) {
+                    namer.cover(pid, addr);
+                }
             }
-            next_watch = now + Duration::from_millis(250);
+            next_watch = now + Duration::from_millis(100);
         }
         let export = exporter.as_deref().is_some_and(|e| e.due(now));
         if interim || due || done || export {

@@ -140,6 +140,50 @@ fn callers_have_exact_counts_and_lines() {
     }
 }
 
+/// A caller in a library the process loaded after tachy first read its
+/// maps (the why fixture's late mode: nanosleep from main, then from
+/// libfixture.so, dlopen()ed 300 ms later) is named too: the maps are read
+/// again while the process runs.
+#[test]
+fn callers_in_a_library_loaded_later_are_named() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run(
+        &["--json", "--by", "caller", "c:nanosleep"],
+        "why",
+        &["late", "5"],
+        &[],
+    );
+    let rep = out.success_report();
+    let f = func(&rep, "nanosleep");
+    let mut lib = 0;
+    for g in f["groups"].as_array().expect("groups") {
+        let c = &g["caller"];
+        let object = c["object"].as_str().unwrap_or_default();
+        assert!(!object.contains("[unknown]"), "unnamed caller {c}\n{out}");
+        if object.ends_with("libfixture.so") {
+            assert!(
+                c["function"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("fixture_io"),
+                "{c}\n{out}"
+            );
+            assert!(
+                c["location"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("libfixture.c:"),
+                "{c}\n{out}"
+            );
+            lib += num(g, "count");
+        }
+    }
+    assert_eq!(lib, 5, "{out}");
+}
+
 /// `--top 1`: the caller with the most time is kept, the two others are
 /// one "other (2 groups)" line with the rest of the 100 calls. (Which
 /// caller has the most time is up to the machine: 50 calls of 200 us, or

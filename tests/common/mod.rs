@@ -234,7 +234,8 @@ fn recipe(name: &str) -> Recipe {
         },
         "why" => Recipe {
             sources: &["why.c"],
-            deps: &[],
+            // Its late mode dlopen()s the library.
+            deps: &["libfixture.so"],
         },
         "args" | "args_nodebug" => Recipe {
             sources: &["args.cpp"],
@@ -329,6 +330,7 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
             let mut c = cc();
             c.args(["-O2", "-g", "-pthread", "-Wall", "-Wextra"])
                 .arg(src.join("why.c"))
+                .arg("-ldl")
                 .arg("-o")
                 .arg(tmp_out);
             c
