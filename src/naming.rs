@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use crate::plan::args::Operand;
 use crate::plan::by::ByKey;
-use crate::report::groups::{KeyValue, RawGroup};
+use crate::report::groups::{FilePlace, KeyValue, RawGroup};
 use crate::report::records::ArgValue;
 use crate::symbols::ElfObject;
 use crate::target::{self, Mapping, ObjectRef};
@@ -24,6 +24,11 @@ pub struct Namer {
     objects: HashMap<PathBuf, Option<Rc<ElfObject>>>,
     /// Callers named so far, by process and address.
     callers: HashMap<(u32, u64), KeyValue>,
+    /// Objects a caller may be in besides those of the maps read: the
+    /// traced objects and the executables searched.
+    known: Vec<PathBuf>,
+    /// (major, minor, inode) -> the path of that file, where found.
+    files: HashMap<(u32, u32, u64), Option<PathBuf>>,
     /// `--by argN`/`NAME`: each function's operands (`Plan::by_args`),
     /// whose types say how a value reads.
     args: BTreeMap<u32, Vec<Option<Operand>>>,
@@ -31,6 +36,11 @@ pub struct Namer {
 
 impl Namer {
     /// The operands of `--by` argument keys, per function id, as planned.
+    /// Objects to look for a caller's file in once its process is gone.
+    pub fn set_objects(&mut self, paths: Vec<PathBuf>) {
+        self.known = paths;
+    }
+
     pub fn set_args(&mut self, args: &BTreeMap<u32, Vec<Option<Operand>>>) {
         self.args = args.clone();
     }
@@ -94,34 +104,72 @@ impl Namer {
 
     /// The call site that return address `addr` of process `pid` comes
     /// back to.
-    pub fn caller(&mut self, pid: u32, addr: u64) -> KeyValue {
+    /// `place`: where the kernel saw the address mapped (for a process
+    /// that has exited since).
+    pub fn caller(&mut self, pid: u32, addr: u64, place: Option<FilePlace>) -> KeyValue {
         if let Some(v) = self.callers.get(&(pid, addr)) {
             return v.clone();
         }
-        let v = self.name_caller(pid, addr);
+        let v = self.name_caller(pid, addr, place);
         self.callers.insert((pid, addr), v.clone());
         v
     }
 
-    fn name_caller(&mut self, pid: u32, addr: u64) -> KeyValue {
-        let Some(m) = self.mapping(pid, addr) else {
-            return KeyValue::Caller {
-                object: "[unknown]".into(),
-                offset: addr,
-                function: None,
-                function_offset: 0,
-                location: None,
-            };
+    /// The path of the file at `place`: one of the maps read or of the
+    /// objects known, with its device and inode.
+    fn file_at(&mut self, place: FilePlace) -> Option<PathBuf> {
+        use std::os::unix::fs::MetadataExt;
+        let id = (place.major, place.minor, place.ino);
+        if let Some(p) = self.files.get(&id) {
+            return p.clone();
+        }
+        let mut paths: Vec<PathBuf> = self.known.clone();
+        for maps in self.maps.values() {
+            for m in maps {
+                paths.push(m.object.display.clone());
+            }
+        }
+        let found = paths.into_iter().find(|p| {
+            std::fs::metadata(p).is_ok_and(|md| {
+                let dev = md.dev();
+                md.ino() == place.ino
+                    && libc::major(dev) as u32 == place.major
+                    && libc::minor(dev) as u32 == place.minor
+            })
+        });
+        self.files.insert(id, found.clone());
+        found
+    }
+
+    fn name_caller(&mut self, pid: u32, addr: u64, place: Option<FilePlace>) -> KeyValue {
+        let unknown = KeyValue::Caller {
+            object: "[unknown]".into(),
+            offset: addr,
+            function: None,
+            function_offset: 0,
+            location: None,
         };
-        let offset = addr - m.start + m.offset;
+        let (object, offset) = match self.mapping(pid, addr) {
+            Some(m) => (m.object, addr - m.start + m.offset),
+            None => match place.and_then(|p| Some((self.file_at(p)?, p.offset))) {
+                Some((path, offset)) => (
+                    ObjectRef {
+                        display: path.clone(),
+                        open_path: path,
+                    },
+                    offset,
+                ),
+                None => return unknown,
+            },
+        };
         let mut v = KeyValue::Caller {
-            object: m.object.display.display().to_string(),
+            object: object.display.display().to_string(),
             offset,
             function: None,
             function_offset: 0,
             location: None,
         };
-        let Some(obj) = self.object(&m.object) else {
+        let Some(obj) = self.object(&object) else {
             return v;
         };
         let Some(vaddr) = obj.offset_to_vaddr(offset) else {
@@ -162,7 +210,7 @@ impl Namer {
             .zip(&g.vals)
             .enumerate()
             .map(|(slot, (k, &v))| match k {
-                ByKey::Caller => self.caller(g.tgid, v),
+                ByKey::Caller => self.caller(g.tgid, v, g.place),
                 ByKey::Tid => KeyValue::Thread {
                     tid: v as u32,
                     comm: g.comm.clone(),
@@ -189,5 +237,62 @@ impl Namer {
                 ByKey::Goroutine => KeyValue::Goroutine { goid: v },
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[inline(never)]
+    fn marker() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// A caller of a process tachy never read the maps of (it exited) is
+    /// named from the file and offset the kernel saw, found among the
+    /// objects tachy knows by device and inode.
+    #[test]
+    fn callers_are_named_from_their_file_place() {
+        let exe = std::env::current_exe().unwrap();
+        let me = std::process::id();
+        let addr = (marker as fn() -> u64) as usize as u64 + 4;
+        let m = target::exec_mappings(me)
+            .unwrap()
+            .into_iter()
+            .find(|m| addr >= m.start && addr < m.end)
+            .expect("the test's own code is mapped");
+        let md = std::fs::metadata(&exe).unwrap();
+        let place = FilePlace {
+            major: libc::major(md.dev()),
+            minor: libc::minor(md.dev()),
+            ino: md.ino(),
+            offset: addr - m.start + m.offset,
+        };
+        let mut n = Namer::default();
+        n.set_objects(vec![exe.clone()]);
+        // Process 0 has no maps to read.
+        match n.caller(0, 0x1234, Some(place)) {
+            KeyValue::Caller {
+                object, function, ..
+            } => {
+                assert_eq!(object, exe.display().to_string());
+                let f = function.unwrap_or_default();
+                assert!(f.contains("marker"), "{f}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without a place, or with one of a file tachy does not know.
+        let mut n = Namer::default();
+        match n.caller(0, 0x1234, None) {
+            KeyValue::Caller { object, .. } => assert_eq!(object, "[unknown]"),
+            other => panic!("{other:?}"),
+        }
+        let elsewhere = FilePlace { ino: 1, ..place };
+        match n.caller(0, 0x5678, Some(elsewhere)) {
+            KeyValue::Caller { object, .. } => assert_eq!(object, "[unknown]"),
+            other => panic!("{other:?}"),
+        }
     }
 }

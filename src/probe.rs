@@ -14,7 +14,7 @@ use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts
 
 use crate::plan::encode::{self, LinkGroup, Program};
 use crate::plan::{Plan, MAX_NODES};
-use crate::report::groups::RawGroup;
+use crate::report::groups::{FilePlace, RawGroup};
 use crate::report::hist::NBUCKETS;
 use crate::report::{Counts, CpuSplit, Hist};
 
@@ -626,6 +626,13 @@ impl<'obj> Tracer<'obj> {
                     hist: Hist::from_buckets(&g.buckets),
                     ..Counts::default()
                 },
+                // The kernel's dev_t: major in the high 12 bits of 32.
+                place: (g.caller_ino != 0).then_some(FilePlace {
+                    major: g.caller_dev >> 20,
+                    minor: g.caller_dev & 0xf_ffff,
+                    ino: g.caller_ino,
+                    offset: g.caller_off,
+                }),
             });
         }
         Ok(out)

@@ -1017,6 +1017,16 @@ fn run(
     // Records lost since the last report.
     let mut lost = 0u64;
     namer.set_args(&plan.by_args);
+    // Where to look for a caller's file once its process has exited.
+    let mut known: Vec<std::path::PathBuf> = plan
+        .objects
+        .iter()
+        .flat_map(|o| [o.display.clone(), o.open_path.clone()])
+        .collect();
+    if let Some(sp) = spawned.as_deref() {
+        known.push(sp.exe.clone());
+    }
+    namer.set_objects(known);
     // Which of a group's key values is its caller.
     let caller_key = s.by.iter().position(|k| *k == ByKey::Caller);
     if let (Some(_), Some(pid)) = (caller_key, plan.pid) {

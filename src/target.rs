@@ -578,6 +578,8 @@ fn is_executable(p: &Path) -> bool {
 /// A command tachy started, held before exec until probes are attached.
 pub struct Spawned {
     pub pid: u32,
+    /// The executable it runs.
+    pub exe: PathBuf,
     go: Option<fs::File>,
     err: fs::File,
     reaped: Option<i32>,
@@ -639,6 +641,7 @@ impl Spawned {
         }
         Ok(Spawned {
             pid: pid as u32,
+            exe: exe.to_path_buf(),
             go: Some(unsafe { fs::File::from_raw_fd(go[1]) }),
             err: unsafe { fs::File::from_raw_fd(err[0]) },
             reaped: None,

@@ -140,6 +140,36 @@ fn callers_have_exact_counts_and_lines() {
     }
 }
 
+/// Callers of a process that exits within a few milliseconds (one
+/// iteration: 10 calls in ~3 ms) are named: from its maps where tachy read
+/// them in time, else from the file and offset the kernel saw each
+/// caller's address mapped at when its group was made.
+#[test]
+fn callers_of_a_process_gone_before_its_maps_are_read_are_named() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run(
+        &["--json", "--by", "caller", "target"],
+        "why",
+        &["callers", "1"],
+        &[],
+    );
+    let rep = out.success_report();
+    let lines = why_lines(&out);
+    let at = |c: &str| format!("{c} at why.c:{}", lines[c]);
+    assert_eq!(
+        groups(&rep, "target"),
+        map(&[
+            (at("caller_one"), 5),
+            (at("caller_two"), 3),
+            (at("caller_three"), 2)
+        ]),
+        "{out}"
+    );
+}
+
 /// A caller in a library the process loaded after tachy first read its
 /// maps (the why fixture's late mode: nanosleep from main, then from
 /// libfixture.so, dlopen()ed 300 ms later) is named too: the maps are read

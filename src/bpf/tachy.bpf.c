@@ -908,6 +908,44 @@ static __always_inline void group_name(struct tachy_group *g)
 	BPF_CORE_READ_STR_INTO(&g->comm, task, group_leader, comm);
 }
 
+struct place_ctx {
+	__u64 addr;
+	__u64 ino;
+	__u64 off;
+	__u32 dev;
+};
+
+static long place_of(struct task_struct *task, struct vm_area_struct *vma,
+		     void *data)
+{
+	struct place_ctx *c = data;
+	struct file *f = vma->vm_file;
+
+	if (!f)
+		return 0;
+	c->off = c->addr - vma->vm_start + (vma->vm_pgoff << 12);
+	c->ino = f->f_inode->i_ino;
+	c->dev = f->f_inode->i_sb->s_dev;
+	return 0;
+}
+
+/* A new caller group's place: the file and offset its address maps. */
+static __always_inline void group_place(struct tachy_group *g,
+					struct tachy_group_key *key)
+{
+	struct place_ctx c = {};
+	__u32 k;
+
+	for (k = 0; k < TACHY_BY_KEYS; k++)
+		if (by_kind[k] == TACHY_BY_CALLER)
+			c.addr = key->val[k];
+	if (bpf_find_vma(bpf_get_current_task_btf(), c.addr, place_of, &c, 0))
+		return;
+	g->caller_ino = c.ino;
+	g->caller_off = c.off;
+	g->caller_dev = c.dev;
+}
+
 /*
  * Adds a call of d ns to its group; when the map has no room for a new
  * group, to the function's "other" group, which user space put in.
@@ -926,8 +964,11 @@ static __always_inline void group_add(struct tachy_group_key *key, __u64 d)
 		/* Fails when the map is full, or another CPU made it. */
 		if (!bpf_map_update_elem(&groups, key, zero, BPF_NOEXIST)) {
 			g = bpf_map_lookup_elem(&groups, key);
-			if (g)
+			if (g) {
 				group_name(g);
+				if (by_has(TACHY_BY_CALLER))
+					group_place(g, key);
+			}
 		} else {
 			g = bpf_map_lookup_elem(&groups, key);
 		}

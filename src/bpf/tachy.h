@@ -423,6 +423,16 @@ struct tachy_group {
 	__u64 count;
 	__u64 total_ns;
 	char comm[16]; /* by tid: the thread's name; by pid: the process's */
+	/*
+	 * By caller: the file the return address was mapped from when the
+	 * group was made (device as the kernel encodes it, inode; 0 where
+	 * not known) and its offset there, for naming it after the process
+	 * has exited.
+	 */
+	__u64 caller_ino;
+	__u64 caller_off;
+	__u32 caller_dev;
+	__u32 pad;
 	__u64 buckets[TACHY_NBUCKETS];
 };
 

@@ -31,6 +31,20 @@ pub struct RawGroup {
     pub comm: String,
     /// Count, total and histogram; min and max are not kept.
     pub counts: Counts,
+    /// With `--by caller`: the file the caller's address was mapped from
+    /// when the kernel made the group, where it could tell.
+    pub place: Option<FilePlace>,
+}
+
+/// A file and an offset in it, as the kernel saw a mapping: for naming an
+/// address of a process that has exited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FilePlace {
+    /// The device of the file's file system.
+    pub major: u32,
+    pub minor: u32,
+    pub ino: u64,
+    pub offset: u64,
 }
 
 impl RawGroup {
@@ -46,7 +60,10 @@ pub fn merge_raw(into: &mut Vec<RawGroup>, more: Vec<RawGroup>) {
         into.iter().enumerate().map(|(i, g)| (g.key(), i)).collect();
     for g in more {
         match at.get(&g.key()) {
-            Some(&i) => into[i].counts.merge(&g.counts),
+            Some(&i) => {
+                into[i].counts.merge(&g.counts);
+                into[i].place = into[i].place.or(g.place);
+            }
             None => {
                 at.insert(g.key(), into.len());
                 into.push(g);
