@@ -155,11 +155,19 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             );
         }
     }
+    // What each item knows of its arguments, read once for the features
+    // that read them.
+    let by_arg = s.by.iter().any(|k| matches!(k, ByKey::Arg(_)));
+    let args = if s.filter.is_some() || s.record.is_some() || by_arg {
+        TracedArgs::read(&plan, &roots)
+    } else {
+        TracedArgs::default()
+    };
     if let Some(f) = &s.filter {
-        add_filters(&mut plan, f, &roots)?;
+        add_filters(&mut plan, f, &args)?;
     }
     if s.record.is_some() {
-        add_record_args(&mut plan, &roots);
+        add_record_args(&mut plan, &args);
     }
     if !s.by.is_empty() {
         let named = |want: fn(&plan::Item) -> bool| {
@@ -173,7 +181,7 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             goid_known: plan.go_layout.is_some_and(|l| l.goid.is_some()),
         };
         plan::by::check(&s.by, traced).map_err(anyhow::Error::msg)?;
-        add_by_args(&mut plan, &s.by, &roots)?;
+        add_by_args(&mut plan, &s.by, &args)?;
     }
     if let Some(n) = &s.nested {
         let expand = &n.expand;
@@ -218,19 +226,12 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
 /// where its own DWARF (or the ABI) puts them, each system call's in the
 /// syscall registers. What cannot be resolved is a usage error; notes
 /// (what argN means on a clone) go to stderr once each.
-fn add_filters(
-    plan: &mut Plan,
-    f: &Filter,
-    roots: &[(&resolve::Resolved, &Function, u32)],
-) -> Result<()> {
+fn add_filters(plan: &mut Plan, f: &Filter, args: &TracedArgs) -> Result<()> {
     let bad = |e: anyhow::Error| -> anyhow::Error { UsageError(format!("{e:#}")).into() };
     let mut resolved = Vec::new();
-    for (i, item) in plan.items.iter().enumerate() {
+    for item in &plan.items {
         match &item.kind {
-            ItemKind::Syscall { .. } => {
-                let r = f.resolve(&FuncArgs::for_syscall(&item.name)).map_err(bad)?;
-                resolved.push((i as u32, r));
-            }
+            ItemKind::Syscall { .. } => {}
             ItemKind::KernelFunction => {
                 return Err(bad(anyhow!(
                     "--filter reads the arguments of user functions and system calls; {} is a kernel function",
@@ -246,11 +247,14 @@ fn add_filters(
             ItemKind::Function(_) => {}
         }
     }
-    for (r, func, entry, id, a) in args_at_start(plan, roots) {
-        let res = f.resolve(&a).map_err(bad)?;
+    for (id, a) in &args.syscalls {
+        resolved.push((*id, f.resolve(a).map_err(bad)?));
+    }
+    for &(r, func, id, ref a) in &args.functions {
+        let res = f.resolve(a).map_err(bad)?;
         // An entry probe placed after an instruction that overwrites an
         // operand moves back to the first instruction.
-        if res.registers() & written_before(&r.obj, func, entry) != 0 {
+        if res.registers() & written_before(&r.obj, func, entry_now(plan, id, func)) != 0 {
             plan.entry_at_start(&r.obj, func, id)?;
         }
         resolved.push((id, res));
@@ -267,35 +271,58 @@ fn add_filters(
     Ok(())
 }
 
-/// Each traced function's arguments as they are at its first instruction
-/// (one DWARF pass per object), with where its entry probe stands now:
-/// (object, function, entry probe address, id, arguments).
-fn args_at_start<'r>(
-    plan: &Plan,
-    roots: &[(&'r resolve::Resolved, &'r Function, u32)],
-) -> Vec<(&'r resolve::Resolved, &'r Function, u64, u32, FuncArgs)> {
-    // (function, its entry probe's address, its id), per object.
-    type Traced<'a> = Vec<(&'a Function, u64, u32)>;
-    let mut by_object: Vec<(&resolve::Resolved, Traced)> = Vec::new();
-    for (r, func, id) in roots {
-        let entry = match &plan.items[*id as usize].kind {
-            ItemKind::Function(t) => t.entry_addr,
-            _ => func.addr,
-        };
-        match by_object.iter_mut().find(|(o, _)| std::ptr::eq(*o, *r)) {
-            Some((_, v)) => v.push((func, entry, *id)),
-            None => by_object.push((r, vec![(func, entry, *id)])),
+/// What each traced item knows of its arguments, read once for
+/// `--filter`, records and `--by`: a system call's from the kernel's
+/// tracing, a function's as they are at its first instruction (one DWARF
+/// pass per object).
+#[derive(Default)]
+struct TracedArgs<'r> {
+    /// (id, arguments) of each system call.
+    syscalls: Vec<(u32, FuncArgs)>,
+    /// (object, function, id, arguments) of each traced function.
+    functions: Vec<(&'r resolve::Resolved, &'r Function, u32, FuncArgs)>,
+}
+
+impl<'r> TracedArgs<'r> {
+    fn read(plan: &Plan, roots: &[(&'r resolve::Resolved, &'r Function, u32)]) -> Self {
+        let syscalls = plan
+            .items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| matches!(item.kind, ItemKind::Syscall { .. }))
+            .map(|(i, item)| (i as u32, FuncArgs::for_syscall(&item.name)))
+            .collect();
+        // (function, its id), per object.
+        type Traced<'a> = Vec<(&'a Function, u32)>;
+        let mut by_object: Vec<(&resolve::Resolved, Traced)> = Vec::new();
+        for (r, func, id) in roots {
+            match by_object.iter_mut().find(|(o, _)| std::ptr::eq(*o, *r)) {
+                Some((_, v)) => v.push((func, *id)),
+                None => by_object.push((r, vec![(func, *id)])),
+            }
+        }
+        let mut functions = Vec::new();
+        for (r, funcs) in by_object {
+            let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, _)| (*f, f.addr)).collect();
+            let args = FuncArgs::for_functions(&r.obj, &pairs);
+            for (a, (func, id)) in args.into_iter().zip(funcs) {
+                functions.push((r, func, id, a));
+            }
+        }
+        TracedArgs {
+            syscalls,
+            functions,
         }
     }
-    let mut out = Vec::new();
-    for (r, funcs) in by_object {
-        let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, _, _)| (*f, f.addr)).collect();
-        let args = FuncArgs::for_functions(&r.obj, &pairs);
-        for (a, (func, entry, id)) in args.into_iter().zip(funcs) {
-            out.push((r, func, entry, id, a));
-        }
+}
+
+/// Where function `id`'s entry probe stands now (an earlier feature may
+/// have moved it back to the first instruction).
+fn entry_now(plan: &Plan, id: u32, func: &Function) -> u64 {
+    match &plan.items[id as usize].kind {
+        ItemKind::Function(t) => t.entry_addr,
+        _ => func.addr,
     }
-    out
 }
 
 /// Registers (bit per x86 number) that instructions of `func` before its
@@ -312,16 +339,13 @@ fn written_before(obj: &ElfObject, func: &Function, entry: u64) -> u16 {
 /// whose register is overwritten before a cheaper entry probe moves that
 /// probe back to the first instruction, as `--filter` does; where the
 /// first instruction cannot be probed, the value is shown as unavailable.
-fn add_record_args(plan: &mut Plan, roots: &[(&resolve::Resolved, &Function, u32)]) {
-    for (i, item) in plan.items.iter().enumerate() {
-        if let ItemKind::Syscall { .. } = item.kind {
-            let a = FuncArgs::for_syscall(&item.name).record_args();
-            plan.record_args.insert(i as u32, a);
-        }
+fn add_record_args(plan: &mut Plan, args: &TracedArgs) {
+    for (id, a) in &args.syscalls {
+        plan.record_args.insert(*id, a.record_args());
     }
-    for (r, func, entry, id, a) in args_at_start(plan, roots) {
+    for &(r, func, id, ref a) in &args.functions {
         let mut list = a.record_args();
-        let written = written_before(&r.obj, func, entry);
+        let written = written_before(&r.obj, func, entry_now(plan, id, func));
         let hit = |x: &plan::args::RecordArg| {
             x.register(false)
                 .is_some_and(|reg| written & (1 << reg) != 0)
@@ -343,11 +367,7 @@ fn add_record_args(plan: &mut Plan, roots: &[(&resolve::Resolved, &Function, u32
 /// overwrites a key's register moves back to the first instruction. What
 /// cannot be resolved is a usage error; notes (what argN means on a clone)
 /// go to stderr once each.
-fn add_by_args(
-    plan: &mut Plan,
-    by: &[ByKey],
-    roots: &[(&resolve::Resolved, &Function, u32)],
-) -> Result<()> {
+fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
     if !by.iter().any(|k| matches!(k, ByKey::Arg(_))) {
         return Ok(());
     }
@@ -363,13 +383,11 @@ fn add_by_args(
             .collect()
     };
     let mut resolved = Vec::new();
-    for (i, item) in plan.items.iter().enumerate() {
-        if let ItemKind::Syscall { .. } = item.kind {
-            resolved.push((i as u32, operands(&FuncArgs::for_syscall(&item.name))?));
-        }
+    for (id, a) in &args.syscalls {
+        resolved.push((*id, operands(a)?));
     }
-    for (r, func, entry, id, a) in args_at_start(plan, roots) {
-        let ops = operands(&a)?;
+    for &(r, func, id, ref a) in &args.functions {
+        let ops = operands(a)?;
         let regs = ops
             .iter()
             .flatten()
@@ -378,7 +396,7 @@ fn add_by_args(
                 _ => None,
             })
             .fold(0, |a, b| a | b);
-        if regs & written_before(&r.obj, func, entry) != 0 {
+        if regs & written_before(&r.obj, func, entry_now(plan, id, func)) != 0 {
             plan.entry_at_start(&r.obj, func, id)?;
         }
         resolved.push((id, ops));
