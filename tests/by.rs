@@ -63,6 +63,17 @@ fn why_lines(out: &Outcome) -> BTreeMap<String, u64> {
     tagged(&out.fixture_text(), "line")
 }
 
+/// The groups `--by caller` makes of the why fixture's callers mode run
+/// for `iterations`: each caller named with the line of its call, with 5,
+/// 3 and 2 calls per iteration.
+fn why_callers(out: &Outcome, iterations: u64) -> BTreeMap<String, u64> {
+    let lines = why_lines(out);
+    [("caller_one", 5), ("caller_two", 3), ("caller_three", 2)]
+        .into_iter()
+        .map(|(c, n)| (format!("{c} at why.c:{}", lines[c]), n * iterations))
+        .collect()
+}
+
 /// `--by caller` on a C function called from three callers: exact counts
 /// per caller, each named with the line of its call (which the fixture
 /// prints from __LINE__), in JSON and in text. The caller is read when the
@@ -82,13 +93,7 @@ fn callers_have_exact_counts_and_lines() {
         &[],
     );
     let rep = out.success_report();
-    let lines = why_lines(&out);
-    let at = |c: &str| format!("{c} at why.c:{}", lines[c]);
-    let want = map(&[
-        (at("caller_one"), 50),
-        (at("caller_two"), 30),
-        (at("caller_three"), 20),
-    ]);
+    let want = why_callers(&out, 10);
     assert_eq!(groups(&rep, "target"), want, "{out}");
 
     let out = run(
@@ -127,11 +132,11 @@ fn callers_have_exact_counts_and_lines() {
         .unwrap_or_else(|| panic!("no called from section\n{out}"))
         .1;
     let rows: Vec<&str> = section.lines().take(3).collect();
-    for (c, n) in [("caller_one", 50), ("caller_two", 30), ("caller_three", 20)] {
+    for (caller, n) in &want {
         let row = rows
             .iter()
-            .find(|r| r.starts_with(&format!("  {} ", at(c))))
-            .unwrap_or_else(|| panic!("no line for {c}\n{out}"));
+            .find(|r| r.starts_with(&format!("  {caller} ")))
+            .unwrap_or_else(|| panic!("no line for {caller}\n{out}"));
         assert!(row.contains(&format!("count {n} ")), "{row:?}\n{out}");
         assert!(
             row.contains(" usecs   p50 ") && row.ends_with(" usecs"),
@@ -157,17 +162,7 @@ fn callers_of_a_process_gone_before_its_maps_are_read_are_named() {
         &[],
     );
     let rep = out.success_report();
-    let lines = why_lines(&out);
-    let at = |c: &str| format!("{c} at why.c:{}", lines[c]);
-    assert_eq!(
-        groups(&rep, "target"),
-        map(&[
-            (at("caller_one"), 5),
-            (at("caller_two"), 3),
-            (at("caller_three"), 2)
-        ]),
-        "{out}"
-    );
+    assert_eq!(groups(&rep, "target"), why_callers(&out, 1), "{out}");
 }
 
 /// A caller in a library the process loaded after tachy first read its

@@ -1140,6 +1140,21 @@ impl Drop for TestCgroup {
     }
 }
 
+/// `tachy latency --json -p A,B slow_sum` over fixtures `a` and `b`, which
+/// start once tachy is attached; no Ctrl-C: tachy ends when both have.
+/// Its outcome, and the two pids.
+fn slow_sum_of_both(mut a: Fixture, mut b: Fixture) -> (Outcome, u32, u32) {
+    let (pa, pb) = (a.pid(), b.pid());
+    let both = format!("{pa},{pb}");
+    let mut t = Tachy::start(&["latency", "--json", "-p", &both, "slow_sum"], &[]);
+    t.wait_for_header(true);
+    a.go();
+    b.go();
+    assert!(a.wait().0.success());
+    assert!(b.wait().0.success());
+    (t.finish(RUN_TIMEOUT), pa, pb)
+}
+
 #[test]
 fn cgroup_counts_its_processes_started_before_and_after_attach_only() {
     let _lock = common::serial();
@@ -1205,18 +1220,9 @@ fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
     if common::skip_unless_root() {
         return;
     }
-    let mut a = Fixture::spawn("plain", &["100", "1"]);
-    let mut b = Fixture::spawn("plain", &["60", "1"]);
-    let (pa, pb) = (a.pid(), b.pid());
-    let both = format!("{pa},{pb}");
-    let mut t = Tachy::start(&["latency", "--json", "-p", &both, "slow_sum"], &[]);
-    t.wait_for_header(true);
-    a.go();
-    b.go();
-    assert!(a.wait().0.success());
-    assert!(b.wait().0.success());
-    // No Ctrl-C: tachy ends when both processes have.
-    let out = t.finish(RUN_TIMEOUT);
+    let a = Fixture::spawn("plain", &["100", "1"]);
+    let b = Fixture::spawn("plain", &["60", "1"]);
+    let (out, pa, pb) = slow_sum_of_both(a, b);
     out.assert_success();
     let rep = out.single_report();
     assert_eq!(num(func(&rep, "slow_sum"), "count"), 160, "{out}");
@@ -1245,19 +1251,11 @@ fn several_pids_of_different_programs_are_each_traced() {
     let dir = scratch("two-programs");
     let copy = dir.join("plain_copy");
     std::fs::copy(common::build("plain"), &copy).unwrap();
-    let mut a = Fixture::spawn("plain", &["100", "1"]);
+    let a = Fixture::spawn("plain", &["100", "1"]);
     let mut cmd = std::process::Command::new(&copy);
     cmd.args(["60", "1"]);
-    let mut b = Fixture::spawn_command("plain", cmd);
-    let (pa, pb) = (a.pid(), b.pid());
-    let both = format!("{pa},{pb}");
-    let mut t = Tachy::start(&["latency", "--json", "-p", &both, "slow_sum"], &[]);
-    t.wait_for_header(true);
-    a.go();
-    b.go();
-    assert!(a.wait().0.success());
-    assert!(b.wait().0.success());
-    let out = t.finish(RUN_TIMEOUT);
+    let b = Fixture::spawn_command("plain", cmd);
+    let (out, pa, pb) = slow_sum_of_both(a, b);
     out.assert_success();
     let rep = out.single_report();
     let mut by_object: Vec<(String, u64)> = rep["functions"]

@@ -614,18 +614,31 @@ mod tests {
         check("tree.json", &out);
     }
 
+    fn split(on: u64, blocked: u64, runq: u64, hist: Option<[Vec<u64>; 3]>) -> Option<CpuSplit> {
+        Some(CpuSplit {
+            oncpu_ns: on,
+            blocked_ns: blocked,
+            runq_ns: runq,
+            hist,
+        })
+    }
+
+    /// Checks `r` rendered as text and as JSON against `NAME.txt` and
+    /// `NAME.json`.
+    fn check_text_and_json(r: &TreeReport, name: &str) {
+        let mut out = Vec::new();
+        render_text(r, &mut out).unwrap();
+        check(&format!("{name}.txt"), &out);
+        let mut out = Vec::new();
+        render_json(r, &mut out).unwrap();
+        check(&format!("{name}.json"), &out);
+    }
+
     /// `--cpu`: each node's split, and the self line's as the node's less
     /// its children's.
     #[test]
     fn golden_cpu() {
-        let split = |on: u64, blocked: u64, runq: u64| {
-            Some(CpuSplit {
-                oncpu_ns: on,
-                blocked_ns: blocked,
-                runq_ns: runq,
-                hist: None,
-            })
-        };
+        let split = |on, blocked, runq| split(on, blocked, runq, None);
         let mut r = sample();
         let root = &mut r.roots[0];
         root.cpu = split(55_682_400, 1_150_000_000, 14_237_600);
@@ -633,12 +646,7 @@ mod tests {
         root.children[1].cpu = split(2_800_000, 1_148_000_000, 2_000_000);
         root.children[1].children[0].cpu = split(1_000_000, 1_148_000_000, 1_442_000);
         root.children[2].cpu = split(40_000_000, 2_000_000, 11_664_000);
-        let mut out = Vec::new();
-        render_text(&r, &mut out).unwrap();
-        check("tree_cpu.txt", &out);
-        let mut out = Vec::new();
-        render_json(&r, &mut out).unwrap();
-        check("tree_cpu.json", &out);
+        check_text_and_json(&r, "tree_cpu");
         let root = &r.roots[0];
         let own = root.self_cpu().unwrap();
         assert_eq!(own.parts().iter().sum::<u64>(), root.self_ns());
@@ -648,14 +656,7 @@ mod tests {
     /// and JSON (log2 slots of the display unit, as `Hist::log2_slots`).
     #[test]
     fn golden_cpu_hist() {
-        let split = |on: u64, blocked: u64, runq: u64, hist: [Vec<u64>; 3]| {
-            Some(CpuSplit {
-                oncpu_ns: on,
-                blocked_ns: blocked,
-                runq_ns: runq,
-                hist: Some(hist),
-            })
-        };
+        let split = |on, blocked, runq, hist| split(on, blocked, runq, Some(hist));
         let mut r = sample();
         let root = &mut r.roots[0];
         // 312 calls: on-CPU 128-511 us, blocked mostly 4-8 ms, a few
@@ -681,12 +682,7 @@ mod tests {
                 vec![1305, 0, 5],
             ],
         );
-        let mut out = Vec::new();
-        render_text(&r, &mut out).unwrap();
-        check("tree_cpu_hist.txt", &out);
-        let mut out = Vec::new();
-        render_json(&r, &mut out).unwrap();
-        check("tree_cpu_hist.json", &out);
+        check_text_and_json(&r, "tree_cpu_hist");
     }
 
     #[test]
