@@ -130,7 +130,8 @@ pub enum Command {
     /// Compare two reports: per function, the change of count, average and percentiles
     #[command(after_help = DIFF_EXAMPLES)]
     Diff(DiffArgs),
-    /// Print the man page, or write the man pages of tachy and its subcommands to DIR
+    /// Print a man page, or write the man pages of tachy and its subcommands to DIR
+    #[command(after_help = MAN_EXAMPLES)]
     Man(ManArgs),
 }
 
@@ -210,12 +211,63 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+const MAN_EXAMPLES: &str = "\
+Examples:
+  tachy man | man -l -                  tachy(1)
+  tachy man latency | man -l -          tachy-latency(1)
+  tachy man ./pages                     every page, written into ./pages
+  tachy man /usr/local/share/man/man1";
+
 #[derive(Args, Debug)]
 pub struct ManArgs {
-    /// Write tachy.1 and one page per subcommand (tachy-latency.1, ...) into
-    /// this directory instead of printing tachy.1
-    #[arg(value_name = "DIR")]
-    pub dir: Option<PathBuf>,
+    /// A page to print: tachy, or a subcommand (latency, nested, list,
+    /// merge, diff, completions, man; tachy-latency too). An argument with a
+    /// `/` in it, or `.` or `..`, is a directory instead (./latency is the
+    /// directory latency): tachy.1 and a page per subcommand
+    /// (tachy-latency.1, ...) are written into it, creating it if missing
+    #[arg(value_name = "PAGE|DIR")]
+    pub page: Option<String>,
+}
+
+/// What `tachy man` writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManTarget {
+    /// One page to standard output: `tachy` or a subcommand's name.
+    Page(String),
+    /// Every page, into this directory.
+    Dir(PathBuf),
+}
+
+impl ManArgs {
+    /// Tells a page from a directory: a directory has a `/` in it (or is
+    /// `.` or `..`), so that no directory can shadow a page's name.
+    pub fn validate(self) -> Result<ManTarget> {
+        let Some(arg) = self.page else {
+            return Ok(ManTarget::Page("tachy".into()));
+        };
+        if arg.contains('/') || arg == "." || arg == ".." {
+            return Ok(ManTarget::Dir(PathBuf::from(arg)));
+        }
+        let names = page_names();
+        let name = arg.strip_prefix("tachy-").unwrap_or(&arg);
+        if names.iter().any(|n| n == name) {
+            return Ok(ManTarget::Page(name.to_string()));
+        }
+        Err(usage(format!(
+            "{arg:?} is not a page ({}); write a directory with a / in it (./{arg})",
+            names.join(", ")
+        )))
+    }
+}
+
+/// The names `tachy man` prints a page for: tachy and its subcommands.
+pub fn page_names() -> Vec<String> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    std::iter::once("tachy".to_string())
+        .chain(cmd.get_subcommands().map(|c| c.get_name().to_string()))
+        .filter(|n| n != "help")
+        .collect()
 }
 
 impl Command {

@@ -18,23 +18,202 @@ pub fn completions(shell: clap_complete::Shell, w: &mut dyn Write) -> Result<()>
     w.flush().context("cannot write the completion script")
 }
 
-/// Writes tachy(1) to `w`.
-pub fn man_page(w: &mut dyn Write) -> Result<()> {
-    // As `man_pages` writes it: `help` has no page of its own to list.
-    clap_mangen::Man::new(Cli::command().disable_help_subcommand(true))
-        .render(w)
+/// What every page says under EXIT STATUS: (status, meaning).
+const EXIT_STATUS: [(&str, &str); 3] = [
+    (
+        "0",
+        "Success. With a command after \\-\\- (latency, nested), the command's own exit status.",
+    ),
+    ("1", "An error, said in one line on standard error."),
+    (
+        "2",
+        "Bad usage: an unknown option, a value that does not parse, or options that do not go together.",
+    ),
+];
+
+/// The environment tachy reads: (variable, meaning).
+const ENVIRONMENT: [(&str, &str); 8] = [
+    (
+        "TACHY_CACHE_DIR",
+        "The directory of the probe-time cache (see FILES), instead of the default.",
+    ),
+    (
+        "XDG_CACHE_HOME, HOME",
+        "Without TACHY_CACHE_DIR, a user other than root caches the probe time in $XDG_CACHE_HOME/tachy, else in $HOME/.cache/tachy.",
+    ),
+    (
+        "TACHY_BY_GROUPS",
+        "How many groups the kernel keeps for \\-\\-by (1 to 1048576; 4096 if unset). A call of a new group while the map is full is counted in its function's \"not grouped\" line.",
+    ),
+    (
+        "TACHY_RECORD_BUFFER",
+        "The size in bytes of the ring buffer of \\-\\-record\\-slower\\-than: a power of two of at least a page (1 MiB if unset).",
+    ),
+    (
+        "TACHY_NO_UPROBE_MULTI",
+        "If set, attach uprobes one at a time, as on kernels before 6.6, instead of with uprobe_multi links.",
+    ),
+    (
+        "TACHY_NO_FENTRY",
+        "If set, time kernel functions (k:FUNC) with kprobes instead of fentry/fexit.",
+    ),
+    (
+        "PATH",
+        "Where a command after \\-\\- is looked up when its name has no /.",
+    ),
+    (
+        "LD_LIBRARY_PATH",
+        "Also searched for the libraries of a program named by its path (PATH:FUNC).",
+    ),
+];
+
+/// The files tachy reads and writes: (path, meaning).
+const FILES: [(&str, &str); 2] = [
+    (
+        "/var/cache/tachy/probe\\-time",
+        "The time of tachy's own probes, measured at start\\-up and subtracted from every duration; kept for one kernel, CPU model and tachy binary. Root's; TACHY_CACHE_DIR moves it.",
+    ),
+    (
+        "$XDG_CACHE_HOME/tachy/probe\\-time",
+        "The same for other users (~/.cache/tachy/probe\\-time without XDG_CACHE_HOME).",
+    ),
+];
+
+/// tachy and its subcommands, each as its page renders it (built, so that
+/// each knows its `tachy latency` name).
+fn pages() -> Vec<clap::Command> {
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let subs: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    std::iter::once(cmd).chain(subs).collect()
+}
+
+/// Writes the page of `name` (`tachy`, or a subcommand's name) to `w`.
+pub fn man_page(name: &str, w: &mut dyn Write) -> Result<()> {
+    let page = pages()
+        .into_iter()
+        .find(|c| c.get_name() == name)
+        .with_context(|| format!("no page named {name}"))?;
+    render(page, w)
         .and_then(|_| w.flush())
         .context("cannot write the man page")
 }
 
 /// Writes tachy.1 and a page per subcommand (tachy-latency.1, ...) into
-/// `dir`, which must exist.
+/// `dir`, creating it (and its parents) if missing.
 pub fn man_pages(dir: &Path) -> Result<()> {
-    if !dir.is_dir() {
-        anyhow::bail!("{} is not a directory", dir.display());
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    for page in pages() {
+        let man = clap_mangen::Man::new(page.clone());
+        let path = dir.join(man.get_filename());
+        let write = || -> std::io::Result<()> {
+            let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+            render(page, &mut f)?;
+            f.flush()
+        };
+        write().with_context(|| format!("cannot write {}", path.display()))?;
     }
-    clap_mangen::generate_to(Cli::command(), dir)
-        .with_context(|| format!("cannot write the man pages into {}", dir.display()))
+    Ok(())
+}
+
+/// One page: clap_mangen's sections, then EXIT STATUS, ENVIRONMENT and
+/// FILES, then the after-help text as EXAMPLES (the lines as written) and
+/// NOTES (its paragraphs of prose).
+fn render(cmd: clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
+    let after = cmd.get_after_help().map(|s| s.to_string());
+    let has_args = cmd.get_arguments().any(|a| !a.is_hide_set());
+    let has_subs = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let version = cmd.get_version().is_some();
+    let man = clap_mangen::Man::new(cmd);
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    if has_args {
+        man.render_options_section(w)?;
+    }
+    if has_subs {
+        man.render_subcommands_section(w)?;
+    }
+    let mut roff = String::new();
+    let mut list = |title: &str, items: &[(&str, &str)]| {
+        roff.push_str(&format!(".SH \"{title}\"\n"));
+        for (term, text) in items {
+            roff.push_str(&format!(".TP\n\\fB{term}\\fR\n{text}\n"));
+        }
+    };
+    list("EXIT STATUS", &EXIT_STATUS);
+    list("ENVIRONMENT", &ENVIRONMENT);
+    list("FILES", &FILES);
+    let (examples, notes) = split_after_help(after.as_deref().unwrap_or(""));
+    if !notes.is_empty() {
+        roff.push_str(".SH NOTES\n");
+        for (i, para) in notes.iter().enumerate() {
+            if i > 0 {
+                roff.push_str(".PP\n");
+            }
+            for line in para.lines() {
+                roff.push_str(&text_line(line));
+            }
+        }
+    }
+    if !examples.is_empty() {
+        // As written: one example a line, aligned by spaces.
+        roff.push_str(".SH EXAMPLES\n.nf\n");
+        for line in examples.lines() {
+            roff.push_str(&text_line(line));
+        }
+        roff.push_str(".fi\n");
+    }
+    w.write_all(roff.as_bytes())?;
+    if version {
+        man.render_version_section(w)?;
+    }
+    Ok(())
+}
+
+/// Splits a subcommand's after-help text into its examples (the lines
+/// after "Examples:", up to the first blank line) and its paragraphs of
+/// prose; the paragraph "Exit status: ..." is left out, EXIT STATUS says it.
+fn split_after_help(text: &str) -> (String, Vec<String>) {
+    let mut examples = String::new();
+    let mut notes = Vec::new();
+    for para in text.split("\n\n") {
+        let para = para.trim_matches('\n');
+        if let Some(rest) = para.strip_prefix("Examples:") {
+            // Without the indentation --help gives them under "Examples:".
+            let lines: Vec<&str> = rest.trim_start_matches('\n').lines().collect();
+            let indent = lines
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.len() - l.trim_start().len())
+                .min()
+                .unwrap_or(0);
+            for line in lines {
+                examples.push_str(line.get(indent..).unwrap_or(""));
+                examples.push('\n');
+            }
+        } else if !para.trim().is_empty() && !para.starts_with("Exit status:") {
+            notes.push(para.to_string());
+        }
+    }
+    (examples, notes)
+}
+
+/// One line of text, escaped for roff: backslashes and hyphens, and a
+/// leading `.` or `'` that would make it a request.
+fn text_line(line: &str) -> String {
+    let mut s = line.replace('\\', "\\e").replace('-', "\\-");
+    if s.starts_with('.') || s.starts_with('\'') {
+        s.insert_str(0, "\\&");
+    }
+    s.push('\n');
+    s
 }
 
 #[cfg(test)]
@@ -60,7 +239,7 @@ mod tests {
     #[test]
     fn the_man_page_has_the_version_and_subcommands() {
         let mut out = Vec::new();
-        man_page(&mut out).unwrap();
+        man_page("tachy", &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with(".ie \\n(.g .ds Aq"), "{}", &text[..40]);
         assert!(text.contains(".TH tachy 1"));

@@ -15,10 +15,12 @@ fn main() {
         }
         cli::Command::Merge(a) => merge::run_merge(a),
         cli::Command::Diff(a) => merge::run_diff(a),
-        cli::Command::Man(a) => match a.dir {
-            Some(dir) => docs::man_pages(&dir).map(|_| 0),
-            None => docs::man_page(&mut std::io::stdout().lock()).map(|_| 0),
-        },
+        cli::Command::Man(a) => a.validate().and_then(|t| match t {
+            cli::ManTarget::Dir(dir) => docs::man_pages(&dir).map(|_| 0),
+            cli::ManTarget::Page(name) => {
+                docs::man_page(&name, &mut std::io::stdout().lock()).map(|_| 0)
+            }
+        }),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -131,17 +131,118 @@ fn every_man_page_renders() {
     assert_eq!(out.stdout, std::fs::read(dir.join("tachy.1")).unwrap());
 }
 
+/// `man -l` of `page`, as plain text `width` columns wide.
+fn render_page(page: &Path, width: u32) -> String {
+    let out = run(Command::new("man")
+        .args(["-P", "cat", "-l"])
+        .arg(page)
+        .env("MANWIDTH", width.to_string())
+        .env("LC_ALL", "C.UTF-8"));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[test]
-fn man_into_a_missing_directory_is_one_error_line() {
+fn man_creates_a_missing_directory_and_prints_a_subcommands_page() {
+    let root = scratch("man-missing");
+    let dir = root.join("a/b/man1");
+    run(Command::new(TACHY).arg("man").arg(&dir));
+    let expect: BTreeSet<String> = PAGES.iter().map(|p| p.to_string()).collect();
+    assert_eq!(files(&dir), expect);
+    // A name without a / is a page, with or without its tachy- prefix,
+    // even where a directory of that name exists.
+    std::fs::create_dir_all(root.join("latency")).unwrap();
+    for name in ["latency", "tachy-latency"] {
+        let out = run(Command::new(TACHY).args(["man", name]).current_dir(&root));
+        assert_eq!(
+            out.stdout,
+            std::fs::read(dir.join("tachy-latency.1")).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(files(&root.join("latency")), BTreeSet::new());
+    // ./latency is the directory.
+    run(Command::new(TACHY)
+        .args(["man", "./latency"])
+        .current_dir(&root));
+    assert_eq!(files(&root.join("latency")), expect);
+    // A name that is no page is bad usage, and says how to name a directory.
     let out = Command::new(TACHY)
-        .args(["man", "/nonexistent/tachy-man"])
+        .args(["man", "latncy"])
+        .current_dir(&root)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        "tachy: /nonexistent/tachy-man is not a directory\n"
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"latncy\" is not a page (tachy, latency, nested,")
+            && err.contains("(./latncy)"),
+        "{err}"
     );
+    assert!(!root.join("latncy").exists());
+    // The help says how a page is told from a directory.
+    let help = run(Command::new(TACHY).args(["man", "--help"]));
+    let help = String::from_utf8(help.stdout).unwrap();
+    let words = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("An argument with a `/` in it, or `.` or `..`, is a directory instead"),
+        "{help}"
+    );
+}
+
+/// The pages have the sections a user looks for, and the after-help text
+/// under EXAMPLES and NOTES; every TACHY_ variable the code reads is under
+/// ENVIRONMENT.
+#[test]
+fn man_pages_have_exit_status_environment_files_and_examples() {
+    let dir = scratch("man-sections");
+    run(Command::new(TACHY).arg("man").arg(&dir));
+    let mut read = BTreeSet::new();
+    let mut stack = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for call in ["var_os(\"", "var(\""] {
+                    for (i, _) in text.match_indices(call) {
+                        let name: String = text[i + call.len()..]
+                            .chars()
+                            .take_while(|c| *c != '"')
+                            .collect();
+                        // TACHY_BLESS rewrites the golden files of the tests.
+                        if name.starts_with("TACHY_") && name != "TACHY_BLESS" {
+                            read.insert(name);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(read.contains("TACHY_CACHE_DIR") && read.contains("TACHY_BY_GROUPS"));
+    for page in PAGES {
+        let text = render_page(&dir.join(page), 200);
+        for section in ["\nEXIT STATUS\n", "\nENVIRONMENT\n", "\nFILES\n"] {
+            assert!(text.contains(section), "{page}: no {section}\n{text}");
+        }
+        assert!(!text.contains("\nEXTRA\n"), "{page}:\n{text}");
+        for var in &read {
+            assert!(text.contains(var.as_str()), "{page}: no {var}");
+        }
+        assert!(text.contains("/var/cache/tachy/probe-time"), "{page}");
+        if page != "tachy.1" {
+            assert!(text.contains("\nEXAMPLES\n"), "{page}:\n{text}");
+        }
+    }
+    let text = render_page(&dir.join("tachy-latency.1"), 200);
+    // One example a line, as in --help.
+    assert!(
+        text.contains("       tachy latency -p 4242 'db::Table::scan'          histogram of every overload and clone\n"),
+        "{text}"
+    );
+    assert!(text.contains("\nNOTES\n"), "{text}");
+    assert!(text.contains("2      Bad usage"), "{text}");
 }
 
 #[test]
