@@ -319,10 +319,11 @@ fn parse_avg(line: &str, unit: &str) -> (u64, u64, u64) {
     (a, t, c)
 }
 
-/// Parses `min = N U, p50 = N U, p90 = .., p99 = .., p99.9 = .., max = N U`
-/// into its values, checking names, unit and order.
-fn parse_min_line(line: &str, unit: &str) -> Vec<u64> {
-    let names = ["min", "p50", "p90", "p99", "p99.9", "max"];
+/// Parses `min = N U, p50 = N U, p90 = .., p99 = .., p99.9 = .., max = N U,
+/// avg = N U` into its values, checking names, unit and order (`avg` aside):
+/// whole numbers from 100 units on, at most three significant digits below.
+fn parse_min_line(line: &str, unit: &str) -> Vec<f64> {
+    let names = ["min", "p50", "p90", "p99", "p99.9", "max", "avg"];
     let parts: Vec<&str> = line.split(", ").collect();
     assert_eq!(parts.len(), names.len(), "min line {line:?}");
     let mut vals = Vec::new();
@@ -331,14 +332,19 @@ fn parse_min_line(line: &str, unit: &str) -> Vec<u64> {
             .strip_prefix(&format!("{n} = "))
             .and_then(|s| s.strip_suffix(&format!(" {unit}")))
             .unwrap_or_else(|| panic!("part {p:?} of {line:?} is not `{n} = N {unit}`"));
+        let (int, frac) = v.split_once('.').unwrap_or((v, ""));
         assert!(
-            !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()),
+            !int.is_empty()
+                && int.bytes().all(|b| b.is_ascii_digit())
+                && frac.bytes().all(|b| b.is_ascii_digit()),
             "{line:?}"
         );
-        vals.push(v.parse::<u64>().unwrap());
+        let significant = format!("{int}{frac}").trim_start_matches('0').len();
+        assert!(frac.is_empty() || significant <= 3, "{line:?}");
+        vals.push(v.parse::<f64>().unwrap());
     }
     assert!(
-        vals.windows(2).all(|w| w[0] <= w[1]),
+        vals[..6].windows(2).all(|w| w[0] <= w[1]),
         "min/percentiles/max out of order: {line:?}"
     );
     vals
@@ -709,9 +715,9 @@ fn attach_to_running_process_text_report() {
         assert_eq!(f.filtered, None, "{name}\n{out}");
         assert_eq!(avg, total / c);
         let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsecs");
-        assert!(v[0] >= 250_000, "{name}: {f:?}");
+        assert!(v[0] >= 250_000.0, "{name}: {f:?}");
         assert!(avg < AVG_CEILING_NS);
-        check_text_hist(f, "nsecs", c, Some((v[0], v[5])));
+        check_text_hist(f, "nsecs", c, Some((v[0] as u64, v[5] as u64)));
         assert_eq!(c + unwound, counts(&fx_out)[name]);
     }
 }
@@ -1000,8 +1006,12 @@ fn units_usec_and_msec() {
             assert!(avg >= floor_ns / per, "{flag} {name}\n{out}");
             assert!(avg < AVG_CEILING_NS / per, "{flag} {name}\n{out}");
             let v = parse_min_line(f.min_line.as_deref().unwrap(), unit);
-            assert!(v[0] >= floor_ns / per, "{flag} {name}: {v:?}");
-            check_text_hist(f, unit, c, Some((v[0], v[5])));
+            // Sub-unit durations keep their digits (0.3 msecs, not 0).
+            assert!(v[0] >= floor_ns as f64 / per as f64, "{flag} {name}: {v:?}");
+            // tachy's own avg is the exact one, to three digits.
+            let exact = total as f64 / c as f64;
+            assert!(v[6] + 1.0 >= exact, "{flag} {name}: {v:?}");
+            check_text_hist(f, unit, c, Some((v[0] as u64, v[5] as u64)));
         }
     }
 }
@@ -1032,11 +1042,11 @@ fn text_histogram_is_print_log2_hist() {
     let (_, _, c) = parse_avg(f.avg_line.as_deref().unwrap(), "nsecs");
     assert_eq!(c, n);
     let v = parse_min_line(f.min_line.as_deref().unwrap(), "nsecs");
-    assert!(v[0] >= 300_000);
+    assert!(v[0] >= 300_000.0);
     for row in &f.rows {
         parse_hist_row(row);
     }
-    check_text_hist(f, "nsecs", c, Some((v[0], v[5])));
+    check_text_hist(f, "nsecs", c, Some((v[0] as u64, v[5] as u64)));
     assert_eq!(f.unwound, Some(0));
     // Blank line between the header and the report, and around the avg
     // line, as funclatency.

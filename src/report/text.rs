@@ -5,7 +5,6 @@
 
 use std::io::{self, Write};
 
-use super::hist::round_to_precision;
 #[cfg(test)]
 use super::Counts;
 use super::{CpuSplit, FuncReport, Report, Unit, CPU_PARTS};
@@ -49,18 +48,30 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         writeln!(w)?;
     }
     if c.count > 0 {
-        let (min, max) = (c.min_ns / per, c.max_ns / per);
-        write!(w, "min = {min} {u}")?;
+        let (min, max) = (c.min_ns.min(c.max_ns), c.max_ns);
+        write!(w, "min = {} {u}", value(min, min, unit))?;
         let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
         for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
             if let Some((lo, hi)) = p {
-                // A call of 0 ns is kept as min 1 ns by the kernel: never
-                // let min exceed max.
-                let v = round_to_precision(lo, hi).clamp(min.min(max), max);
-                write!(w, ", {name} = {v} {u}")?;
+                // The bucket in ns, narrowed by the exact min and max (a
+                // call of 0 ns is kept as min 1 ns by the kernel: never let
+                // min exceed max).
+                let per = unit.ns();
+                let lo = lo.saturating_mul(per).clamp(min, max);
+                let hi = hi
+                    .saturating_mul(per)
+                    .saturating_add(per - 1)
+                    .clamp(min, max);
+                write!(w, ", {name} = {} {u}", value(lo, hi, unit))?;
             }
         }
-        writeln!(w, ", max = {max} {u}")?;
+        let avg = c.total_ns as f64 / c.count as f64;
+        writeln!(
+            w,
+            ", max = {} {u}, avg = {} {u}",
+            value(max, max, unit),
+            mean(avg, unit)
+        )?;
     }
     if let Some(split) = &c.cpu {
         render_split(split, c.count, unit, w)?;
@@ -106,6 +117,55 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         super::groups::render_text(g, unit, w)?;
     }
     Ok(())
+}
+
+/// A duration known to lie in [lo_ns, hi_ns], in `unit`: the midpoint
+/// with no more digits than that range supports, and at most three
+/// significant ones below 100 units (`0.168`, `12.3`, `1630`).
+pub fn value(lo_ns: u64, hi_ns: u64, unit: Unit) -> String {
+    let (lo, hi) = (lo_ns.min(hi_ns), lo_ns.max(hi_ns));
+    let width = (hi - lo).saturating_add(1);
+    // The largest power of ten no wider than the range, in ns.
+    let mut step = 1u64;
+    while let Some(next) = step.checked_mul(10).filter(|&n| n <= width) {
+        step = next;
+    }
+    let mid = lo as f64 + (hi - lo) as f64 / 2.0;
+    let v = (mid / step as f64).round() * step as f64;
+    digits(v, decimals_of_step(step, unit), unit)
+}
+
+/// An average in `unit`, to three significant digits (whole ns at most).
+pub fn mean(ns: f64, unit: Unit) -> String {
+    digits(ns, decimals_of_step(1, unit), unit)
+}
+
+/// How many decimals of `unit` a step of `step` ns shows.
+fn decimals_of_step(step: u64, unit: Unit) -> usize {
+    let (mut per, mut d) = (unit.ns(), 0usize);
+    while per > step {
+        per /= 10;
+        d += 1;
+    }
+    d
+}
+
+/// `ns` in `unit` with at most `max_decimals` decimals and no more than
+/// three significant digits below 100 units.
+fn digits(ns: f64, max_decimals: usize, unit: Unit) -> String {
+    let v = ns / unit.ns() as f64;
+    let sig = if v <= 0.0 || v >= 100.0 {
+        0
+    } else {
+        (2.0 - v.log10().floor()).max(0.0) as usize
+    };
+    let d = sig.min(max_decimals);
+    let s = format!("{v:.d$}");
+    // 99.96 rounds to "100.0": three significant digits are "100".
+    match s.split_once('.') {
+        Some((int, _)) if int.trim_start_matches('-').len() >= 3 => int.to_string(),
+        _ => s,
+    }
 }
 
 /// `--cpu`: each part's share of the calls' time and its average per call.
@@ -273,6 +333,67 @@ usecs               : count     distribution
         let mut out = Vec::new();
         assert!(!print_log2_hist(&[0, 0], "nsecs", &mut out).unwrap());
         assert!(out.is_empty());
+    }
+
+    /// One function's report with `calls` (in ns) bucketed in `unit`, as
+    /// the kernel buckets them.
+    fn report_of(calls: &[u64], unit: Unit) -> String {
+        let mut c = Counts::default();
+        for &ns in calls {
+            c.hist.buckets[super::super::hist::bucket_of(ns / unit.ns())] += 1;
+            c.count += 1;
+            c.total_ns += ns;
+            c.min_ns = if c.count == 1 { ns } else { c.min_ns.min(ns) };
+            c.max_ns = c.max_ns.max(ns);
+        }
+        let f = FuncReport {
+            go: false,
+            name: "f".into(),
+            raw_name: "f".into(),
+            object: "/x".into(),
+            counts: c,
+            groups: None,
+        };
+        let mut out = Vec::new();
+        render_func(&f, unit, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// Calls shorter than the unit keep three significant digits in
+    /// tachy's own line; funclatency's avg line stays truncated.
+    #[test]
+    fn small_durations_keep_three_digits() {
+        let out = report_of(&[112_000, 168_000], Unit::Msec);
+        assert!(
+            out.contains("\navg = 0 msecs, total: 0 msecs, count: 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "\nmin = 0.112 msecs, p50 = 0.14 msecs, p90 = 0.14 msecs, p99 = 0.14 msecs, \
+                 p99.9 = 0.14 msecs, max = 0.168 msecs, avg = 0.140 msecs\n"
+            ),
+            "{out}"
+        );
+        let out = report_of(&[700, 750, 750, 800], Unit::Usec);
+        assert!(
+            out.contains("\nmin = 0.700 usecs, p50 = 0.8 usecs, "),
+            "{out}"
+        );
+        assert!(
+            out.contains(", max = 0.800 usecs, avg = 0.750 usecs\n"),
+            "{out}"
+        );
+        // Whole units from 100 on, and never finer than a nanosecond.
+        let out = report_of(&[1_234_567, 12_345], Unit::Usec);
+        assert!(out.contains("\nmin = 12.3 usecs, "), "{out}");
+        assert!(
+            out.contains(", max = 1235 usecs, avg = 623 usecs\n"),
+            "{out}"
+        );
+        let out = report_of(&[7, 8], Unit::Nsec);
+        assert!(out.contains("\nmin = 7 nsecs, p50 = 7 nsecs, "), "{out}");
+        assert!(out.contains(", max = 8 nsecs, avg = 8 nsecs\n"), "{out}");
     }
 
     /// The whole report of one function: BCC's table, a blank line, its
