@@ -21,10 +21,15 @@ build: deps
 	$(CARGO) build --release
 
 # Starts the bundled demo workload under tachy and prints its latency.
-demo: build
-	@mkdir -p $(TARGET_DIR)/demo
-	g++ -O2 -g -pthread -o $(TARGET_DIR)/demo/kvdemo examples/demo.cpp
-	$(TARGET_DIR)/release/tachy latency -u 'kv::Store::read' 'kv::Store::write' -- $(TARGET_DIR)/demo/kvdemo 400
+# DEMO_ROUNDS: reads and writes per thread of the demo program.
+DEMO_ROUNDS ?= 400
+
+demo: build $(TARGET_DIR)/demo/kvdemo
+	$(TARGET_DIR)/release/tachy latency -u 'kv::Store::read' 'kv::Store::write' -- $(TARGET_DIR)/demo/kvdemo $(DEMO_ROUNDS)
+
+$(TARGET_DIR)/demo/kvdemo: examples/demo.cpp
+	@mkdir -p $(@D)
+	g++ -O2 -g -pthread -o $@ examples/demo.cpp
 
 # The whole test suite: unit tests and root-run BPF integration tests.
 test: deps

@@ -55,8 +55,16 @@ PATH: to pick the object; with -p a bare name is looked up in the executable,
 then in the libraries it maps, then among the kernel's functions (k:FUNC names
 one outright; with -p only that process's calls count).
 
-Exit status: 0 on success (or the traced command's own status with --),
-1 on any error (one line on stderr), 2 on bad usage.";
+Ctrl-C (SIGINT) or SIGTERM stops tracing and prints the report; signals
+within 1 s of the first are the same stop (timeout, make and a terminal
+often send two or three). A later one ends tachy at once: before the
+report is printed, saying that it was abandoned.
+
+Exit status: 0 on success, also when stopped by SIGINT or SIGTERM once the
+report is printed (with --, the traced command's own status); 1 on any
+error (one line on stderr); 2 on bad usage; 130 (SIGINT) or 143 (SIGTERM)
+when a signal ended tachy before tracing began or before its report was
+printed, or while it waited for the command after --.";
 
 const NESTED_EXAMPLES: &str = "\
 Examples:
@@ -80,7 +88,9 @@ In Go code the frames are the goroutine's, wherever it runs and however
 its stack grows; a site call left by a panic is counted, never timed
 (--slower-than/--faster-than are not taken for Go functions yet).
 Sites that never ran are left out of the text report (--all-sites shows
-them). A tree may have up to 4096 nodes.";
+them). A tree may have up to 4096 nodes.
+
+Signals and exit status: as for tachy latency (tachy latency --help).";
 
 const LIST_EXAMPLES: &str = "\
 Examples:

@@ -132,11 +132,21 @@ impl Exporter {
     }
 }
 
+/// How long ending the exporter waits for a response in flight (to a
+/// client that may not be reading) before leaving it to the process's exit.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
+
 impl Drop for Exporter {
     fn drop(&mut self) {
         if let Some((server, thread, _)) = self.server.take() {
             server.unblock();
-            let _ = thread.join();
+            let until = Instant::now() + SHUTDOWN_WAIT;
+            while !thread.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
         }
     }
 }

@@ -24,5 +24,6 @@ pub mod report;
 pub mod resolve;
 pub mod scope;
 pub mod session;
+pub mod stop;
 pub mod symbols;
 pub mod target;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -31,41 +31,13 @@ use crate::report::tree::{self, human, TreeNode, TreeReport};
 use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
 use crate::scope;
+use crate::stop;
 use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
 use crate::target::ObjectRef;
 use crate::target::{self, Spawned};
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
-
-static STOP: AtomicBool = AtomicBool::new(false);
-static SIGNALS: AtomicU32 = AtomicU32::new(0);
-static INTERIM: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_usr1(_: libc::c_int) {
-    INTERIM.store(true, Ordering::SeqCst);
-}
-
-extern "C" fn on_signal(_: libc::c_int) {
-    // A second Ctrl-C or SIGTERM ends tachy at once; the kernel detaches
-    // its probes when the process goes.
-    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_signal_handlers() {
-    // SAFETY: the handler only touches atomics and calls _exit.
-    unsafe {
-        let h = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGINT, h);
-        libc::signal(libc::SIGTERM, h);
-        let u = on_usr1 as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        libc::signal(libc::SIGUSR1, u);
-    }
-}
 
 fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
     let start = Instant::now();
@@ -717,6 +689,9 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     // symbol indexes and read caches of a large library (tens of thousands
     // of names) costs more than the rest of the exit.
     let mut objects = std::mem::ManuallyDrop::new(Objects::default());
+    // From the start: a stop while planning or attaching (which can take
+    // seconds) ends tachy at once and says so.
+    stop::install();
     let mut target = Target::new(&s)?;
     let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&s, &mut objects)
@@ -778,8 +753,6 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
             plan.sites.len()
         );
     }
-    install_signal_handlers();
-
     let mut spawned = match &target.exe {
         // Machine-read reports on stdout: the command's stdout goes to
         // stderr, so the two never mix.
@@ -858,6 +831,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
             tracer.loaded_programs().join(", ")
         );
     }
+    stop::tracing();
     let whom = target.whom(&s, &plan, spawned.as_ref());
     reports.header(&header(&s, &plan, &whom))?;
     if let Some(addr) = exporter.as_ref().and_then(|e| e.address()) {
@@ -874,9 +848,17 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         &mut reports,
         exporter.as_mut(),
     )?;
+    reports.finish(&plan, &s)?;
+    // The report is out. A later stop ends tachy at once: with 0, or the
+    // command's status if it has one (128 + the signal if it still runs).
+    stop::reported(match (&spawned, end.status) {
+        (None, _) => Some(0),
+        (Some(_), Some(code)) => Some(code),
+        (Some(_), None) if !end.stopped => Some(0),
+        (Some(_), None) => None,
+    });
     drop(tracer);
     drop(exporter);
-    reports.finish(&plan, &s)?;
     let Some(sp) = spawned.as_mut() else {
         return Ok(0);
     };
@@ -1063,7 +1045,7 @@ fn run(
             }
         }
         let now = Instant::now();
-        end.stopped = STOP.load(Ordering::SeqCst);
+        end.stopped = stop::requested();
         let mut done = end.stopped;
         if let Some(sp) = spawned.as_deref_mut() {
             if let Some(code) = sp.try_wait() {
@@ -1086,7 +1068,7 @@ fn run(
             done = true;
         }
         let due = next_report.is_some_and(|t| now >= t);
-        let interim = INTERIM.swap(false, Ordering::SeqCst);
+        let interim = stop::take_interim();
         // A caller's address is named through its process's mappings,
         // read while the process runs: again when a caller is in none of
         // them (a library loaded after they were read).
@@ -1390,9 +1372,14 @@ fn with_contributors(line: &[u8], who: &[Contributor]) -> Vec<u8> {
 }
 
 /// After Ctrl-C the command runs on until it exits (it usually got the
-/// same Ctrl-C): say that tachy waits for it, then wait.
+/// same Ctrl-C): say that tachy waits for it, then wait. Said once the
+/// signals of the same stop are over, so that the next Ctrl-C is one the
+/// user typed after reading it.
 fn wait_for_command(sp: &mut Spawned, command: &[String]) -> i32 {
-    for _ in 0..10 {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(200)
+        || stop::since_first().is_some_and(|t| t < stop::WINDOW)
+    {
         if let Some(code) = sp.try_wait() {
             return code;
         }

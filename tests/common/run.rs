@@ -173,8 +173,20 @@ pub struct Tachy {
 
 impl Tachy {
     pub fn start<S: AsRef<str>>(args: &[S], envs: &[(&str, &str)]) -> Tachy {
+        Tachy::start_with(args, envs, |_| {})
+    }
+
+    /// Like [`Tachy::start`], with `setup` applied to the command first
+    /// (to start tachy in a process group of its own, say).
+    pub fn start_with<S: AsRef<str>>(
+        args: &[S],
+        envs: &[(&str, &str)],
+        setup: impl FnOnce(&mut Command),
+    ) -> Tachy {
         let args: Vec<String> = args.iter().map(|s| s.as_ref().to_string()).collect();
-        let mut child = Command::new(super::tachy())
+        let mut cmd = Command::new(super::tachy());
+        setup(&mut cmd);
+        let mut child = cmd
             .args(&args)
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
