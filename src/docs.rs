@@ -19,15 +19,19 @@ pub fn completions(shell: clap_complete::Shell, w: &mut dyn Write) -> Result<()>
 }
 
 /// What every page says under EXIT STATUS: (status, meaning).
-const EXIT_STATUS: [(&str, &str); 3] = [
+const EXIT_STATUS: [(&str, &str); 4] = [
     (
         "0",
-        "Success. With a command after \\-\\- (latency, nested), the command's own exit status.",
+        "Success, also when SIGINT (Ctrl\\-C) or SIGTERM stopped tracing and the report was printed. With a command after \\-\\- (latency, nested), the command's own exit status.",
     ),
     ("1", "An error, said in one line on standard error."),
     (
         "2",
         "Bad usage: an unknown option, a value that does not parse, or options that do not go together.",
+    ),
+    (
+        "130, 143",
+        "SIGINT (130) or SIGTERM (143) ended tachy before tracing began, before its report was printed (a second stop more than 1 s after the first; tachy says the report was abandoned), or while it waited for the command after \\-\\-. Signals within 1 s of the first are one stop.",
     ),
 ];
 
