@@ -491,15 +491,19 @@ pub fn measure(verbose: bool) -> Result<Measured> {
 }
 
 /// Where the measurement is kept between runs: it holds for one kernel, one
-/// CPU model and one tachy binary.
+/// CPU model and one tachy binary. An empty variable counts as unset (an
+/// empty TACHY_CACHE_DIR would be the current directory); so does a
+/// relative XDG_CACHE_HOME, as the XDG specification says.
 fn cache_path() -> Option<PathBuf> {
-    let dir = match std::env::var_os("TACHY_CACHE_DIR") {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    let dir = match var("TACHY_CACHE_DIR") {
         Some(d) => PathBuf::from(d),
         // SAFETY: geteuid has no preconditions.
         None if unsafe { libc::geteuid() } == 0 => PathBuf::from("/var/cache/tachy"),
-        None => std::env::var_os("XDG_CACHE_HOME")
+        None => var("XDG_CACHE_HOME")
             .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?
+            .filter(|p| p.is_absolute())
+            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))?
             .join("tachy"),
     };
     Some(dir.join("probe-time"))
@@ -602,7 +606,7 @@ fn unix_now() -> u64 {
 const BUSY_KEPT: u64 = 3600;
 
 /// Where the probes' own time came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
     /// Read from the cache.
     Cached,
@@ -614,6 +618,9 @@ pub enum Source {
     /// Measured now on a busy machine (rounds spread wider than
     /// [`STEADY_SPREAD`]): cached for an hour.
     Busy,
+    /// Measured now; the cache could not be written (`in PATH (why)`), so
+    /// every start measures again.
+    NotCached(String),
 }
 
 /// The probes' own time: from the cache when it was measured for this
@@ -636,25 +643,35 @@ pub fn load_or_measure(verbose: bool) -> Result<(Calibration, Source)> {
     }
     let m = measure(verbose)?;
     let busy_at = (m.spread > STEADY_SPREAD).then_some(now);
-    if let Some(p) = path {
-        // A cache that cannot be written only costs the next run the
-        // measurement again; written whole, then renamed into place.
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        let written = p
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::write(&tmp, m.cal.to_text(&key, busy_at)))
-            .and_then(|_| std::fs::rename(&tmp, &p));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-    }
-    let source = if busy_at.is_some() {
-        Source::Busy
-    } else {
-        Source::Measured
+    let text = m.cal.to_text(&key, busy_at);
+    let source = match path {
+        None => Source::NotCached(
+            "(no directory: neither TACHY_CACHE_DIR, XDG_CACHE_HOME nor HOME is set)".into(),
+        ),
+        Some(p) => match write_cache(&p, &text) {
+            Err(e) => Source::NotCached(e),
+            Ok(()) if busy_at.is_some() => Source::Busy,
+            Ok(()) => Source::Measured,
+        },
     };
     Ok((m.cal, source))
+}
+
+/// Writes the cache file whole, then renames it into place; on failure,
+/// says what was tried and why it failed.
+fn write_cache(path: &Path, text: &str) -> std::result::Result<(), String> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let failed = |e: std::io::Error| format!("in {} ({})", path.display(), e.kind());
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let written = std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(failed);
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ const EXIT_STATUS: [(&str, &str); 4] = [
 const ENVIRONMENT: [(&str, &str); 8] = [
     (
         "TACHY_CACHE_DIR",
-        "The directory of the probe-time cache (see FILES), instead of the default.",
+        "The directory of the probe-time cache (see FILES), instead of the default; empty is as unset. Where it cannot be written, tachy says so in one line and measures the probe time (~0.4 s) at every start.",
     ),
     (
         "XDG_CACHE_HOME, HOME",

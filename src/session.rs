@@ -778,6 +778,11 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         match crate::calibrate::load_or_measure(s.verbose) {
             Ok((cal, source)) => {
                 plan.probe_time = cal.probe_time(&plan);
+                if let Source::NotCached(why) = &source {
+                    eprintln!(
+                        "tachy: cannot cache the probes' own time {why}: each start measures it again (set TACHY_CACHE_DIR to a writable directory)"
+                    );
+                }
                 if s.verbose {
                     eprintln!(
                         "tachy: {} ({} in {} ms)",
@@ -789,6 +794,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
                             Source::Measured => "measured and cached",
                             Source::Busy =>
                                 "measured on a busy machine, cached for an hour: may be off by a tenth or more",
+                            Source::NotCached(_) => "measured, not cached",
                         },
                         started.elapsed().as_millis()
                     );

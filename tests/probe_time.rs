@@ -201,3 +201,77 @@ fn nested_raw_split_inverts_the_shares() {
     let (long, leaf) = (kid("spin_long"), kid("short_leaf"));
     assert!(long < 50.0 && leaf > 20.0, "{root:#}");
 }
+
+/// Runs `tachy latency -v -d 0.2 PLAIN:slow_sum` in `cwd` with
+/// TACHY_CACHE_DIR set to `cache`; returns its stderr.
+fn verbose_run(cwd: &std::path::Path, cache: &str) -> String {
+    let spec = format!("{}:slow_sum", common::build("plain").display());
+    let out = std::process::Command::new(common::tachy())
+        .args(["latency", "-v", "-d", "0.2", &spec])
+        .env("TACHY_CACHE_DIR", cache)
+        .current_dir(cwd)
+        .output()
+        .expect("cannot run tachy");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    stderr
+}
+
+/// A scratch directory of this test file, empty.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// An empty TACHY_CACHE_DIR is as unset: nothing is written into the
+/// current directory.
+#[test]
+fn an_empty_cache_dir_is_unset() {
+    let _guard = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let cwd = scratch("cache-empty");
+    let stderr = verbose_run(&cwd, "");
+    let left: Vec<_> = std::fs::read_dir(&cwd).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "written into the current directory: {left:?}\n{stderr}"
+    );
+    assert!(!stderr.contains("cannot cache"), "{stderr}");
+}
+
+/// A cache directory that cannot be written (here: below a file): every
+/// run says so in one line naming the file, and -v does not claim it
+/// cached.
+#[test]
+fn an_unwritable_cache_is_said_once_per_run() {
+    let _guard = common::serial();
+    if skip_unless_root() {
+        return;
+    }
+    let dir = scratch("cache-unwritable");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let cache = file.join("tachy");
+    for _ in 0..2 {
+        let stderr = verbose_run(&dir, cache.to_str().unwrap());
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("cannot cache"))
+            .collect();
+        assert_eq!(
+            said,
+            [format!(
+                "tachy: cannot cache the probes' own time in {}/probe-time (not a directory): \
+                 each start measures it again (set TACHY_CACHE_DIR to a writable directory)",
+                cache.display()
+            )],
+            "{stderr}"
+        );
+        assert!(stderr.contains("measured, not cached"), "{stderr}");
+        assert!(!stderr.contains("measured and cached"), "{stderr}");
+    }
+}
