@@ -5,7 +5,7 @@ APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format
 	man-db golang-go python3-prometheus-client
 TARGET_DIR := target
 
-.PHONY: deps build demo test check bench soak clean fuzz install uninstall deb
+.PHONY: deps build demo test check bench soak clean fuzz install uninstall deb lintian
 
 # Installs the build dependencies that a fresh Debian machine lacks.
 deps:
@@ -75,31 +75,67 @@ uninstall:
 		$(DESTDIR)$(ZSHDIR)/_tachy $(DESTDIR)$(FISHDIR)/tachy.fish
 
 # A Debian package of what `make install` puts under /usr (zsh completions
-# where Debian's zsh looks for packaged ones; man pages gzipped, as Debian
-# policy asks), built with dpkg-deb from that staging tree, so the package
-# holds the same files by construction. Written to $(DEB_DIR).
+# where Debian's zsh looks for packaged ones; man pages gzipped and the
+# binary stripped, as Debian policy asks; the copyright file, a changelog
+# and the lintian override of packaging/), built with dpkg-deb from that
+# staging tree, so the package holds the same files by construction.
+# Written to $(DEB_DIR). `make lintian` checks it with Debian's lintian
+# (installed if missing) and fails on any error.
 DEB_DIR ?= $(TARGET_DIR)/deb
-DEB_MAINTAINER ?= tachy maintainers <tachy@localhost>
-# xz, gzip or none (dpkg-deb -Z).
+# An address lintian takes (example.org is reserved for examples, RFC 2606).
+DEB_MAINTAINER ?= tachy maintainers <tachy@example.org>
+# xz, gzip or none (dpkg-deb -Z); lintian calls none an error.
 DEB_COMPRESS ?= xz
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# Cargo.toml's version on a commit tagged vVERSION (or outside git); on any
+# other commit, the version with the commit's date (UTC) and hash:
+# 0.1.0+git20261126.4651ae2, which sorts after 0.1.0.
+DEB_VERSION ?= $(shell \
+	if ! git rev-parse -q --verify HEAD >/dev/null 2>&1 || \
+		git describe --exact-match --tags --match 'v$(VERSION)' HEAD >/dev/null 2>&1; then \
+		echo '$(VERSION)'; \
+	else \
+		TZ=UTC git log -1 --abbrev=7 --date=format-local:%Y%m%d --format='$(VERSION)+git%cd.%h' HEAD; \
+	fi)
+# The changelog's date: the commit's, so that a rebuild is the same package.
+DEB_DATE := $(shell git log -1 --format=%cD HEAD 2>/dev/null || date -R)
+DEB_DOC = $(DEB_DIR)/root/usr/share/doc/tachy
 
 deb: $(BUILD_BIN)
 	rm -rf $(DEB_DIR)/root && mkdir -p $(DEB_DIR)/root/DEBIAN
 	$(MAKE) --no-print-directory install BIN=$(BIN) PREFIX=/usr \
 		ZSHDIR=/usr/share/zsh/vendor-completions GEN=$(DEB_DIR)/gen \
 		DESTDIR=$(abspath $(DEB_DIR)/root)
+	strip --remove-section=.comment --remove-section=.note --strip-unneeded \
+		$(DEB_DIR)/root/usr/bin/tachy
 	gzip -9n $(DEB_DIR)/root/usr/share/man/man1/*.1
+	install -d $(DEB_DOC) $(DEB_DIR)/root/usr/share/lintian/overrides
+	install -m 644 packaging/copyright $(DEB_DOC)/copyright
+	install -m 644 packaging/lintian-overrides $(DEB_DIR)/root/usr/share/lintian/overrides/tachy
+	printf '%s\n' "tachy ($(DEB_VERSION)) unstable; urgency=medium" "" \
+		"  * tachy $(DEB_VERSION), packaged with make deb." "" \
+		" -- $(DEB_MAINTAINER)  $(DEB_DATE)" | gzip -9n > $(DEB_DOC)/changelog.gz
+	chmod 644 $(DEB_DOC)/changelog.gz
 	arch=$$(dpkg --print-architecture); \
 	size=$$(du -sk --exclude=DEBIAN $(DEB_DIR)/root | cut -f1); \
-	printf '%s\n' "Package: tachy" "Version: $(VERSION)" "Architecture: $$arch" \
+	built=$$(dpkg-query -W -f='$${source:Package} (= $${source:Version}), ' libelf-dev zlib1g-dev); \
+	printf '%s\n' "Package: tachy" "Version: $(DEB_VERSION)" "Architecture: $$arch" \
 		"Maintainer: $(DEB_MAINTAINER)" "Installed-Size: $$size" \
-		"Depends: libc6 (>= 2.34)" "Section: devel" "Priority: optional" \
+		"Depends: libc6 (>= 2.34)" "Built-Using: $${built%, }" \
+		"Section: devel" "Priority: optional" \
 		"Description: live latency histograms of functions of running programs" \
 		" tachy times functions of running C, C++ and Rust programs with eBPF" \
 		" uprobes that never hurt the target, and breaks their time down by call site." \
 		> $(DEB_DIR)/root/DEBIAN/control; \
-	dpkg-deb --root-owner-group -Z$(DEB_COMPRESS) --build $(DEB_DIR)/root $(DEB_DIR)/tachy_$(VERSION)_$$arch.deb
+	dpkg-deb --root-owner-group -Z$(DEB_COMPRESS) --build $(DEB_DIR)/root \
+		$(DEB_DIR)/tachy_$(DEB_VERSION)_$$arch.deb
+
+# Runs Debian's lintian on the package `make deb` wrote into $(DEB_DIR);
+# fails on any error (E:). Installs lintian first if it is missing.
+lintian:
+	@dpkg -s lintian >/dev/null 2>&1 || { echo "installing: lintian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian; }
+	lintian --fail-on error $(DEB_DIR)/tachy_$(DEB_VERSION)_*.deb
 
 check: deps
 	$(CARGO) fmt --check

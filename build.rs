@@ -24,6 +24,9 @@ fn main() {
         .expect("failed to build the BPF program (is clang installed?)");
     println!("cargo:rerun-if-changed={SRC}");
     println!("cargo:rerun-if-changed=src/bpf/tachy.h");
+    // The calibration functions (src/calibrate.rs) are found by name in
+    // tachy's own binary: in .dynsym too, they outlive `strip` (make deb).
+    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=tachy_cal_*");
     version();
 }
 

@@ -312,40 +312,64 @@ fn make_install_and_make_deb_put_the_same_files_in_the_usual_places() {
         run(Command::new(TACHY).args(["completions", "bash"])).stdout
     );
 
-    // The package: the same files under /usr, with Debian's zsh directory
-    // and gzipped man pages.
+    // The package: the same files under /usr, with Debian's zsh directory,
+    // gzipped man pages, a stripped binary, and the files Debian asks for.
     let debs = root.join("deb");
-    run(Command::new("make")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("--no-print-directory")
-        .arg("deb")
-        .arg(format!("BIN={TACHY}"))
-        .arg(format!("DEB_DIR={}", debs.display()))
-        // The test's binary carries debug info: xz would take minutes.
-        .arg("DEB_COMPRESS=none"));
+    let make_deb = |target: &str| {
+        run(Command::new("make")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .arg("--no-print-directory")
+            .arg(target)
+            .arg(format!("BIN={TACHY}"))
+            .arg(format!("DEB_DIR={}", debs.display()))
+            // lintian refuses an uncompressed package; xz takes longer.
+            .arg("DEB_COMPRESS=gzip"))
+    };
+    make_deb("deb");
     let deb = std::fs::read_dir(&debs)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .expect("make deb wrote no .deb");
+    let version = deb_version();
     let name = deb.file_name().unwrap().to_string_lossy().into_owned();
-    assert!(
-        name.starts_with(&format!("tachy_{}_", env!("CARGO_PKG_VERSION"))),
-        "{name}"
-    );
+    assert!(name.starts_with(&format!("tachy_{version}_")), "{name}");
     let fields = run(Command::new("dpkg-deb").args(["-f"]).arg(&deb));
     let fields = String::from_utf8(fields.stdout).unwrap();
     assert!(fields.contains("Package: tachy\n"), "{fields}");
-    assert!(fields.contains(&format!("Version: {}\n", env!("CARGO_PKG_VERSION"))));
+    assert!(
+        fields.contains(&format!("Version: {version}\n")),
+        "{fields}"
+    );
+    assert!(fields.contains("@example.org>\n"), "{fields}");
     let unpacked = root.join("unpacked");
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacked));
-    assert_eq!(
-        files(&unpacked),
-        expected_install("usr", "zsh/vendor-completions", ".gz")
+    let mut want = expected_install("usr", "zsh/vendor-completions", ".gz");
+    for f in [
+        "usr/share/doc/tachy/copyright",
+        "usr/share/doc/tachy/changelog.gz",
+        "usr/share/lintian/overrides/tachy",
+    ] {
+        want.insert(f.to_string());
+    }
+    assert_eq!(files(&unpacked), want);
+    // Stripped, but the calibration functions it finds in itself by name
+    // are still there, in .dynsym.
+    let bin = unpacked.join("usr/bin/tachy");
+    let sections = run(Command::new("readelf").arg("-SW").arg(&bin));
+    let sections = String::from_utf8(sections.stdout).unwrap();
+    assert!(
+        !sections.contains(".symtab") && !sections.contains(".debug_info"),
+        "{sections}"
     );
+    let dynsym = run(Command::new("nm").arg("-D").arg(&bin));
+    let dynsym = String::from_utf8(dynsym.stdout).unwrap();
+    for f in ["tachy_cal_push_ret", "tachy_cal_site_with"] {
+        assert!(dynsym.contains(f), "{f} not in .dynsym:\n{dynsym}");
+    }
     assert_eq!(
-        std::fs::read(unpacked.join("usr/bin/tachy")).unwrap(),
-        std::fs::read(&installed).unwrap()
+        run(Command::new(&bin).arg("--version")).stdout,
+        run(Command::new(&installed).arg("--version")).stdout
     );
     let page = run(Command::new("man")
         .args(["-P", "cat", "-l"])
@@ -353,4 +377,33 @@ fn make_install_and_make_deb_put_the_same_files_in_the_usual_places() {
     assert!(String::from_utf8(page.stdout)
         .unwrap()
         .starts_with("tachy-nested(1)"));
+    // Debian's lintian finds no error in it.
+    let lint = make_deb("lintian");
+    let text = String::from_utf8_lossy(&lint.stdout);
+    assert!(!text.lines().any(|l| l.starts_with("E:")), "{text}");
+}
+
+/// The version `make deb` gives the package: Cargo.toml's on a commit
+/// tagged with it, else 0.1.0+gitYYYYMMDD.COMMIT (the commit's date, UTC).
+fn deb_version() -> String {
+    let pkg = env!("CARGO_PKG_VERSION");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("TZ", "UTC")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_string())
+    };
+    let Some(commit) = git(&["rev-parse", "--short=7", "HEAD"]) else {
+        return pkg.to_string();
+    };
+    let tags = git(&["tag", "--points-at", "HEAD"]).unwrap_or_default();
+    if tags.lines().any(|t| t == format!("v{pkg}")) {
+        return pkg.to_string();
+    }
+    let date = git(&["log", "-1", "--date=format-local:%Y%m%d", "--format=%cd"]).unwrap();
+    format!("{pkg}+git{date}.{commit}")
 }
