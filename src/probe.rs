@@ -215,6 +215,9 @@ pub struct Tracer<'obj> {
     /// How long loading the BPF program took, and attaching its probes.
     pub load_time: Duration,
     pub attach_time: Duration,
+    /// The probes the kernel refused, as (object, file offset): left out,
+    /// the others attached (see [`Tracer::refused_lines`]).
+    pub refused: Vec<(usize, u64)>,
 }
 
 fn silence_libbpf(verbose: bool) {
@@ -271,6 +274,7 @@ impl<'obj> Tracer<'obj> {
             kernel_with: None,
             load_time,
             attach_time: Duration::ZERO,
+            refused: Vec::new(),
         };
         // The processes counted through the followed set: several -p, or
         // one -p with --follow (and its forks).
@@ -308,6 +312,46 @@ impl<'obj> Tracer<'obj> {
         }
         t.attach_time = start.elapsed() - load_time;
         Ok(t)
+    }
+
+    /// One line per probe the kernel refused at attach: where it stood,
+    /// in which traced function, and what leaving it out means.
+    pub fn refused_lines(&self, plan: &Plan) -> Vec<String> {
+        let mut out = Vec::new();
+        for &(object, offset) in &self.refused {
+            let display = plan.objects[object].display.display();
+            let probe = plan
+                .probes
+                .iter()
+                .find(|p| p.object == object && p.offset == offset);
+            let vaddr = probe.map_or(offset, |p| p.vaddr);
+            let owner = plan.items.iter().find(|i| {
+                matches!(&i.kind, crate::plan::ItemKind::Function(t)
+                    if t.object == object && vaddr >= t.addr && vaddr - t.addr < t.size.max(1))
+            });
+            let at = match owner {
+                Some(i) => match &i.kind {
+                    crate::plan::ItemKind::Function(t) => {
+                        format!("{}+{:#x}", i.name, vaddr - t.addr)
+                    }
+                    _ => format!("{vaddr:#x}"),
+                },
+                None => format!("{vaddr:#x}"),
+            };
+            let what = match probe.map(|p| p.kind) {
+                Some(crate::plan::ProbeKind::Entry { .. }) => {
+                    "its entry probe: the function is not timed"
+                }
+                Some(
+                    crate::plan::ProbeKind::Site { .. } | crate::plan::ProbeKind::SiteEnd { .. },
+                ) => "a call site's probe: the site is not timed",
+                _ => "an exit probe: calls that leave there are not counted",
+            };
+            out.push(format!(
+                "the kernel refused the probe at {at} (offset {offset:#x} of {display}), {what}"
+            ));
+        }
+        out
     }
 
     /// --cpu: the scheduler's switches and wakeups, which tell on-CPU,
@@ -686,18 +730,23 @@ impl<'obj> Tracer<'obj> {
             for g in groups.iter().filter(|g| g.object == oi) {
                 let prog = uprobe_program(&self.skel.progs, g.program, self.multi);
                 if self.multi {
-                    let opts = UprobeMultiOpts {
-                        retprobe: g.program.is_return(),
-                        offsets: g.sites.iter().map(|s| s.0 as usize).collect(),
-                        cookies: g.sites.iter().map(|s| s.1).collect(),
-                        ..Default::default()
+                    let attach = |sites: &[(u64, u64)]| {
+                        let opts = UprobeMultiOpts {
+                            retprobe: g.program.is_return(),
+                            offsets: sites.iter().map(|s| s.0 as usize).collect(),
+                            cookies: sites.iter().map(|s| s.1).collect(),
+                            ..Default::default()
+                        };
+                        prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
                     };
-                    let link = prog
-                        .attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+                    let mut refused = Vec::new();
+                    let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
                         .map_err(attach_error)
                         .with_context(what)?;
-                    self.links.push(link);
-                    attached.fetch_add(g.sites.len(), Ordering::Relaxed);
+                    self.links.extend(links);
+                    attached.fetch_add(g.sites.len() - refused.len(), Ordering::Relaxed);
+                    self.refused
+                        .extend(refused.into_iter().map(|offset| (oi, offset)));
                 } else {
                     for &(offset, cookie) in &g.sites {
                         let opts = UprobeOpts {
@@ -705,12 +754,14 @@ impl<'obj> Tracer<'obj> {
                             retprobe: g.program.is_return(),
                             ..Default::default()
                         };
-                        let link = prog
-                            .attach_uprobe_with_opts(link_pid, path, offset as usize, opts)
-                            .map_err(attach_error)
-                            .with_context(what)?;
-                        self.links.push(link);
-                        attached.fetch_add(1, Ordering::Relaxed);
+                        match prog.attach_uprobe_with_opts(link_pid, path, offset as usize, opts) {
+                            Ok(link) => {
+                                self.links.push(link);
+                                attached.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) if kernel_refused(&e) => self.refused.push((oi, offset)),
+                            Err(e) => return Err(attach_error(e)).with_context(what),
+                        }
                     }
                 }
             }
@@ -1268,6 +1319,72 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
     }
 }
 
+/// Whether the kernel refused a probe for the instruction under it
+/// (ENOTSUPP, 524, from the x86 uprobe decoder; ENOEXEC when it cannot
+/// decode it; EINVAL for an address it will not patch) rather than for the
+/// process or the caller.
+fn kernel_refused(e: &libbpf_rs::Error) -> bool {
+    let msg = e.to_string();
+    ["524", "os error 8)", "os error 22)", "ENOTSUPP", "ENOEXEC"]
+        .iter()
+        .any(|m| msg.contains(m))
+}
+
+/// Attaches a batch of (file offset, cookie) sites as one link.
+type AttachBatch<'a, L> = dyn Fn(&[(u64, u64)]) -> libbpf_rs::Result<L> + 'a;
+
+/// Attaches `sites` as one link; if the kernel refuses one of them, which
+/// fails the whole link, attaches each half the same way, so that only the
+/// refused sites are left out (their offsets go to `refused`). A batch of
+/// n sites with k refused takes about 2k log2(n) attempts. When every site
+/// is refused, the refusal is about the link rather than an instruction:
+/// it is the error.
+fn attach_dropping_refused<L>(
+    attach: &AttachBatch<'_, L>,
+    sites: &[(u64, u64)],
+    refused: &mut Vec<u64>,
+) -> libbpf_rs::Result<Vec<L>> {
+    let first = match attach(sites) {
+        Ok(link) => return Ok(vec![link]),
+        Err(e) if kernel_refused(&e) && sites.len() > 1 => e,
+        Err(e) => return Err(e),
+    };
+    let (a, b) = sites.split_at(sites.len() / 2);
+    let mut mine = Vec::new();
+    let mut links = bisect(attach, a, &mut mine)?;
+    links.extend(bisect(attach, b, &mut mine)?);
+    if mine.len() == sites.len() {
+        return Err(first);
+    }
+    refused.extend(mine);
+    Ok(links)
+}
+
+/// One step of [`attach_dropping_refused`].
+fn bisect<L>(
+    attach: &AttachBatch<'_, L>,
+    sites: &[(u64, u64)],
+    refused: &mut Vec<u64>,
+) -> libbpf_rs::Result<Vec<L>> {
+    if sites.is_empty() {
+        return Ok(Vec::new());
+    }
+    match attach(sites) {
+        Ok(link) => Ok(vec![link]),
+        Err(e) if kernel_refused(&e) => {
+            if let [(offset, _)] = sites {
+                refused.push(*offset);
+                return Ok(Vec::new());
+            }
+            let (a, b) = sites.split_at(sites.len() / 2);
+            let mut links = bisect(attach, a, refused)?;
+            links.extend(bisect(attach, b, refused)?);
+            Ok(links)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn attach_error(e: libbpf_rs::Error) -> anyhow::Error {
     // ESRCH has no error kind of its own (it is `Other`): only the message
     // tells it apart.
@@ -1330,6 +1447,48 @@ pub fn missing_capabilities() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch with refused sites attaches all the others in a few
+    /// links and names the refused ones; a batch refused whole (every site
+    /// refused) is an error, as is any other failure.
+    #[test]
+    fn refused_sites_are_found_by_halving() {
+        let refuse = |bad: Vec<u64>| {
+            move |sites: &[(u64, u64)]| -> libbpf_rs::Result<Vec<u64>> {
+                if sites.iter().any(|s| bad.contains(&s.0)) {
+                    Err(std::io::Error::from_raw_os_error(524).into())
+                } else {
+                    Ok(sites.iter().map(|s| s.0).collect())
+                }
+            }
+        };
+        let sites: Vec<(u64, u64)> = (0..1000).map(|o| (o * 4, o)).collect();
+        let attach = refuse(vec![40, 3000, 3996]);
+        let mut refused = Vec::new();
+        let links = attach_dropping_refused(&attach, &sites, &mut refused).unwrap();
+        assert_eq!(refused, [40, 3000, 3996]);
+        let mut attached: Vec<u64> = links.into_iter().flatten().collect();
+        attached.sort_unstable();
+        assert_eq!(attached.len(), 997);
+        assert!(links_len_is_small(&attach, &sites));
+
+        let all = refuse((0..10).map(|o| o * 4).collect());
+        let mut refused = Vec::new();
+        assert!(attach_dropping_refused(&all, &sites[..10], &mut refused).is_err());
+        assert!(refused.is_empty());
+
+        let gone = |_: &[(u64, u64)]| -> libbpf_rs::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::ESRCH).into())
+        };
+        assert!(attach_dropping_refused(&gone, &sites, &mut refused).is_err());
+    }
+
+    /// Halving keeps the links few: about two per refused site per level.
+    fn links_len_is_small(attach: &AttachBatch<'_, Vec<u64>>, sites: &[(u64, u64)]) -> bool {
+        let mut refused = Vec::new();
+        let links = attach_dropping_refused(attach, sites, &mut refused).unwrap();
+        links.len() <= 2 * refused.len() * 10
+    }
 
     /// The sizes tachy.h states, in the comments that justify its limits.
     #[test]

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use anyhow::{bail, Result};
 
 use crate::cli::FuncSpec;
-use crate::symbols::{self, dwarf, ElfObject, Function, Pattern, SymSource};
+use crate::symbols::{self, dwarf, ifunc, ElfObject, Function, Pattern, SymSource};
 use crate::target::{self, ObjectRef, ProcessMaps};
 
 /// Where objects come from.
@@ -30,6 +30,8 @@ pub struct Resolution {
     /// Bare patterns found only in the kernel, with the functions each
     /// names.
     pub kernel: Vec<(String, Vec<String>)>,
+    /// Implementations of IFUNC symbols left out, one line each.
+    pub left_out: Vec<String>,
 }
 
 /// The functions one object contributes.
@@ -148,6 +150,7 @@ fn kernel_fallback(spec: &FuncSpec) -> Option<Vec<String>> {
 pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Result<Resolution> {
     let mut out: Vec<Resolved> = Vec::new();
     let mut kernel: Vec<(String, Vec<String>)> = Vec::new();
+    let mut left_out = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_syscall() && !s.is_kernel()) {
         let pat = spec.pattern.clone();
         let groups = match candidate_groups(spec, scope) {
@@ -205,10 +208,11 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                 if found.functions.is_empty() {
                     continue;
                 }
+                let functions = implement_ifuncs(&obj, found.functions, scope, &mut left_out);
                 found_any = true;
                 match out.iter_mut().find(|r| Rc::ptr_eq(&r.obj, &obj)) {
                     Some(r) => {
-                        for f in found.functions {
+                        for f in functions {
                             if !r.funcs.iter().any(|g| g.addr == f.addr) {
                                 r.funcs.push(f);
                             }
@@ -217,7 +221,7 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                     None => out.push(Resolved {
                         obj,
                         source: found.source,
-                        funcs: found.functions,
+                        funcs: functions,
                     }),
                 }
             }
@@ -242,7 +246,57 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
             bail!("{}", explain_miss(&pat, &searched));
         }
     }
-    Ok(Resolution { user: out, kernel })
+    Ok(Resolution {
+        user: out,
+        kernel,
+        left_out,
+    })
+}
+
+/// `funcs` with each IFUNC symbol replaced by what callers reach: in a
+/// running process, the function its relocated slot holds; otherwise every
+/// function its resolver can return. Each address once.
+fn implement_ifuncs(
+    obj: &ElfObject,
+    funcs: Vec<Function>,
+    scope: &Scope,
+    left_out: &mut Vec<String>,
+) -> Vec<Function> {
+    let Ok(index) = obj.symbols() else {
+        return funcs;
+    };
+    if !funcs.iter().any(|f| index.is_ifunc(f.addr)) {
+        return funcs;
+    }
+    let reader = match scope {
+        Scope::Process(m) => {
+            target::slot_reader(m.pid, &obj.display, |off| obj.offset_to_vaddr(off))
+        }
+        _ => None,
+    };
+    let read = reader.as_ref().map(|r| r as &dyn Fn(u64) -> Option<u64>);
+    let mut out: Vec<Function> = Vec::with_capacity(funcs.len());
+    let mut seen = std::collections::HashSet::new();
+    for f in funcs {
+        let impls = if index.is_ifunc(f.addr) {
+            match ifunc::implementations(obj, &f, read) {
+                ifunc::Implementations::Resolved(g) => vec![g],
+                ifunc::Implementations::Candidates(gs, notes) => {
+                    left_out.extend(notes);
+                    gs
+                }
+                ifunc::Implementations::Unknown => vec![f],
+            }
+        } else {
+            vec![f]
+        };
+        for g in impls {
+            if seen.insert(g.addr) {
+                out.push(g);
+            }
+        }
+    }
+    out
 }
 
 /// An object a pattern was looked up in, and where its symbols came from

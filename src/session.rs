@@ -101,9 +101,19 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         );
     }
     let mut roots = Vec::new();
+    let many = resolved.user.iter().map(|r| r.funcs.len()).sum::<usize>() > 1;
     for r in &resolved.user {
         for f in &r.funcs {
-            let id = plan.add_function(&r.obj, f, r.source)?;
+            let id = match plan.add_function(&r.obj, f, r.source) {
+                Ok(id) => id,
+                // Among many functions, one the kernel will not probe is
+                // left out; named alone, it is the error.
+                Err(e) if many && e.downcast_ref::<plan::Unprobeable>().is_some() => {
+                    plan.left_out.push(format!("{e:#}"));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             roots.push((r, f, id));
         }
     }
@@ -184,6 +194,11 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         plan.check_tree_size(n.depth)?;
     }
     plan.finish();
+    plan.left_out
+        .splice(0..0, resolved.left_out.iter().cloned());
+    for line in &plan.left_out {
+        eprintln!("tachy: left out {line}");
+    }
     if s.verbose {
         eprintln!(
             "tachy: resolved in {} ms, planned in {} ms",
@@ -901,6 +916,11 @@ fn attach<'o>(
         scope.spawn(|| attach_progress(&done, &finished, total, funcs));
         let tracer = Tracer::attach(storage, plan, verbose, &done);
         finished.store(true, Ordering::SeqCst);
+        if let Ok(t) = &tracer {
+            for line in t.refused_lines(plan) {
+                eprintln!("tachy: left out {line}");
+            }
+        }
         tracer
     })
 }
@@ -1989,6 +2009,7 @@ pub fn list(a: ListSettings) -> Result<i32> {
                 size: f.size,
                 probes: probing(r, f),
                 sites,
+                ifunc: f.ifunc.as_ref().map(|i| i.describe()),
             };
             listing::render_func(&listed, &mut out)?;
         }

@@ -337,6 +337,30 @@ pub fn exec_mappings(pid: u32) -> Result<Vec<Mapping>> {
         .collect())
 }
 
+/// A reader of the 8-byte slots of one object as process `pid` holds them
+/// (after the loader relocated them): given an address of the object, the
+/// address of the object its slot points to. `None` when the process does
+/// not map the object where its maps say, or its memory cannot be read.
+pub fn slot_reader(
+    pid: u32,
+    display: &Path,
+    offset_to_vaddr: impl Fn(u64) -> Option<u64>,
+) -> Option<impl Fn(u64) -> Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let m = exec_mappings(pid)
+        .ok()?
+        .into_iter()
+        .find(|m| m.object.display == display)?;
+    // Load bias: where the process put the object's address 0.
+    let bias = m.start.wrapping_sub(offset_to_vaddr(m.offset)?);
+    let mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    Some(move |slot: u64| {
+        let mut buf = [0u8; 8];
+        mem.read_exact_at(&mut buf, slot.wrapping_add(bias)).ok()?;
+        Some(u64::from_le_bytes(buf).wrapping_sub(bias))
+    })
+}
+
 struct MapsLine<'a> {
     range: &'a str,
     perms: &'a str,

@@ -4,9 +4,10 @@
 //! Pure: bytes in, addresses out.
 
 mod flow;
+pub mod refusal;
 mod x86;
 
-pub use x86::{decode, decode_in, written_registers};
+pub use x86::{decode, decode_in, refused_text, rip_lea_targets, written_registers};
 
 /// What decoding needs of the object beyond the function's own bytes: its
 /// data (jump tables), code outside the function's named ranges (fragments

@@ -83,7 +83,10 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             Some(r) => r.bytes.get((ip - r.addr) as usize..),
             None => image.code(ip),
         };
-        let probeable = probeable(&insn) && !bytes.is_some_and(kernel_refuses_prefixes);
+        let probeable = probeable(&insn)
+            && !bytes.is_some_and(|b| {
+                super::refusal::kernel_refusal(b.get(..insn.len()).unwrap_or(b)).is_some()
+            });
         if ri == usize::MAX {
             match out.unnamed_fragments.last_mut() {
                 Some(last) if prev_end == Some(ip) => last.1 = insn.next_ip(),
@@ -265,21 +268,6 @@ fn sp_change(insn: &Instruction) -> Option<i32> {
     }
 }
 
-/// Whether the instruction starting at `bytes` has a prefix the kernel's
-/// x86 uprobe code refuses (ENOTSUPP): a segment override (`cs`, `ds`,
-/// `es`, `ss`; also the branch hints and `notrack`, which reuse them) or
-/// `lock`. Compilers pad with `cs nopw`.
-fn kernel_refuses_prefixes(bytes: &[u8]) -> bool {
-    for &b in bytes.iter().take(15) {
-        match b {
-            0x26 | 0x2e | 0x36 | 0x3e | 0xf0 => return true,
-            0x64 | 0x65 | 0x66 | 0x67 | 0xf2 | 0xf3 => continue,
-            _ => return false,
-        }
-    }
-    false
-}
-
 /// Whether the kernel accepts a uprobe on this instruction. It refuses
 /// lock-prefixed instructions (measured: a probe on `lock add` is accepted
 /// and never fires), those with an ES, CS, SS or DS prefix (the padding
@@ -421,6 +409,37 @@ fn probe_cost(insn: &Instruction) -> ProbeCost {
         ProbeCost::Emulated
     } else {
         ProbeCost::SingleStepped
+    }
+}
+
+/// The addresses the rip-relative `lea`s of `code` (decoded from `addr`)
+/// load, in order: an IFUNC resolver picks the function it returns so.
+pub fn rip_lea_targets(code: &[u8], addr: u64) -> Vec<u64> {
+    let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut out = Vec::new();
+    let mut insn = Instruction::default();
+    while dec.can_decode() {
+        dec.decode_out(&mut insn);
+        if insn.mnemonic() == Mnemonic::Lea && insn.is_ip_rel_memory_operand() {
+            out.push(insn.ip_rel_memory_address());
+        }
+    }
+    out
+}
+
+/// The instruction at the start of `code` (decoded at `addr`) as users read
+/// it, with why the kernel will not probe it: "`vmovd %esi,%xmm0` (a vector
+/// instruction with opcode byte 0x6e)".
+pub fn refused_text(code: &[u8], addr: u64) -> String {
+    let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if insn.is_invalid() {
+        return "an undecodable instruction".to_string();
+    }
+    let text = gas_text(&insn);
+    match super::refusal::kernel_refusal(code.get(..insn.len()).unwrap_or(code)) {
+        Some(r) => format!("`{text}` ({})", r.describe()),
+        None => format!("`{text}`"),
     }
 }
 

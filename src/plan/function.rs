@@ -119,7 +119,7 @@ impl Plan {
         let decoded = super::decode_function(obj, f)?;
         let index = obj.symbols()?;
         let known_callee = |a: u64| index.name_starting_at(a).is_some();
-        let entry = entry_of(f, &decoded, &known_callee)?;
+        let entry = entry_of(obj, f, &decoded, &known_callee)?;
         let entry_tail = decoded.tails.iter().find(|t| t.addr == entry.addr).copied();
         let tailing =
             entry_tail.is_some_and(|t| t.cond.is_none() && matches!(t.target, Target::Direct(_)));
@@ -445,23 +445,48 @@ fn checks_start_at_entry(d: &mut Decoded, start: u64, entry: u64) {
     }
 }
 
+/// A function the kernel will let no entry probe stand in: its first
+/// instruction is refused, and no later one runs exactly once per call.
+/// Among many functions, it is left out with this line; alone, it is the
+/// error.
+#[derive(Debug)]
+pub struct Unprobeable(pub String);
+
+impl std::fmt::Display for Unprobeable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unprobeable {}
+
 /// The entry probe's place: the first instruction, unless a later one of
 /// the straight-line start is cheaper (emulated rather than single-stepped)
 /// or the first cannot be probed. A later one must run exactly once per
 /// call: no branch may reach it, and the stack offset up to it is known.
-/// The entry of `f` (see [`choose_entry`]), or why it has none.
+/// The entry of `f` (see [`choose_entry`]), or why it has none (an
+/// [`Unprobeable`], naming the first instruction of `obj`'s code).
 pub fn entry_of(
+    obj: &ElfObject,
     f: &Function,
     d: &Decoded,
     known_callee: &dyn Fn(u64) -> bool,
 ) -> Result<EntryCandidate> {
     match choose_entry(d, known_callee) {
         Some(entry) => Ok(entry),
-        None => bail!(
-            "{} starts with `{}`, which the kernel cannot probe, and no later instruction runs exactly once per call",
-            f.display_name(),
-            d.first.as_ref().map_or("?", |i| i.text.as_str())
-        ),
+        None => {
+            let first = obj
+                .code(f.addr, f.size.min(15))
+                .map(|b| crate::disasm::refused_text(b, f.addr))
+                .unwrap_or_else(|| "?".to_string());
+            Err(Unprobeable(format!(
+                "{} (at {:#x} in {}): the kernel cannot probe its first instruction, {first} at offset 0, and no later instruction runs exactly once per call",
+                f.display_name(),
+                f.addr,
+                obj.display.display()
+            ))
+            .into())
+        }
     }
 }
 

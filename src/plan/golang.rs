@@ -42,7 +42,7 @@ impl Plan {
         let decoded = super::decode_function(obj, f)?;
         let index = obj.symbols()?;
         let named = |a: u64| index.name_starting_at(a).is_some();
-        let entry = entry_of(f, &decoded, &named)?;
+        let entry = entry_of(obj, f, &decoded, &named)?;
         // Go code leaves a function only by `ret`: its one jump out is the
         // jump back to the entry after morestack.
         if let Some(t) = decoded

@@ -27,7 +27,7 @@ pub use crate::target::ObjectRef;
 
 pub use describe::checked_jumps_text;
 pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
-pub use function::{choose_entry, ExitMode, ExitSummary};
+pub use function::{choose_entry, ExitMode, ExitSummary, Unprobeable};
 pub use golang::NOT_URETPROBE;
 pub use sites::{Drill, Imported, SiteNode};
 
@@ -207,6 +207,10 @@ impl Item {
 pub struct Plan {
     /// The objects probes stand in.
     pub objects: Vec<ObjectRef>,
+    /// What was left out because the kernel refuses to probe it, one line
+    /// each: a function with no place for its entry probe, a call site on
+    /// an instruction the kernel refuses.
+    pub left_out: Vec<String>,
     /// What is timed, by id: functions, system calls, kernel functions.
     pub items: Vec<Item>,
     /// `tachy nested` only: call sites, ids after the items'.

@@ -89,6 +89,32 @@ impl Plan {
             // the entry after it, are not calls of the function's body.
             .filter(|site| !(go && super::golang::prologue_site(site)))
             .collect();
+        // A call the kernel refuses to probe (`data16 call __tls_get_addr`)
+        // is left out, with a line saying so.
+        let (sites, refused): (Vec<Site>, Vec<Site>) = sites.into_iter().partition(|site| {
+            decoded
+                .insns
+                .iter()
+                .find(|i| i.addr == site.addr)
+                .map_or(true, |i| i.probeable)
+        });
+        for site in refused {
+            let within = obj
+                .symbols()
+                .ok()
+                .and_then(|ix| ix.function_containing(site.addr))
+                .map(|g| format!("{}+{:#x}", g.display_name(), site.addr - g.addr))
+                .unwrap_or_else(|| format!("{:#x}", site.addr));
+            let text = obj
+                .code_from(site.addr, 15)
+                .map(|b| crate::disasm::refused_text(b, site.addr))
+                .unwrap_or_default();
+            self.left_out.push(format!(
+                "the call site of {} at {within} in {}: the kernel cannot probe {text}",
+                site.name,
+                obj.display.display()
+            ));
+        }
         if self.items.len() + self.sites.len() > PLANNED_AT_MOST {
             // Too big to time already (check_tree_size says so): planning
             // the rest would only take time.

@@ -38,6 +38,9 @@ pub struct ListedFunc {
     pub probes: Result<Probing, String>,
     /// Its call sites, with `--sites`.
     pub sites: Option<Vec<ListedSite>>,
+    /// For the implementation of an IFUNC symbol: how it was found, in
+    /// words.
+    pub ifunc: Option<String>,
 }
 
 /// How a function would be probed.
@@ -130,6 +133,9 @@ pub fn render_object(
 
 pub fn render_func(f: &ListedFunc, w: &mut impl Write) -> io::Result<()> {
     writeln!(w, "  {}  ({})", f.name, f.lang)?;
+    if let Some(i) = &f.ifunc {
+        writeln!(w, "    {i}")?;
+    }
     write!(w, "    address {:#x}  size {}", f.addr, f.size)?;
     match &f.probes {
         Err(why) => writeln!(w, "  cannot be traced: {why}")?,
@@ -250,6 +256,7 @@ mod tests {
                 symbols_from: ".symtab".into(),
                 funcs: vec![
                     ListedFunc {
+                        ifunc: None,
                         name: "db::Table::scan(db::Range const&)".into(),
                         lang: "c++".into(),
                         addr: 0x4010,
@@ -271,6 +278,7 @@ mod tests {
                         ]),
                     },
                     ListedFunc {
+                        ifunc: None,
                         name: "leaf".into(),
                         lang: "c".into(),
                         addr: 0x5000,
@@ -295,6 +303,7 @@ mod tests {
                         sites: None,
                     },
                     ListedFunc {
+                        ifunc: None,
                         name: "odd".into(),
                         lang: "c".into(),
                         addr: 0x6000,

@@ -229,6 +229,7 @@ pub fn unnamed_function_at(obj: &ElfObject, addr: u64) -> Result<Option<Function
         addr: start,
         size: end - start,
         fragments: Vec::new(),
+        ifunc: None,
     }))
 }
 

@@ -75,6 +75,9 @@ pub struct TableSym {
 pub struct SymTable<'a> {
     pub strings: &'a [u8],
     pub syms: Vec<TableSym>,
+    /// The addresses of the STT_GNU_IFUNC symbols among them: a resolver
+    /// the loader runs once, whose result is the function callers reach.
+    pub ifuncs: Vec<u64>,
 }
 
 impl<'a> SymTable<'a> {
@@ -674,6 +677,7 @@ fn collect_functions<'a, R: ReadRef<'a>>(
     let Ok(strings) = strsec.data(endian, file.data()) else {
         return SymTable::default();
     };
+    let mut ifuncs = Vec::new();
     let syms = table
         .symbols()
         .iter()
@@ -681,6 +685,9 @@ fn collect_functions<'a, R: ReadRef<'a>>(
             let kind = s.st_type();
             if kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC {
                 return None;
+            }
+            if kind == elf::STT_GNU_IFUNC && s.st_shndx(endian) != elf::SHN_UNDEF {
+                ifuncs.push(s.st_value(endian));
             }
             let size = s.st_size(endian);
             if s.st_shndx(endian) == elf::SHN_UNDEF || size == 0 {
@@ -696,7 +703,11 @@ fn collect_functions<'a, R: ReadRef<'a>>(
             })
         })
         .collect();
-    SymTable { strings, syms }
+    SymTable {
+        strings,
+        syms,
+        ifuncs,
+    }
 }
 
 fn machine_name(m: u16) -> String {

@@ -294,6 +294,7 @@ pub fn pclntab_functions(tab: &[u8], text: u64) -> Result<SymTable<'_>> {
     Ok(SymTable {
         strings: tab,
         syms: out,
+        ifuncs: Vec::new(),
     })
 }
 

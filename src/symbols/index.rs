@@ -39,6 +39,8 @@ pub struct SymbolIndex {
     fragments: HashMap<Box<str>, Vec<Fragment>>,
     /// A Go binary's Go sections: its Go functions have Go names.
     go: Option<GoInfo>,
+    /// The addresses of IFUNC symbols (resolvers), sorted.
+    ifuncs: Vec<u64>,
 }
 
 impl SymbolIndex {
@@ -82,6 +84,12 @@ impl SymbolIndex {
             by_name: Vec::new(),
             fragments,
             go: None,
+            ifuncs: {
+                let mut v = table.ifuncs.clone();
+                v.sort_unstable();
+                v.dedup();
+                v
+            },
         };
         ix.sort();
         ix
@@ -107,6 +115,7 @@ impl SymbolIndex {
             &SymTable {
                 strings: &strings,
                 syms: table,
+                ifuncs: Vec::new(),
             },
             source,
         )
@@ -169,6 +178,12 @@ impl SymbolIndex {
         self.go.as_ref()
     }
 
+    /// Whether the symbol at `addr` is an IFUNC: the address is its
+    /// resolver's, run once by the loader, not the code callers reach.
+    pub fn is_ifunc(&self, addr: u64) -> bool {
+        self.ifuncs.binary_search(&addr).is_ok()
+    }
+
     /// The raw name of `s` ("" where it is not UTF-8).
     fn raw(&self, s: &Sym) -> &str {
         name_at(&self.strings, s.name).unwrap_or("")
@@ -207,6 +222,7 @@ impl SymbolIndex {
             addr: s.addr,
             size: s.size,
             fragments: self.fragments.get(raw).cloned().unwrap_or_default(),
+            ifunc: None,
         }
     }
 
@@ -413,6 +429,7 @@ mod tests {
                 t(at(b"cold.x"), 0x600),
                 t(at(b"_Z1fv.cold") + 1, 0x700),
             ],
+            ifuncs: Vec::new(),
         };
         let ix = SymbolIndex::new(&table, SymSource::Symtab);
         let found = |p: &str| -> Vec<String> {

@@ -298,6 +298,24 @@ pub fn plt_symbols<'d, R: ReadRef<'d>>(
     )
 }
 
+/// `R_X86_64_IRELATIVE`: the slot holds what the resolver at the load
+/// address plus the addend returns.
+pub const R_X86_64_IRELATIVE: u32 = 37;
+
+/// Every IRELATIVE relocation of an object, as `(slot, resolver)`.
+pub fn read_irelative<'d, R: ReadRef<'d>>(file: &ElfFile64<'d, Endianness, R>) -> Vec<(u64, u64)> {
+    use object::{Object, RelocationFlags};
+    let Some(relocs) = file.dynamic_relocations() else {
+        return Vec::new();
+    };
+    relocs
+        .filter(|(_, r)| {
+            matches!(r.flags(), RelocationFlags::Elf { r_type } if r_type == R_X86_64_IRELATIVE)
+        })
+        .map(|(off, r)| (off, r.addend() as u64))
+        .collect()
+}
+
 /// Every relative relocation of an object, `(slot, value)` sorted by slot;
 /// where a slot is relocated twice, the last one stands (as the loader
 /// applies them in order).

@@ -204,6 +204,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["plain.c"],
             deps: &[],
         },
+        "ifunc" => Recipe {
+            sources: &["ifunc.c"],
+            deps: &[],
+        },
         "faults" => Recipe {
             sources: &["faults.c"],
             deps: &[],
@@ -258,7 +262,7 @@ fn recipe(name: &str) -> Recipe {
             deps: &[],
         },
         other => panic!(
-            "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, \
+            "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, ifunc, \
              faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, args, \
              args_nodebug, by, rust_app, \
              rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
@@ -331,6 +335,16 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
             c.args(["-O2", "-g", "-pthread", "-Wall", "-Wextra"])
                 .arg(src.join("why.c"))
                 .arg("-ldl")
+                .arg("-o")
+                .arg(tmp_out);
+            c
+        }
+        "ifunc" => {
+            // No builtins: every memset, memcpy and strlen is a call
+            // through the PLT.
+            let mut c = cc();
+            c.args(["-std=c11", "-O2", "-g", "-fno-builtin", "-Wall", "-Wextra"])
+                .arg(src.join("ifunc.c"))
                 .arg("-o")
                 .arg(tmp_out);
             c
