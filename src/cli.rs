@@ -474,6 +474,11 @@ pub struct LatencyArgs {
     #[arg(long = "by", value_name = "KEY", value_parser = ByKey::parse)]
     pub by: Vec<ByKey>,
 
+    /// With several functions, also show those never called (the text
+    /// report leaves them out and says how many; JSON always has them)
+    #[arg(long)]
+    pub all: bool,
+
     /// With --by: show the N groups with the most total time, the others
     /// as one "other" line. With --prometheus or --textfile, also the
     /// groups per function with a series of their own (20 if not given):
@@ -618,6 +623,8 @@ pub struct TraceSettings {
     pub by: Vec<ByKey>,
     /// `--top`: groups shown per function; the rest are one "other" line.
     pub top: Option<usize>,
+    /// `--all`: the text report shows functions never called too.
+    pub all: bool,
 }
 
 /// Processes to trace other than one `-p PID`: found when tracing starts
@@ -711,6 +718,7 @@ impl LatencyArgs {
         }
         s.by = self.by;
         s.top = self.top.map(|n| n as usize);
+        s.all = self.all;
         Ok(s)
     }
 }
@@ -866,6 +874,7 @@ impl TraceArgs {
             export,
             by: Vec::new(),
             top: None,
+            all: false,
         })
     }
 }

@@ -37,8 +37,11 @@ impl Merge {
     pub fn report(&self) -> Report {
         Report {
             time: self.end,
+            span: self.end.duration_since(self.start).ok(),
             unit: self.unit,
             timestamp: false,
+            // Every function an input named.
+            all: true,
             funcs: self.funcs.iter().map(|m| m.func.clone()).collect(),
         }
     }

@@ -1006,6 +1006,8 @@ fn run(
     let start = Instant::now();
     let mut next_report = s.interval.map(|i| start + i);
     let deadline = s.duration.map(|d| start + d);
+    // Where the counts of the next report began.
+    let mut interval_start = start;
     let mut end = RunEnd {
         status: None,
         stopped: false,
@@ -1159,7 +1161,8 @@ fn run(
             // An interim report: everything since the last report, which
             // the next one still includes.
             let who = contributors(plan, &procs, &comms);
-            reports.emit(plan, s, &carry, &mut groups, who.as_deref(), false)?;
+            let span = now.saturating_duration_since(interval_start);
+            reports.emit(plan, s, &carry, span, &mut groups, who.as_deref(), false)?;
         }
         if due || done {
             if let Some(r) = recorder.as_mut() {
@@ -1177,7 +1180,9 @@ fn run(
                 .all(|c| c.count == 0 && c.unwound == 0 && c.filtered == 0);
             let who = contributors(plan, &procs, &comms);
             procs.clear();
-            reports.emit(plan, s, &counts, &mut groups, who.as_deref(), true)?;
+            let span = now.saturating_duration_since(interval_start);
+            interval_start = now;
+            reports.emit(plan, s, &counts, span, &mut groups, who.as_deref(), true)?;
             carry_groups.clear();
             if let (Some(t), Some(i)) = (next_report.as_mut(), s.interval) {
                 while *t <= now {
@@ -1581,19 +1586,22 @@ impl Reports {
         Ok(())
     }
 
-    /// Renders one report. `interval` is false for a SIGUSR1 interim
-    /// report, whose counts the next report includes again.
+    /// Renders one report of `counts`, gathered over `span`. `interval`
+    /// is false for a SIGUSR1 interim report, whose counts the next report
+    /// includes again.
+    #[allow(clippy::too_many_arguments)]
     fn emit(
         &mut self,
         plan: &Plan,
         s: &TraceSettings,
         counts: &[Counts],
+        span: Duration,
         groups: &mut GroupsIn<'_>,
         who: Option<&[Contributor]>,
         interval: bool,
     ) -> Result<()> {
         if let (true, Some((path, log, since))) = (interval, &mut self.hlog) {
-            let report = hlog_report(plan, s, counts);
+            let report = hlog_report(plan, s, counts, span);
             log.write(&report, *since)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             *since = report.time;
@@ -1608,7 +1616,7 @@ impl Reports {
         }
         let format = self.format;
         let flat = s.nested.is_none().then(|| {
-            let mut report = flat_report(plan, s, counts);
+            let mut report = flat_report(plan, s, counts, span);
             add_groups(&mut report, s, groups);
             report
         });
@@ -1720,11 +1728,14 @@ fn draw_report(
     }
 }
 
-fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
+/// The report of the traced functions' `counts`, gathered over `span`.
+fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts], span: Duration) -> Report {
     Report {
         time: SystemTime::now(),
+        span: Some(span),
         unit: s.unit,
         timestamp: s.timestamp,
+        all: s.all,
         funcs: plan
             .items
             .iter()
@@ -1745,8 +1756,8 @@ fn flat_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
 /// nested` every call site's, named by its path from the traced function
 /// (`f;g [a.c:12];h [b.c:40]`, the frames of the folded stacks) in the
 /// object of that function.
-fn hlog_report(plan: &Plan, s: &TraceSettings, counts: &[Counts]) -> Report {
-    let mut report = flat_report(plan, s, counts);
+fn hlog_report(plan: &Plan, s: &TraceSettings, counts: &[Counts], span: Duration) -> Report {
+    let mut report = flat_report(plan, s, counts, span);
     if s.nested.is_none() {
         return report;
     }

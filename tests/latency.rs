@@ -796,6 +796,72 @@ fn plain_c_functions() {
     }
 }
 
+/// Several functions, two never called: the text report leaves those
+/// out and says how many, then ends with one row per function called;
+/// `--all` shows every function.
+#[test]
+fn functions_never_called_are_one_line() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let (it, th) = (8u64, 2u64);
+    let n = it * th;
+    let fx_args = [it.to_string(), th.to_string()];
+    let fx_args = [fx_args[0].as_str(), fx_args[1].as_str()];
+    let funcs = ["slow_sum", "fast_path", "c:a64l", "c:l64a"];
+    let out = run_cmd(&funcs, "plain", &fx_args);
+    out.assert_success();
+    let parts = parse_text(&out.stdout);
+    let names: Vec<&str> = parts.iter().filter_map(|f| f.name.as_deref()).collect();
+    assert_eq!(names, ["slow_sum", "fast_path"], "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let idle = lines
+        .iter()
+        .position(|l| *l == "2 functions not called (--all shows them)")
+        .unwrap_or_else(|| panic!("no line for the functions not called\n{out}"));
+    // A blank line, the table's header, then a row per function called,
+    // most total time first.
+    assert_eq!(lines[idle + 1], "", "{out}");
+    let head: Vec<&str> = lines[idle + 2].split_whitespace().collect();
+    assert_eq!(
+        head,
+        ["function", "(nsecs)", "calls", "calls/s", "avg", "p50", "p99", "max", "total"],
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = lines[idle + 3..]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    let mut got: Vec<(&str, &str)> = rows.iter().map(|r| (r[0], r[1])).collect();
+    got.sort_unstable();
+    let (n1, n2) = (n.to_string(), (2 * n).to_string());
+    assert_eq!(
+        got,
+        [("fast_path", n2.as_str()), ("slow_sum", n1.as_str())],
+        "{out}"
+    );
+    for r in &rows {
+        assert_eq!(r.len(), 8, "{out}");
+        assert!(r[2].parse::<f64>().unwrap() > 0.0, "calls/s: {out}");
+    }
+    let total = |r: &Vec<&str>| r[7].parse::<f64>().unwrap();
+    assert!(
+        total(&rows[0]) >= total(&rows[1]),
+        "most total time first\n{out}"
+    );
+
+    let mut all = vec!["--all"];
+    all.extend(funcs);
+    let out = run_cmd(&all, "plain", &fx_args);
+    out.assert_success();
+    let parts = parse_text(&out.stdout);
+    let names: Vec<&str> = parts.iter().filter_map(|f| f.name.as_deref()).collect();
+    assert_eq!(names, ["slow_sum", "fast_path", "a64l", "l64a"], "{out}");
+    assert!(!out.stdout.contains("not called"), "{out}");
+}
+
 /// Rust fixture: process, both transform instantiations, guarded (left by
 /// panic on odd iterations) and explode (which panics).
 fn rust_functions(fixture: &str) {

@@ -332,8 +332,10 @@ fuzz_target!(|input: Input| {
     }
     let report = Report {
         time: time_of(input.time),
+        span: Some(Duration::from_millis(input.time.unsigned_abs() % 10_000)),
         unit,
         timestamp: input.timestamp,
+        all: input.timestamp,
         funcs,
     };
     let mut out = Vec::new();

@@ -304,8 +304,10 @@ pub fn read(bytes: &[u8], unit: Option<Unit>) -> Result<Vec<Interval>> {
             start,
             report: Report {
                 time: start + h.duration(),
+                span: Some(h.duration()),
                 unit,
                 timestamp: false,
+                all: true,
                 funcs: vec![f],
             },
         });

@@ -144,6 +144,17 @@ impl CpuSplit {
 }
 
 impl Counts {
+    /// Whether any call entered: completed, filtered out, left by
+    /// exception or not timed.
+    pub fn called(&self) -> bool {
+        self.count > 0
+            || self.unwound > 0
+            || self.filtered > 0
+            || self.overflow > 0
+            || self.indirect_tail > 0
+            || self.arg_filtered.is_some_and(|n| n > 0)
+    }
+
     pub fn merge(&mut self, o: &Counts) {
         if o.count > 0 {
             self.min_ns = if self.count == 0 {
@@ -210,8 +221,13 @@ pub struct FuncReport {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
     pub time: SystemTime,
+    /// The time the counts cover (None: not known, as in merged reports).
+    pub span: Option<std::time::Duration>,
     pub unit: Unit,
     pub timestamp: bool,
+    /// With several functions, the text report shows those never called
+    /// too (`--all`).
+    pub all: bool,
     pub funcs: Vec<FuncReport>,
 }
 
@@ -265,8 +281,10 @@ mod golden {
         b.arg_filtered = Some(11);
         Report {
             time: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            span: Some(Duration::from_secs(2)),
             unit,
             timestamp: false,
+            all: false,
             funcs: vec![
                 FuncReport {
                     go: false,
@@ -308,6 +326,57 @@ mod golden {
         let mut out = Vec::new();
         text::render(&r, &mut out).unwrap();
         check("text_usec.txt", &out);
+    }
+
+    /// Several functions, two never called: those are left out of the
+    /// text and counted on one line (`--all` shows them), and a table
+    /// ends the report, most total time first. JSON keeps them all.
+    #[test]
+    fn text_wide() {
+        let mut r = sample(Unit::Usec);
+        for name in ["idle_a", "idle_b"] {
+            r.funcs.push(FuncReport {
+                go: false,
+                name: name.into(),
+                raw_name: name.into(),
+                object: "/srv/db/bin/dbd".into(),
+                counts: Counts {
+                    probe_ns: 1_250,
+                    ..Counts::default()
+                },
+                groups: None,
+            });
+        }
+        // The fast one first: the table sorts by total time.
+        r.funcs.swap(0, 1);
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        check("text_wide.txt", &out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("idle_"), "{text}");
+        assert_eq!(text.matches("probe time subtracted").count(), 0, "{text}");
+
+        r.all = true;
+        let mut out = Vec::new();
+        text::render(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("Function = idle_a [/srv/db/bin/dbd]\n"),
+            "{text}"
+        );
+        assert!(!text.contains("not called"), "{text}");
+        assert!(
+            text.ends_with(
+                "\nidle_b                                                 0        0      -     -     -      -        0\n"
+            ),
+            "{text}"
+        );
+
+        let mut out = Vec::new();
+        r.all = false;
+        json::render(&r, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["functions"].as_array().unwrap().len(), 4);
     }
 
     #[test]
@@ -447,8 +516,10 @@ mod golden {
         c.hist.buckets[0] = 1;
         let r = Report {
             time: UNIX_EPOCH,
+            span: None,
             unit: Unit::Nsec,
             timestamp: false,
+            all: false,
             funcs: vec![FuncReport {
                 go: false,
                 name: "f".into(),
@@ -468,8 +539,10 @@ mod golden {
     fn empty_function_prints_no_table() {
         let r = Report {
             time: UNIX_EPOCH,
+            span: None,
             unit: Unit::Msec,
             timestamp: false,
+            all: false,
             funcs: vec![FuncReport {
                 go: false,
                 name: "f".into(),
@@ -492,8 +565,10 @@ mod golden {
     fn kernel_items_have_no_unwind_line() {
         let r = Report {
             time: UNIX_EPOCH,
+            span: None,
             unit: Unit::Nsec,
             timestamp: false,
+            all: false,
             funcs: vec![FuncReport {
                 go: false,
                 name: "syscall:read".into(),

@@ -16,17 +16,130 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     if r.timestamp {
         writeln!(w, "{:<8}", clock(r.time))?;
     }
-    let many = r.funcs.len() > 1;
-    for (i, f) in r.funcs.iter().enumerate() {
-        if many {
-            if i > 0 {
-                writeln!(w)?;
-            }
-            writeln!(w, "Function = {} [{}]", f.name, f.object.display())?;
+    if let [f] = r.funcs.as_slice() {
+        return render_func(f, r.unit, w);
+    }
+    // Several functions: a block for each one called (each one with
+    // --all), a line for the others, then one row each.
+    let shown: Vec<&FuncReport> = r
+        .funcs
+        .iter()
+        .filter(|f| r.all || f.counts.called())
+        .collect();
+    for (i, f) in shown.iter().enumerate() {
+        if i > 0 {
+            writeln!(w)?;
         }
+        writeln!(w, "Function = {} [{}]", f.name, f.object.display())?;
         render_func(f, r.unit, w)?;
     }
+    let idle = r.funcs.len() - shown.len();
+    if idle > 0 {
+        if !shown.is_empty() {
+            writeln!(w)?;
+        }
+        match idle {
+            1 => writeln!(w, "1 function not called (--all shows it)")?,
+            n => writeln!(w, "{n} functions not called (--all shows them)")?,
+        }
+    }
+    if !shown.is_empty() {
+        writeln!(w)?;
+        render_summary(&shown, r.unit, r.span, w)?;
+    }
     Ok(())
+}
+
+/// The columns of the summary table after the durations' unit.
+const SUMMARY: [&str; 7] = ["calls", "calls/s", "avg", "p50", "p99", "max", "total"];
+
+/// One row per function, most total time first: calls, calls per second
+/// over `span`, and durations in `unit`.
+fn render_summary(
+    funcs: &[&FuncReport],
+    unit: Unit,
+    span: Option<std::time::Duration>,
+    w: &mut impl Write,
+) -> io::Result<()> {
+    let mut funcs = funcs.to_vec();
+    funcs.sort_by(|a, b| {
+        b.counts
+            .total_ns
+            .cmp(&a.counts.total_ns)
+            .then(b.counts.count.cmp(&a.counts.count))
+            .then(a.name.cmp(&b.name))
+    });
+    let rows: Vec<(String, Vec<String>)> = funcs
+        .iter()
+        .map(|f| {
+            let c = &f.counts;
+            let rate = match span {
+                Some(d) if d.as_secs_f64() > 0.0 => number(c.count as f64 / d.as_secs_f64()),
+                _ => "-".into(),
+            };
+            let mut cols = vec![c.count.to_string(), rate];
+            if c.count == 0 {
+                cols.extend(["-", "-", "-", "-", "0"].map(String::from));
+            } else {
+                let (min, max) = (c.min_ns.min(c.max_ns), c.max_ns);
+                let p = c.hist.percentiles(&[50.0, 99.0]);
+                let at = |p: Option<(u64, u64)>| match p {
+                    Some((lo, hi)) => {
+                        let per = unit.ns();
+                        let lo = lo.saturating_mul(per).clamp(min, max);
+                        let hi = hi
+                            .saturating_mul(per)
+                            .saturating_add(per - 1)
+                            .clamp(min, max);
+                        value(lo, hi, unit)
+                    }
+                    None => "-".into(),
+                };
+                cols.push(mean(c.total_ns as f64 / c.count as f64, unit));
+                cols.push(at(p.first().copied().flatten()));
+                cols.push(at(p.get(1).copied().flatten()));
+                cols.push(value(max, max, unit));
+                cols.push(value(c.total_ns, c.total_ns, unit));
+            }
+            (super::tree::compact(&f.name, 60), cols)
+        })
+        .collect();
+    let head = format!("function ({})", unit.word());
+    let name_w = rows
+        .iter()
+        .map(|r| r.0.chars().count())
+        .chain([head.len()])
+        .max()
+        .unwrap_or(0);
+    let widths: Vec<usize> = SUMMARY
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|r| r.1[i].len())
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |name: &str, cols: &[&str]| {
+        let mut l = format!("{name:<name_w$}");
+        for (c, wd) in cols.iter().zip(&widths) {
+            l.push_str(&format!("  {c:>wd$}"));
+        }
+        l
+    };
+    writeln!(w, "{}", line(&head, &SUMMARY))?;
+    for (name, cols) in &rows {
+        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+        writeln!(w, "{}", line(name, &cols))?;
+    }
+    Ok(())
+}
+
+/// A count or rate: whole from 100 on, three significant digits below.
+fn number(v: f64) -> String {
+    digits(v, 3, Unit::Nsec)
 }
 
 fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()> {
