@@ -340,8 +340,8 @@ pub struct TraceArgs {
     pub milliseconds: bool,
 
     /// Print a report every SECS seconds (each covers only its interval;
-    /// 0.5 or 500ms too)
-    #[arg(short, long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    /// 0.5 or 500ms too; at least 10ms)
+    #[arg(short, long, value_name = "SECS", value_parser = parse_interval, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
 
     /// Stop after SECS seconds (0.5 or 500ms too); a command started after
@@ -452,6 +452,11 @@ pub struct LatencyArgs {
     /// (never used for Go functions, whose stacks the Go runtime walks)
     #[arg(long)]
     pub uretprobe: bool,
+
+    /// With --uretprobe: use one even on a function that calls code that
+    /// throws (refused without it)
+    #[arg(long, requires = "uretprobe")]
+    pub force: bool,
 
     /// Also write each interval's histogram of every function to FILE, as an
     /// HdrHistogram interval log (V2 compressed, nanoseconds, tagged
@@ -600,6 +605,8 @@ pub struct TraceSettings {
     pub max_ns: Option<u64>,
     pub outermost: bool,
     pub uretprobe: bool,
+    /// `--force`: a uretprobe even on a function that may throw.
+    pub force: bool,
     pub follow: bool,
     /// `--cpu`: split each call into on-CPU, blocked and runnable time.
     pub cpu: bool,
@@ -695,6 +702,7 @@ impl LatencyArgs {
         let mut s = self.trace.validate(self.funcs, format, None)?;
         s.outermost = self.outermost;
         s.uretprobe = self.uretprobe;
+        s.force = self.force;
         s.hlog = self.hlog;
         s.cpu_hist = self.hist;
         if let Err(e) = crate::plan::by::check(&self.by, Default::default()) {
@@ -832,6 +840,19 @@ impl TraceArgs {
                 })
             }
         };
+        if self.faster_than == Some(0) {
+            return Err(usage(
+                "--faster-than 0ns keeps no call: give a positive duration (e.g. 250us)",
+            ));
+        }
+        if let Some(Scoping::Pgrep(p)) = &scoping {
+            if p.is_empty() {
+                return Err(usage(
+                    "--pgrep: an empty pattern matches every process: give a pattern",
+                ));
+            }
+            crate::scope::check_pattern(p).map_err(usage)?;
+        }
         if matches!((self.slower_than, self.faster_than), (Some(lo), Some(hi)) if lo > hi) {
             return Err(usage(
                 "--slower-than is above --faster-than: no call can match",
@@ -861,6 +882,7 @@ impl TraceArgs {
             max_ns: self.faster_than,
             outermost: false,
             uretprobe: false,
+            force: false,
             follow: self.follow,
             cpu: self.cpu,
             cpu_hist: false,
@@ -1083,17 +1105,38 @@ fn parse_duration_arg(s: &str) -> std::result::Result<u64, String> {
 /// Parses a positive time: seconds (`5`, `0.5`) or a duration with its
 /// unit (`500ms`, `2m`).
 pub fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
+    let too_long = || format!("{s:?} is longer than {MAX_SECONDS} seconds (31 years), the most");
     let ns = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_nan() => return Err(format!("{s:?} is not a number of seconds")),
         Ok(secs) if secs <= 0.0 => return Err(POSITIVE.into()),
-        Ok(secs) if secs < 1e9 => (secs * 1e9).round() as u64,
-        Ok(_) => return Err(format!("{s:?} is not a number of seconds")),
+        Ok(secs) if secs <= MAX_SECONDS as f64 => (secs * 1e9).round() as u64,
+        Ok(_) => return Err(too_long()),
         Err(_) if s.trim_start().starts_with('-') => return Err(POSITIVE.into()),
         Err(_) => parse_duration(s).map_err(|e| e.to_string())?,
     };
     if ns == 0 {
         return Err(POSITIVE.into());
     }
+    if ns > MAX_SECONDS * 1_000_000_000 {
+        return Err(too_long());
+    }
     Ok(Duration::from_nanos(ns))
+}
+
+/// The longest time `-d` and `-i` take, in seconds.
+const MAX_SECONDS: u64 = 999_999_999;
+
+/// The shortest interval of `-i`: reading and printing every function's
+/// counters more often would be most of what tachy does.
+const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The time of `-i`: as [`parse_seconds`], at least [`MIN_INTERVAL`].
+fn parse_interval(s: &str) -> std::result::Result<Duration, String> {
+    let d = parse_seconds(s)?;
+    if d < MIN_INTERVAL {
+        return Err(format!("{s:?} is shorter than 10ms, the shortest interval"));
+    }
+    Ok(d)
 }
 
 const POSITIVE: &str = "needs a positive time (e.g. 5, 0.5, 500ms)";
@@ -1172,9 +1215,21 @@ mod tests {
         assert_eq!(parse_seconds("0.5"), ms(500));
         assert_eq!(parse_seconds("250ms"), ms(250));
         assert_eq!(parse_seconds("2m"), ms(120_000));
-        for bad in ["0", "0s", "-1", "soon", "1e99", "inf"] {
+        for bad in ["0", "0s", "-1", "soon", "1e99", "inf", "nan"] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
+        assert_eq!(parse_seconds("999999999"), ms(999_999_999_000));
+        for long in ["1000000000", "1e99", "inf", "20000000m"] {
+            assert_eq!(
+                parse_seconds(long).unwrap_err(),
+                format!("{long:?} is longer than 999999999 seconds (31 years), the most")
+            );
+        }
+        assert_eq!(parse_interval("10ms"), ms(10));
+        assert_eq!(
+            parse_interval("1ns").unwrap_err(),
+            "\"1ns\" is shorter than 10ms, the shortest interval"
+        );
         for negative in ["-1", "-0.5", "-2s"] {
             assert_eq!(parse_seconds(negative).unwrap_err(), POSITIVE, "{negative}");
         }

@@ -193,6 +193,14 @@ impl Drop for Regex {
     }
 }
 
+/// Checks a `--pgrep` pattern: an extended regular expression that
+/// compiles; else why not.
+pub fn check_pattern(pattern: &str) -> std::result::Result<(), String> {
+    Regex::new(pattern)
+        .map(|_| ())
+        .map_err(|e| format!("{e:#}"))
+}
+
 /// The processes to trace now: `-p` pids (which must run), or those whose
 /// name matches; the cgroup's are found by [`cgroup_pids`]. Clear errors
 /// when none (or a named pid) is running.

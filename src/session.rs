@@ -100,6 +100,9 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             plan.items[0].name
         );
     }
+    if s.uretprobe && !s.force {
+        refuse_throwing_uretprobes(&resolved)?;
+    }
     let mut roots = Vec::new();
     let many = resolved.user.iter().map(|r| r.funcs.len()).sum::<usize>() > 1;
     for r in &resolved.user {
@@ -162,7 +165,7 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             native: named(|i| matches!(i.kind, ItemKind::Function(_)) && !i.is_go()),
             goid_known: plan.go_layout.is_some_and(|l| l.goid.is_some()),
         };
-        plan::by::check(&s.by, traced).map_err(anyhow::Error::msg)?;
+        plan::by::check(&s.by, traced).map_err(UsageError)?;
         add_by_args(&mut plan, &s.by, &args)?;
     }
     if let Some(n) = &s.nested {
@@ -207,6 +210,26 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         );
     }
     Ok(plan)
+}
+
+/// `--uretprobe` without `--force` on a function that calls code that
+/// throws is refused: the exception would abort the traced process.
+fn refuse_throwing_uretprobes(resolved: &resolve::Resolution) -> Result<()> {
+    for r in &resolved.user {
+        for f in &r.funcs {
+            if f.names.lang == crate::symbols::demangle::Lang::Go {
+                continue;
+            }
+            if let Some(why) = plan::unwind::may_throw(&r.obj, f) {
+                return Err(UsageError(format!(
+                    "--uretprobe: {} may throw ({why}), and an exception through a uretprobe aborts the process: add --force to use one anyway",
+                    f.display_name()
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Resolves `--filter` for every traced item: each function's operands
@@ -502,6 +525,9 @@ impl Target {
             return Target::scoped(s, sc);
         }
         if let Some(pid) = s.pid {
+            if let Some(tgid) = target::thread_group(pid).filter(|&t| t != pid) {
+                bail!("{pid} is a thread of process {tgid}: use -p {tgid} -t {pid}");
+            }
             return Ok(Target {
                 scope: Scope::Process(target::process_maps(pid)?),
                 exe: None,
@@ -710,7 +736,8 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     let mut target = Target::new(&s)?;
     let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&s, &mut objects)
-    })?;
+    })
+    .map_err(|e| exited(&s, e))?;
     if s.dry_run || s.verbose {
         eprint!("{}", plan.describe());
         if s.dry_run {
@@ -822,10 +849,10 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         }
     }
     let mut storage = MaybeUninit::uninit();
-    let mut tracer = attach(&mut storage, &plan, s.verbose)?;
+    let mut tracer = attach(&mut storage, &plan, s.verbose).map_err(|e| exited(&s, e))?;
     if let Some(pid) = s.pid {
         if !target::process_alive(pid) {
-            bail!("process {pid} exited while probes were being attached");
+            bail!("process {pid} exited before its probes were attached");
         }
     }
     if let (true, Some(with)) = (s.verbose, tracer.kernel_with) {
@@ -898,6 +925,17 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
             0
         }
     })
+}
+
+/// An error of planning or attaching for `-p PID`, said as what caused
+/// it when the process has exited since tracing began.
+fn exited(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
+    match s.pid {
+        Some(pid) if !target::process_alive(pid) => {
+            anyhow!("process {pid} exited before its probes were attached")
+        }
+        _ => e,
+    }
 }
 
 /// Attaches the plan's probes. Attaching thousands of probes takes

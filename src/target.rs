@@ -238,10 +238,36 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// The process (thread group) that thread `tid` belongs to, from
+/// /proc/TID/status; for a process's main thread, its own id.
+pub fn thread_group(tid: u32) -> Option<u32> {
+    status_field(tid, "Tgid:")
+}
+
+/// A number field of /proc/PID/status (`Tgid:`, `PPid:`).
+fn status_field(pid: u32, field: &str) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Reads /proc/PID/maps.
 pub fn process_maps(pid: u32) -> Result<ProcessMaps> {
     if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
         bail!("no such process: {pid}");
+    }
+    if !process_alive(pid) {
+        // Its maps are empty, as a kernel thread's are.
+        match status_field(pid, "PPid:") {
+            Some(parent) => {
+                bail!("process {pid} has exited: a zombie that its parent {parent} has not reaped")
+            }
+            None => bail!("no such process: {pid}"),
+        }
     }
     let maps = match fs::read_to_string(format!("/proc/{pid}/maps")) {
         Ok(m) => m,

@@ -815,3 +815,140 @@ fn machine_output_holds_reports_only() {
     );
     assert!(out.stderr.contains("\ndone\n"), "{out}");
 }
+
+// ---------------------------------------------------------------------------
+// Edges of input: each refused with its exit status and one exact line
+// ---------------------------------------------------------------------------
+
+/// Runs tachy expecting a usage error; returns the first line on stderr
+/// (clap's `error: ...`).
+fn usage_line(args: &[&str]) -> String {
+    usage_error(args)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Values that cannot work are usage errors (exit status 2), each said in
+/// one exact line.
+#[test]
+fn edges_of_input_are_usage_errors() {
+    let _lock = common::serial();
+    let plain = common::build("plain");
+    let spec = format!("{}:slow_sum", plain.display());
+    let cpp = format!("{}:shop::target", common::build("cpp_o2").display());
+    let exits = format!("{}:ex::throwing", common::build("exits").display());
+    let pid = std::process::id().to_string();
+    for (args, line) in [
+        (
+            &["latency", "-i", "1ns", &spec][..],
+            r#"error: invalid value '1ns' for '--interval <SECS>': "1ns" is shorter than 10ms, the shortest interval"#,
+        ),
+        (
+            &["nested", "-i", "0.009", &spec],
+            r#"error: invalid value '0.009' for '--interval <SECS>': "0.009" is shorter than 10ms, the shortest interval"#,
+        ),
+        (
+            &["latency", "-d", "1000000000", &spec],
+            r#"error: invalid value '1000000000' for '--duration <SECS>': "1000000000" is longer than 999999999 seconds (31 years), the most"#,
+        ),
+        (
+            &["latency", "--faster-than", "0ns", &spec],
+            "error: --faster-than 0ns keeps no call: give a positive duration (e.g. 250us)",
+        ),
+        (
+            &["latency", "--pgrep", "", "foo"],
+            "error: --pgrep: an empty pattern matches every process: give a pattern",
+        ),
+        (
+            &["latency", "--pgrep", "([", "foo"],
+            r#"error: --pgrep "([": Invalid regular expression"#,
+        ),
+        (
+            &["latency", "--by", "caller", "-p", &pid, "syscall:read"],
+            "error: --by caller: a system call (syscall:read) has no caller that tachy reads; group it by tid or pid",
+        ),
+        (
+            &["latency", "--by", "goroutine", &cpp],
+            "error: --by goroutine groups calls of Go functions; shop::target(int) is not Go code",
+        ),
+        (
+            &["latency", "--uretprobe", &exits],
+            "error: --uretprobe: ex::throwing(long) may throw (calls __cxa_throw@plt at .cold+0x2d in \
+             ex::may_throw(long)), and an exception through a uretprobe aborts the process: add --force \
+             to use one anyway",
+        ),
+    ] {
+        assert_eq!(usage_line(args), line, "tachy {args:?}");
+    }
+    // The edges themselves are taken; --force takes the uretprobe.
+    for args in [
+        &["latency", "--dry-run", "-i", "10ms", &spec][..],
+        &["latency", "--dry-run", "-d", "999999999", &spec],
+        &["latency", "--dry-run", "--faster-than", "1ns", &spec],
+        &["latency", "--dry-run", "--uretprobe", "--force", &exits],
+    ] {
+        let out = tachy(args);
+        assert_eq!(out.status.code(), Some(0), "{}", show(args, &out));
+    }
+    let line = usage_line(&["latency", "--force", &exits]);
+    assert!(
+        line.starts_with("error: the following required arguments"),
+        "{line}"
+    );
+}
+
+/// `-p` of a thread other than a process's main thread names the process
+/// and the `-t` to use; `-p` of a zombie says it has exited.
+#[test]
+fn pid_of_a_thread_or_a_zombie() {
+    let _lock = common::serial();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = stop_rx.recv();
+    });
+    let tid = rx.recv().unwrap().to_string();
+    let pid = std::process::id().to_string();
+    assert_eq!(
+        error(&["latency", "-p", &tid, "c:malloc"]),
+        format!("{tid} is a thread of process {pid}: use -p {pid} -t {tid}")
+    );
+    stop_tx.send(()).unwrap();
+    thread.join().unwrap();
+    let mut child = Command::new("true").spawn().unwrap();
+    let zombie = child.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{zombie}/stat"))
+        .unwrap()
+        .contains(") Z")
+    {
+        assert!(Instant::now() < deadline, "{zombie} did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        error(&["latency", "-p", &zombie, "c:malloc"]),
+        format!("process {zombie} has exited: a zombie that its parent {pid} has not reaped")
+    );
+    child.wait().unwrap();
+}
+
+/// A process that exits while tachy reads its symbols (it exits as soon
+/// as its executable is opened): said as such, exit status 1.
+#[test]
+fn process_that_exits_during_planning() {
+    let _lock = common::serial();
+    if !common::is_root() {
+        eprintln!("skipped: needs root to attach");
+        return;
+    }
+    let fx = common::Fixture::spawn("faults", &["exit-on-open"]);
+    let pid = fx.pid().to_string();
+    assert_eq!(
+        error(&["latency", "-p", &pid, "tick"]),
+        format!("process {pid} exited before its probes were attached")
+    );
+}

@@ -223,7 +223,15 @@ fn a_forced_uretprobe_on_a_throwing_function_kills_the_process() {
         return;
     }
     let exe = exe();
-    let out = tachy(&["latency", "--uretprobe", "ex::throwing", "--", &exe, "4"]);
+    let out = tachy(&[
+        "latency",
+        "--uretprobe",
+        "--force",
+        "ex::throwing",
+        "--",
+        &exe,
+        "4",
+    ]);
     out.assert_no_panic();
     assert!(!out.stdout.lines().any(|l| l == "done"), "{out}");
     assert!(out.stderr.contains("terminate called"), "{out}");

@@ -437,6 +437,17 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
     }
 }
 
+/// What proves that `f` may throw (or unwind its caller): the nearest
+/// call that does, as `list` says it (`calls __cxa_throw@plt at +0x2a`);
+/// `None` when no such call is found (which proves nothing either way).
+pub fn may_throw(obj: &ElfObject, f: &Function) -> Option<String> {
+    let d = super::decode_function(obj, f).ok()?;
+    match prove_quiet(obj, f, &d) {
+        Err(o) if matches!(o.hazard, Hazard::Throws(_)) => Some(o.to_string()),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
