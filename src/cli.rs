@@ -476,7 +476,7 @@ pub struct LatencyArgs {
     /// (its value: decimal as its type reads, pointers in hex) or
     /// goroutine (Go functions: the goroutine's id); repeat for two keys
     /// (--by caller --by tid, --by key --by tid). Counted in the kernel
-    #[arg(long = "by", value_name = "KEY", value_parser = ByKey::parse)]
+    #[arg(long = "by", value_name = "KEY", value_parser = ByKeyParser, hide_possible_values = true)]
     pub by: Vec<ByKey>,
 
     /// With several functions, also show those never called (the text
@@ -1031,6 +1031,49 @@ impl FuncSpec {
     /// [`FuncSpec::parse`] as a clap value parser.
     fn parse_arg(s: &str) -> std::result::Result<FuncSpec, String> {
         FuncSpec::parse(s).map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// `--by KEY` as clap parses it: with [`ByKey::parse`], naming the keys
+/// that are not a parameter's name as possible values, which the
+/// completion scripts offer (no value is refused for not being one of them).
+#[derive(Clone)]
+struct ByKeyParser;
+
+/// The keys `--by` takes besides a parameter's name.
+pub const BY_KEYS: [&str; 10] = [
+    "caller",
+    "tid",
+    "pid",
+    "goroutine",
+    "arg0",
+    "arg1",
+    "arg2",
+    "arg3",
+    "arg4",
+    "arg5",
+];
+
+impl clap::builder::TypedValueParser for ByKeyParser {
+    type Value = ByKey;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<ByKey, clap::Error> {
+        clap::builder::TypedValueParser::parse_ref(&ByKey::parse, cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            BY_KEYS
+                .iter()
+                .map(|k| clap::builder::PossibleValue::new(*k)),
+        ))
     }
 }
 

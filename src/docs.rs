@@ -11,11 +11,95 @@ use clap::CommandFactory;
 
 use crate::cli::Cli;
 
-/// Writes the completion script for `shell` to `w`.
+/// Writes the completion script for `shell` to `w`. Bash, zsh and fish
+/// complete the ids of running processes after -p and of their threads
+/// after -t, read from /proc as the user presses Tab; `--by` offers its
+/// keys (from `cli`'s possible values) in every shell.
 pub fn completions(shell: clap_complete::Shell, w: &mut dyn Write) -> Result<()> {
     let mut cmd = Cli::command();
-    clap_complete::generate(shell, &mut cmd, "tachy", w);
-    w.flush().context("cannot write the completion script")
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "tachy", &mut script);
+    let script = String::from_utf8_lossy(&script);
+    let script = match shell {
+        clap_complete::Shell::Bash => bash_ids(&script),
+        clap_complete::Shell::Zsh => zsh_ids(&script),
+        clap_complete::Shell::Fish => fish_ids(&script),
+        _ => script.into_owned(),
+    };
+    w.write_all(script.as_bytes())
+        .and_then(|_| w.flush())
+        .context("cannot write the completion script")
+}
+
+/// clap_complete offers file names for the value of an option it knows
+/// nothing about; for -p and -t the bash script is made to offer ids.
+fn bash_ids(script: &str) -> String {
+    // As clap_complete writes the case of an option that takes a value.
+    const FILES: &str = "\n                    COMPREPLY=($(compgen -f \"${cur}\"))";
+    let mut out = String::from(
+        "# The ids of running processes (pid) or of their threads (tid).
+_tachy_ids() {
+    local d
+    if [[ $1 == tid ]]; then
+        for d in /proc/[0-9]*/task/[0-9]*; do echo \"${d##*/}\"; done
+    else
+        for d in /proc/[0-9]*; do echo \"${d##*/}\"; done
+    fi
+}
+
+",
+    );
+    let mut body = script.to_string();
+    for (opts, kind) in [(["--pid)", "-p)"], "pid"), (["--tid)", "-t)"], "tid")] {
+        for opt in opts {
+            body = body.replace(
+                &format!("{opt}{FILES}"),
+                &format!(
+                    "{opt}\n                    COMPREPLY=($(compgen -W \"$(_tachy_ids {kind})\" -- \"${{cur}}\"))"
+                ),
+            );
+        }
+    }
+    out.push_str(&body);
+    out
+}
+
+/// zsh: process ids from zsh's own `_pids`, thread ids from /proc.
+fn zsh_ids(script: &str) -> String {
+    let body = script
+        .replace("]:PID:_default'", "]:PID:_pids'")
+        .replace("]:TID:_default'", "]:TID:_tachy_tids'");
+    let tids = "(( $+functions[_tachy_tids] )) ||
+_tachy_tids() {
+    local expl
+    local -a tids
+    tids=(/proc/[0-9]*/task/[0-9]*(N:t))
+    _wanted tids expl 'thread id' compadd -a tids
+}
+
+";
+    match body.rfind("if [ \"$funcstack[1]\" = \"_tachy\" ]") {
+        Some(at) => format!("{}{tids}{}", &body[..at], &body[at..]),
+        None => body,
+    }
+}
+
+/// fish: process ids from fish's own `__fish_complete_pids`, thread ids
+/// from /proc (fish globs have no `[0-9]`: only processes have a `task`).
+fn fish_ids(script: &str) -> String {
+    script
+        .lines()
+        .map(|line| {
+            if line.contains(" -s p -l pid ") && line.ends_with(" -r") {
+                format!("{line} -f -a \"(__fish_complete_pids)\"")
+            } else if line.contains(" -s t -l tid ") && line.ends_with(" -r") {
+                format!("{line} -f -a \"(string replace -r '.*/' '' /proc/*/task/* | sort -un)\"")
+            } else {
+                line.to_string()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect()
 }
 
 /// What every page says under EXIT STATUS: (status, meaning).

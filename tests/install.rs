@@ -60,6 +60,11 @@ const PAGES: [&str; 8] = [
 /// Completes `line` (the word under the cursor is its last) with the
 /// script bash loaded from `tachy completions bash`.
 fn complete(line: &str) -> Vec<String> {
+    complete_in(Path::new("."), line)
+}
+
+/// [`complete`] with `dir` as the current directory.
+fn complete_in(dir: &Path, line: &str) -> Vec<String> {
     let script = format!(
         "source <({TACHY} completions bash) || exit 9
          COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}
@@ -70,7 +75,7 @@ fn complete(line: &str) -> Vec<String> {
          \"$f\" tachy \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"
          printf '%s\\n' \"${{COMPREPLY[@]}}\""
     );
-    let out = run(Command::new("bash").arg("-c").arg(script));
+    let out = run(Command::new("bash").arg("-c").arg(script).current_dir(dir));
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -93,6 +98,91 @@ fn bash_loads_the_completions_and_completes_subcommands_and_options() {
     let shells = complete("tachy completions ");
     for s in ["bash", "zsh", "fish"] {
         assert!(shells.iter().any(|x| x == s), "{s} not in {shells:?}");
+    }
+}
+
+/// -p and -t complete the ids of running processes and threads, never file
+/// names; --by completes its keys.
+#[test]
+fn completions_offer_ids_after_p_and_t_and_keys_after_by() {
+    let dir = scratch("complete-ids");
+    std::fs::write(dir.join("1x"), "").unwrap();
+    let numeric = |words: &[String]| words.iter().all(|w| w.bytes().all(|b| b.is_ascii_digit()));
+    for line in [
+        "tachy latency -p 1",
+        "tachy latency --pid 1",
+        "tachy nested -p 1",
+        "tachy list -p 1",
+    ] {
+        let got = complete_in(&dir, line);
+        assert!(
+            got.iter().any(|w| w == "1") && numeric(&got),
+            "{line}: {got:?}"
+        );
+    }
+    let me = std::process::id().to_string();
+    let got = complete_in(&dir, "tachy latency -p ");
+    assert!(got.contains(&me) && numeric(&got), "{got:?}");
+    // A thread of this test, which runs several.
+    let got = complete_in(&dir, "tachy latency -t ");
+    let tid = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|t| *t != me)
+        .unwrap_or(me);
+    assert!(got.contains(&tid) && numeric(&got), "{got:?}");
+    assert_eq!(complete_in(&dir, "tachy latency --by c"), vec!["caller"]);
+    let keys = complete_in(&dir, "tachy latency --by ");
+    for k in ["caller", "tid", "pid", "goroutine", "arg0", "arg5"] {
+        assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
+    }
+    // zsh and fish: the same, by their own means.
+    let script = |shell: &str| {
+        String::from_utf8(run(Command::new(TACHY).args(["completions", shell])).stdout).unwrap()
+    };
+    let zsh = script("zsh");
+    assert!(!zsh.contains(":PID:_default") && !zsh.contains(":TID:_default"));
+    assert_eq!(zsh.matches(":PID:_pids'").count(), 6, "{zsh}");
+    assert_eq!(zsh.matches(":TID:_tachy_tids'").count(), 4, "{zsh}");
+    assert!(zsh.contains("_tachy_tids() {"));
+    assert!(zsh.contains(":KEY:(caller tid pid goroutine arg0"), "{zsh}");
+    let fish = script("fish");
+    for line in fish
+        .lines()
+        .filter(|l| l.contains(" -l pid ") || l.contains(" -l tid "))
+    {
+        assert!(line.contains(" -r -f -a \"("), "{line}");
+    }
+    assert!(fish.contains("__fish_complete_pids"));
+    if let Ok(out) = Command::new("zsh").arg("-n").arg("-c").arg(&zsh).output() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if let Ok(out) = Command::new("fish").arg("-n").arg("-c").arg(&fish).output() {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(dir.join("tachy.fish"), &fish).unwrap();
+        for (line, want) in [("-p 1", "1"), ("-t ", tid.as_str()), ("--by c", "caller")] {
+            let out = run(Command::new("fish")
+                .arg("-c")
+                .arg(format!(
+                    "source tachy.fish; complete -C 'tachy latency {line}'"
+                ))
+                .current_dir(&dir));
+            let text = String::from_utf8(out.stdout).unwrap();
+            let got: Vec<&str> = text
+                .lines()
+                .map(|l| l.split('\t').next().unwrap())
+                .collect();
+            assert!(got.contains(&want), "fish {line}: {text}");
+            assert!(!got.contains(&"1x"), "fish {line}: {text}");
+        }
     }
 }
 
