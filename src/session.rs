@@ -87,18 +87,20 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
             plan.add_kernel_function(name);
         }
     }
+    // Options that do not go with what is traced are usage errors.
+    let refuse = |msg: String| -> Result<Plan> { Err(UsageError(msg).into()) };
     if let (Some(_), Some((name, _))) = (s.record, plan.kernel_functions().next()) {
-        bail!("--record-slower-than records user functions and system calls; kernel functions (k:{name}) are not recorded");
+        return refuse(format!("--record-slower-than records user functions and system calls; kernel functions (k:{name}) are not recorded"));
     }
     if s.cpu && plan.kernel_functions().next().is_some() {
-        bail!("--cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split");
+        return refuse("--cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split".into());
     }
     // Only kernel items are planned so far.
     if s.nested.is_some() && !plan.items.is_empty() {
-        bail!(
+        return refuse(format!(
             "tachy nested times the call sites of user functions; {} is timed by the kernel: use tachy latency",
             plan.items[0].name
-        );
+        ));
     }
     if s.uretprobe && !s.force {
         refuse_throwing_uretprobes(&resolved)?;
@@ -122,22 +124,22 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
     }
     if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
         if s.nested.is_some() && (s.min_ns.is_some() || s.max_ns.is_some()) {
-            bail!(
+            return refuse(format!(
                 "tachy nested does not apply --slower-than/--faster-than to the call sites of Go functions yet ({}): each site call is counted when it returns; use tachy latency with the filter",
                 go.name
-            );
+            ));
         }
         if s.cpu {
-            bail!(
+            return refuse(format!(
                 "--cpu splits time per thread, and a goroutine moves between threads: Go functions ({}) are not split yet",
                 go.name
-            );
+            ));
         }
         if s.record.is_some() {
-            bail!(
+            return refuse(format!(
                 "--record-slower-than does not record Go functions yet ({})",
                 go.name
-            );
+            ));
         }
     }
     // What each item knows of its arguments, read once for the features

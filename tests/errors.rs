@@ -277,7 +277,7 @@ fn unsupported_targets() {
             );
         }
     }
-    let msg = error(&["nested", "k:vfs_read"]);
+    let msg = usage_error(&["nested", "k:vfs_read"]);
     assert_mentions(&msg, &["k:vfs_read", "tachy latency"]);
     let msg = error(&["latency", "no_such_function_anywhere"]);
     assert_mentions(

@@ -716,11 +716,12 @@ fn nested_go_with_a_duration_filter_is_refused() {
     let args = ["nested", "--slower-than", "1ms", "--dry-run", &spec];
     let out = tachy(&args);
     let all = text(&args, &out);
-    assert_ne!(out.status.code(), Some(0), "{all}");
+    // A usage error: status 2, clap's `error: ` line first.
+    assert_eq!(out.status.code(), Some(2), "{all}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{all}");
+    let first = stderr.lines().next().unwrap_or_default();
     assert!(
-        stderr.contains("does not apply --slower-than/--faster-than to the call sites of Go functions yet (main.work)"),
+        first.starts_with("error: tachy nested does not apply --slower-than/--faster-than to the call sites of Go functions yet (main.work)"),
         "{all}"
     );
 }
@@ -781,7 +782,7 @@ fn calls_group_by_goroutine() {
 }
 
 /// Keys that say nothing of a Go function, and `goroutine` on C code, are
-/// refused with one line.
+/// usage errors.
 #[test]
 fn by_keys_go_refuses() {
     let _guard = common::serial();
@@ -794,24 +795,25 @@ fn by_keys_go_refuses() {
         (
             format!("{}:main.yielder", go.display()),
             "tid",
-            "tachy: --by tid does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+            "error: --by tid does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
         ),
         (
             format!("{}:main.yielder", go.display()),
             "arg0",
-            "tachy: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+            "error: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
         ),
         (
             format!("{}:main", c.display()),
             "goroutine",
-            "tachy: --by goroutine groups calls of Go functions; main is not Go code",
+            "error: --by goroutine groups calls of Go functions; main is not Go code",
         ),
     ];
     for (target, key, line) in cases {
         let args = ["latency", "--dry-run", "--by", key, &target];
         let out = tachy(&args);
         let all = text(&args, &out);
-        assert_eq!(out.status.code(), Some(1), "{all}");
+        // Usage errors: status 2, clap's `error: ` line first.
+        assert_eq!(out.status.code(), Some(2), "{all}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().next(), Some(line), "{all}");
     }

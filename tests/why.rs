@@ -206,10 +206,10 @@ fn cpu_usage_errors() {
         return;
     }
     let out = run_why("latency", &["--cpu", "k:vfs_read"], "sleep", 1);
-    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(out.code(), Some(2), "{out}");
     assert!(
         out.stderr
-            .contains("tachy: --cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split"),
+            .contains("error: --cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split"),
         "{out}"
     );
 }
