@@ -156,8 +156,11 @@ Inputs are files of `tachy latency --json` (every report in a file is
 added) and `tachy latency --hlog` or `tachy nested --hlog` logs (a call site
 is named by its path). Functions are matched by demangled name and the base
 name of their object. The sums are exact: every input holds the kernel's
-own buckets. Inputs must use one unit (-u, -m). The --cpu parts of a
-function are added where every input has them, and left out otherwise.";
+own buckets. Inputs in different units (-u, -m) are added in the coarsest:
+a bucket goes whole into the bucket of that unit its durations fall in,
+and where one straddles two (1000 is no power of two) the merge is
+refused, naming it. The --cpu parts of a function are added where every
+input has them, and left out otherwise.";
 
 const DIFF_EXAMPLES: &str = "\
 Examples:

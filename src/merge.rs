@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use crate::cli::{DiffArgs, MergeArgs};
-use crate::report::hist::bucket_of;
+use crate::report::hist::{bucket_of, bucket_range};
 use crate::report::hlog::{self, HlogWriter};
 use crate::report::{Counts, CpuSplit, FuncReport, Hist, Report, Unit, CPU_PARTS};
 
@@ -212,16 +212,27 @@ fn load_json(bytes: &[u8]) -> Result<Input> {
         into.start = into.start.min(time);
         into.end = into.end.max(time);
         for f in funcs {
-            let (unit, func) = json_func(f).with_context(|| format!("line {}", i + 1))?;
+            let (unit, mut func) = json_func(f).with_context(|| format!("line {}", i + 1))?;
             if into.funcs.is_empty() {
                 into.unit = unit;
+            } else if unit.ns() > into.unit.ns() {
+                into.coarsen(unit).with_context(|| {
+                    format!(
+                        "line {}: buckets in {} where earlier ones are in {}",
+                        i + 1,
+                        unit.label(),
+                        into.unit.label()
+                    )
+                })?;
             } else if unit != into.unit {
-                bail!(
-                    "line {}: buckets in {} where earlier ones are in {}",
-                    i + 1,
-                    unit.label(),
-                    into.unit.label()
-                );
+                coarsen_func(&mut func, unit, into.unit).with_context(|| {
+                    format!(
+                        "line {}: buckets in {} where earlier ones are in {}",
+                        i + 1,
+                        unit.label(),
+                        into.unit.label()
+                    )
+                })?;
             }
             add(&mut into.funcs, func);
         }
@@ -292,25 +303,128 @@ fn json_func(f: &Value) -> Result<(Unit, FuncReport)> {
     ))
 }
 
+impl Input {
+    /// Puts every function's buckets into `to`, a coarser unit.
+    fn coarsen(&mut self, to: Unit) -> Result<()> {
+        for f in &mut self.funcs {
+            coarsen_func(f, self.unit, to)?;
+        }
+        self.unit = to;
+        Ok(())
+    }
+}
+
+/// Puts the buckets of `f`, in `from`, into the coarser unit `to`. Exact
+/// or refused: a bucket of `from` is a range of durations in `from`, and the
+/// kernel puts a duration d in the bucket of d / unit, so each of its calls
+/// is in the `to` bucket of its value divided by 1,000 (or 1,000,000). When
+/// that is the same bucket at both ends of the range, all of its calls go
+/// there; when the range straddles a bound of the `to` buckets (1000 is no
+/// power of two, so a range can), how many calls fall on each side is not
+/// known and the conversion is refused, naming the bucket. The `--cpu`
+/// parts' log2 histograms are converted the same way, or else left out (as
+/// an input without them leaves them out); their totals are in ns.
+fn coarsen_func(f: &mut FuncReport, from: Unit, to: Unit) -> Result<()> {
+    let ratio = to.ns() / from.ns();
+    let mut hist = Hist::default();
+    for (b, &n) in f.counts.hist.buckets.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let (lo, hi) = bucket_range(b);
+        let (first, last) = (bucket_of(lo / ratio), bucket_of(hi / ratio));
+        if first != last {
+            bail!(
+                "{}: {n} call{} between {lo} and {hi} {}, on both sides of {} {}, where {} buckets part: how many fall on each side is not known",
+                f.name,
+                if n == 1 { "" } else { "s" },
+                from.label(),
+                bucket_range(last).0,
+                to.label(),
+                to.label(),
+            );
+        }
+        hist.buckets[first] += n;
+    }
+    f.counts.hist = hist;
+    if let Some(split) = f.counts.cpu.as_mut() {
+        split.hist = split.hist.take().and_then(|parts| {
+            let mut out: [Vec<u64>; 3] = Default::default();
+            for (o, slots) in out.iter_mut().zip(parts) {
+                *o = coarsen_log2(&slots, ratio)?;
+            }
+            Some(out)
+        });
+    }
+    Ok(())
+}
+
+/// Log2 slots (slot i: [2^i, 2^(i+1)), slot 0 also 0) of values divided by
+/// `ratio`; None when a slot's calls would fall in two.
+fn coarsen_log2(slots: &[u64], ratio: u64) -> Option<Vec<u64>> {
+    let slot = |v: u64| {
+        if v == 0 {
+            0
+        } else {
+            63 - v.leading_zeros() as usize
+        }
+    };
+    let mut out = vec![0u64; slots.len()];
+    for (i, &n) in slots.iter().enumerate().filter(|(_, &n)| n > 0) {
+        let (lo, hi) = if i == 0 {
+            (0, 1)
+        } else {
+            (1u64 << i, (1u64 << i) * 2 - 1)
+        };
+        let (a, b) = (slot(lo / ratio), slot(hi / ratio));
+        if a != b {
+            return None;
+        }
+        out[a] += n;
+    }
+    let used = out.iter().rposition(|&n| n > 0).map_or(0, |i| i + 1);
+    out.truncate(used);
+    Some(out)
+}
+
+/// Puts every input into the coarsest unit among them, or says which
+/// bucket of which input cannot be converted exactly.
+fn common_unit(paths: &[PathBuf], inputs: &mut [Input], what: &str) -> Result<Unit> {
+    let Some(coarsest) = inputs.iter().map(|i| i.unit).max_by_key(|u| u.ns()) else {
+        bail!("nothing to {what}");
+    };
+    let (at, _) = inputs
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.unit == coarsest)
+        .expect("the coarsest unit is an input's");
+    for (p, input) in paths.iter().zip(inputs.iter_mut()) {
+        let from = input.unit;
+        if from != coarsest {
+            input.coarsen(coarsest).with_context(|| {
+                format!(
+                    "{} has buckets in {} and {} in {}, which they cannot be added to exactly",
+                    p.display(),
+                    from.label(),
+                    paths[at].display(),
+                    coarsest.label(),
+                )
+            })?;
+        }
+    }
+    Ok(coarsest)
+}
+
 /// Reads every input and adds them up.
 pub fn merge(paths: &[PathBuf]) -> Result<Merge> {
     let mut inputs = Vec::new();
     for p in paths {
         inputs.push(load(p)?);
     }
+    let unit = common_unit(paths, &mut inputs, "merge")?;
     let Some(first) = inputs.first() else {
         bail!("nothing to merge");
     };
-    let unit = first.unit;
-    if let Some((p, i)) = paths.iter().zip(&inputs).find(|(_, i)| i.unit != unit) {
-        bail!(
-            "{} has buckets in {} and {} in {}: merge reports made with the same unit (-u, -m)",
-            p.display(),
-            i.unit.label(),
-            paths[0].display(),
-            unit.label()
-        );
-    }
     let mut m = Merge {
         inputs: paths.to_vec(),
         unit,
@@ -447,16 +561,9 @@ pub struct DiffRow {
 
 /// Reads A and B (each summed over its reports) and pairs their functions.
 pub fn diff(a: &Path, b: &Path) -> Result<(Unit, Vec<DiffRow>)> {
-    let (ia, ib) = (load(a)?, load(b)?);
-    if ia.unit != ib.unit {
-        bail!(
-            "{} has buckets in {} and {} in {}: compare reports made with the same unit (-u, -m)",
-            a.display(),
-            ia.unit.label(),
-            b.display(),
-            ib.unit.label()
-        );
-    }
+    let mut inputs = [load(a)?, load(b)?];
+    common_unit(&[a.to_path_buf(), b.to_path_buf()], &mut inputs, "compare")?;
+    let [ia, ib] = inputs;
     let mut rows: Vec<DiffRow> = ia
         .funcs
         .iter()
@@ -637,4 +744,81 @@ fn json_part(label: &str) -> String {
 
 fn change_of(a: Option<u64>, b: Option<u64>) -> Option<f64> {
     change(a, b).map(|c| (c * 10.0).round() / 10.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn func(hist: Hist) -> FuncReport {
+        FuncReport {
+            name: "f".into(),
+            raw_name: "f".into(),
+            object: PathBuf::from("/x"),
+            go: false,
+            counts: Counts {
+                count: hist.buckets.iter().sum(),
+                hist,
+                ..Counts::default()
+            },
+            groups: None,
+        }
+    }
+
+    /// A bucket converts when all of its durations land in one bucket of
+    /// the coarser unit, and then into the bucket each of them lands in.
+    #[test]
+    fn a_bucket_converts_into_the_bucket_of_its_durations_or_is_refused() {
+        let (mut exact, mut refused) = (0, 0);
+        for b in 0..bucket_of(1 << 40) {
+            for (from, to) in [
+                (Unit::Nsec, Unit::Usec),
+                (Unit::Usec, Unit::Msec),
+                (Unit::Nsec, Unit::Msec),
+            ] {
+                let ratio = to.ns() / from.ns();
+                let mut h = Hist::default();
+                h.buckets[b] = 3;
+                let mut f = func(h);
+                let (lo, hi) = bucket_range(b);
+                match coarsen_func(&mut f, from, to) {
+                    Ok(()) => {
+                        exact += 1;
+                        for v in [lo, (lo + hi) / 2, hi] {
+                            assert_eq!(f.counts.hist.buckets[bucket_of(v / ratio)], 3, "{v}");
+                        }
+                    }
+                    Err(e) => {
+                        refused += 1;
+                        assert_ne!(bucket_of(lo / ratio), bucket_of(hi / ratio));
+                        assert!(
+                            e.to_string().contains(&format!("between {lo} and {hi}")),
+                            "{e}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(exact > 0 && refused > 0);
+        // 1984-2047 ns holds 1.984 us and 2.047 us.
+        let mut h = Hist::default();
+        h.buckets[bucket_of(1984)] = 5;
+        let e = coarsen_func(&mut func(h), Unit::Nsec, Unit::Usec).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "f: 5 calls between 1984 and 2047 nsec, on both sides of 2 usec, where usec buckets part: how many fall on each side is not known"
+        );
+    }
+
+    #[test]
+    fn cpu_log2_slots_convert_or_are_left_out() {
+        // 0-1, 256-511 ns are all 0 us; 1024-2047 ns straddles 1 and 2 us.
+        assert_eq!(
+            coarsen_log2(&[1, 0, 0, 0, 0, 0, 0, 0, 2], 1000),
+            Some(vec![3])
+        );
+        let mut slots = vec![0; 11];
+        slots[10] = 1;
+        assert_eq!(coarsen_log2(&slots, 1000), None);
+    }
 }

@@ -579,19 +579,29 @@ fn merge_refuses_what_it_cannot_add_exactly() {
     let dir = scratch("bad");
     let ns = dir.join("ns.json");
     let us = dir.join("us.json");
-    let line = |unit: &str| {
-        format!(
-            r#"{{"time": 1.0, "functions": [{{"name": "f", "raw_name": "f", "object": "/x", "count": 2, "total_ns": 2000, "min_ns": 900, "max_ns": 1100, "log2_unit": "{unit}", "buckets": [[1, 2]], "unwound": 0, "filtered": 0, "overflow": 0, "indirect_tail": 0}}]}}"#
-        )
-    };
+    let line = |unit: &str| line_with(unit, 2, "[[1, 2]]");
     std::fs::write(&ns, line("nsec") + "\n").unwrap();
     std::fs::write(&us, line("usec") + "\n").unwrap();
+    // 1984-2047 ns: 1.984 to 2.047 us, in two usec buckets.
+    let straddles = dir.join("straddles.json");
+    std::fs::write(
+        &straddles,
+        line_with("nsec", 3, "[[1, 2], [1984, 1]]") + "\n",
+    )
+    .unwrap();
     let garbage = dir.join("garbage.txt");
     std::fs::write(&garbage, "hello\n").unwrap();
     let nested = dir.join("nested.json");
     std::fs::write(&nested, "{\"time\": 1.0, \"roots\": []}\n").unwrap();
-    let cases: [(&[&Path], &str); 4] = [
-        (&[&ns, &us], "has buckets in usec and"),
+    let cases: [(&[&Path], &str); 5] = [
+        (
+            &[&us, &straddles],
+            "straddles.json has buckets in nsec and",
+        ),
+        (
+            &[&us, &straddles],
+            "in usec, which they cannot be added to exactly: f: 1 call between 1984 and 2047 nsec, on both sides of 2 usec, where usec buckets part",
+        ),
         (&[&nested], "a tachy nested report"),
         (
             &[Path::new("/nonexistent.json")],
@@ -620,6 +630,61 @@ fn merge_refuses_what_it_cannot_add_exactly() {
     assert_eq!(num(f, "count"), 4);
     assert_eq!(num(f, "total_ns"), 4000);
     assert_eq!(buckets_of(f), vec![(1, 4)]);
+}
+
+/// A report of -u's or -m's buckets and one of nanoseconds: bucket 1 ns
+/// (0 us) and 2048-2175 ns (2 us) go whole into usec buckets, as in one
+/// file with lines of both units and in `diff`.
+#[test]
+fn merge_and_diff_convert_buckets_into_the_coarser_unit_where_exact() {
+    let dir = scratch("units");
+    let ns = dir.join("ns.json");
+    let us = dir.join("us.json");
+    std::fs::write(&ns, line_with("nsec", 5, "[[1, 2], [2048, 3]]") + "\n").unwrap();
+    std::fs::write(&us, line_with("usec", 2, "[[1, 2]]") + "\n").unwrap();
+    let both = dir.join("both.json");
+    std::fs::write(
+        &both,
+        line_with("nsec", 5, "[[1, 2], [2048, 3]]")
+            + "\n"
+            + &line_with("usec", 2, "[[1, 2]]")
+            + "\n",
+    )
+    .unwrap();
+    for files in [[&ns, &us], [&us, &ns]] {
+        let out = tachy(&[
+            "merge",
+            "--json",
+            files[0].to_str().unwrap(),
+            files[1].to_str().unwrap(),
+        ]);
+        out.assert_success();
+        let rep = out.single_report();
+        let f = func(&rep, "f");
+        assert_eq!(f["log2_unit"], "usec", "{rep}");
+        assert_eq!(num(f, "count"), 7);
+        assert_eq!(num(f, "total_ns"), 4000);
+        assert_eq!(buckets_of(f), vec![(0, 2), (1, 2), (2, 3)]);
+    }
+    let out = tachy(&["merge", "--json", both.to_str().unwrap()]);
+    out.assert_success();
+    assert_eq!(
+        buckets_of(func(&out.single_report(), "f")),
+        vec![(0, 2), (1, 2), (2, 3)]
+    );
+    let out = tachy(&["diff", "--json", ns.to_str().unwrap(), us.to_str().unwrap()]);
+    out.assert_success();
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["functions"][0]["a"]["count"], 5, "{v}");
+    assert_eq!(v["functions"][0]["b"]["count"], 2, "{v}");
+}
+
+/// One line of a `tachy latency --json` report: function f with `count`
+/// calls in `buckets` ([lowest value, calls]...) of `unit`.
+fn line_with(unit: &str, count: u64, buckets: &str) -> String {
+    format!(
+        r#"{{"time": 1.0, "functions": [{{"name": "f", "raw_name": "f", "object": "/x", "count": {count}, "total_ns": 2000, "min_ns": 900, "max_ns": 1100, "log2_unit": "{unit}", "buckets": {buckets}, "unwound": 0, "filtered": 0, "overflow": 0, "indirect_tail": 0}}]}}"#
+    )
 }
 
 // ---------------------------------------------------------------------------
