@@ -208,7 +208,8 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                 if found.functions.is_empty() {
                     continue;
                 }
-                let functions = implement_ifuncs(&obj, found.functions, scope, &mut left_out);
+                let functions =
+                    implement_ifuncs(&obj, found.functions, scope, objects, &mut left_out);
                 found_any = true;
                 match out.iter_mut().find(|r| Rc::ptr_eq(&r.obj, &obj)) {
                     Some(r) => {
@@ -254,12 +255,14 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
 }
 
 /// `funcs` with each IFUNC symbol replaced by what callers reach: in a
-/// running process, the function its relocated slot holds; otherwise every
-/// function its resolver can return. Each address once.
+/// running process, the function its relocated slot holds (the object's
+/// own IRELATIVE slot, else another object's GOT slot for the symbol);
+/// otherwise every function its resolver can return. Each address once.
 fn implement_ifuncs(
     obj: &ElfObject,
     funcs: Vec<Function>,
     scope: &Scope,
+    objects: &mut Objects,
     left_out: &mut Vec<String>,
 ) -> Vec<Function> {
     let Ok(index) = obj.symbols() else {
@@ -268,13 +271,21 @@ fn implement_ifuncs(
     if !funcs.iter().any(|f| index.is_ifunc(f.addr)) {
         return funcs;
     }
-    let reader = match scope {
-        Scope::Process(m) => {
-            target::slot_reader(m.pid, &obj.display, |off| obj.offset_to_vaddr(off))
-        }
+    let process = match scope {
+        Scope::Process(m) => target::ProcessMemory::open(m.pid).and_then(|mem| {
+            let bias = mem.bias(&obj.display, |off| obj.offset_to_vaddr(off))?;
+            Some((m, mem, bias))
+        }),
         _ => None,
     };
-    let read = reader.as_ref().map(|r| r as &dyn Fn(u64) -> Option<u64>);
+    let read = process.as_ref().map(|(_, mem, bias)| {
+        move |slot: u64| {
+            mem.read_u64(slot.wrapping_add(*bias))
+                .map(|v| v.wrapping_sub(*bias))
+        }
+    });
+    let read = read.as_ref().map(|r| r as &dyn Fn(u64) -> Option<u64>);
+    let mut importers: Option<Vec<Imports>> = None;
     let mut out: Vec<Function> = Vec::with_capacity(funcs.len());
     let mut seen = std::collections::HashSet::new();
     for f in funcs {
@@ -282,8 +293,18 @@ fn implement_ifuncs(
             match ifunc::implementations(obj, &f, read) {
                 ifunc::Implementations::Resolved(g) => vec![g],
                 ifunc::Implementations::Candidates(gs, notes) => {
-                    left_out.extend(notes);
-                    gs
+                    let bound = process.as_ref().and_then(|(m, mem, bias)| {
+                        let imps =
+                            importers.get_or_insert_with(|| imports_of(obj, m, objects, mem));
+                        bound_by_importers(&f, imps, mem, *bias)
+                    });
+                    match bound.and_then(|a| ifunc::resolved_to(obj, &f, a)) {
+                        Some(g) => vec![g],
+                        None => {
+                            left_out.extend(notes);
+                            gs
+                        }
+                    }
                 }
                 ifunc::Implementations::Unknown => vec![f],
             }
@@ -297,6 +318,64 @@ fn implement_ifuncs(
         }
     }
     out
+}
+
+/// Another object of a process, with where it was loaded and the GOT
+/// slots of the functions it imports, by name.
+struct Imports {
+    bias: u64,
+    slots: HashMap<String, Vec<u64>>,
+}
+
+/// The imports of every object process `m` maps but `obj`.
+fn imports_of(
+    obj: &ElfObject,
+    m: &ProcessMaps,
+    objects: &mut Objects,
+    mem: &target::ProcessMemory,
+) -> Vec<Imports> {
+    let mut out = Vec::new();
+    for r in m.all().filter(|r| r.display != obj.display) {
+        let Ok(o) = objects.get(r) else { continue };
+        let Some(bias) = mem.bias(&o.display, |off| o.offset_to_vaddr(off)) else {
+            continue;
+        };
+        let mut slots: HashMap<String, Vec<u64>> = HashMap::new();
+        for &(slot, _) in o.dyn_relocs().symbolic() {
+            if let Some(name) = o.slot_import(slot) {
+                slots.entry(name.to_string()).or_default().push(slot);
+            }
+        }
+        out.push(Imports { bias, slots });
+    }
+    out
+}
+
+/// Where another object's GOT slot for IFUNC `f` points, as an address of
+/// `f`'s object (loaded at `bias`): what calls through that object reach.
+/// A lazily bound slot not yet used points into its own object's PLT and
+/// is passed over.
+fn bound_by_importers(
+    f: &Function,
+    imports: &[Imports],
+    mem: &target::ProcessMemory,
+    bias: u64,
+) -> Option<u64> {
+    // The IFUNC may have matched through a local alias (`__GI_memset`).
+    let names = [
+        f.raw.as_str(),
+        f.raw.trim_start_matches("__GI_"),
+        f.raw.trim_start_matches("__libc_"),
+    ];
+    imports.iter().find_map(|imp| {
+        names
+            .iter()
+            .filter_map(|n| imp.slots.get(*n))
+            .flatten()
+            .filter_map(|&slot| mem.read_u64(slot.wrapping_add(imp.bias)))
+            .map(|v| v.wrapping_sub(bias))
+            .find(|&a| a != f.addr)
+    })
 }
 
 /// An object a pattern was looked up in, and where its symbols came from

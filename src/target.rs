@@ -363,28 +363,41 @@ pub fn exec_mappings(pid: u32) -> Result<Vec<Mapping>> {
         .collect())
 }
 
-/// A reader of the 8-byte slots of one object as process `pid` holds them
-/// (after the loader relocated them): given an address of the object, the
-/// address of the object its slot points to. `None` when the process does
-/// not map the object where its maps say, or its memory cannot be read.
-pub fn slot_reader(
-    pid: u32,
-    display: &Path,
-    offset_to_vaddr: impl Fn(u64) -> Option<u64>,
-) -> Option<impl Fn(u64) -> Option<u64>> {
-    use std::os::unix::fs::FileExt;
-    let m = exec_mappings(pid)
-        .ok()?
-        .into_iter()
-        .find(|m| m.object.display == display)?;
-    // Load bias: where the process put the object's address 0.
-    let bias = m.start.wrapping_sub(offset_to_vaddr(m.offset)?);
-    let mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
-    Some(move |slot: u64| {
+/// The memory of a running process, read through /proc/PID/mem, and
+/// where it mapped each object.
+pub struct ProcessMemory {
+    mem: fs::File,
+    maps: Vec<Mapping>,
+}
+
+impl ProcessMemory {
+    /// `None` when the process's maps or memory cannot be read.
+    pub fn open(pid: u32) -> Option<ProcessMemory> {
+        Some(ProcessMemory {
+            maps: exec_mappings(pid).ok()?,
+            mem: fs::File::open(format!("/proc/{pid}/mem")).ok()?,
+        })
+    }
+
+    /// The load bias of the object known as `display` (where the process
+    /// put its address 0), from its executable mapping and the object's
+    /// own file-offset-to-address map.
+    pub fn bias(
+        &self,
+        display: &Path,
+        offset_to_vaddr: impl Fn(u64) -> Option<u64>,
+    ) -> Option<u64> {
+        let m = self.maps.iter().find(|m| m.object.display == display)?;
+        Some(m.start.wrapping_sub(offset_to_vaddr(m.offset)?))
+    }
+
+    /// The 8 bytes at `addr` of the process, little-endian.
+    pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
         let mut buf = [0u8; 8];
-        mem.read_exact_at(&mut buf, slot.wrapping_add(bias)).ok()?;
-        Some(u64::from_le_bytes(buf).wrapping_sub(bias))
-    })
+        self.mem.read_exact_at(&mut buf, addr).ok()?;
+        Some(u64::from_le_bytes(buf))
+    }
 }
 
 struct MapsLine<'a> {

@@ -18,9 +18,14 @@ use common::Fixture;
 use serde_json::Value;
 
 /// Calls the fixture makes of each function for N = 2000.
-const CALLS: [(&str, u64); 3] = [("memset", 2000), ("memcpy", 4000), ("strlen", 6000)];
+const CALLS: [(&str, u64); 4] = [
+    ("memset", 2000),
+    ("memcpy", 4000),
+    ("strlen", 6000),
+    ("wcsrchr", 8000),
+];
 
-const SPECS: [&str; 3] = ["c:memset", "c:memcpy", "c:strlen"];
+const SPECS: [&str; 4] = ["c:memset", "c:memcpy", "c:strlen", "c:wcsrchr"];
 
 /// Per IFUNC symbol, the functions reported for it: (name, count).
 fn by_symbol(rep: &Value, symbol: &str) -> Vec<(String, u64)> {

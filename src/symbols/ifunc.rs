@@ -80,6 +80,19 @@ pub fn implementations(
     Implementations::Candidates(kept, notes)
 }
 
+/// The function at `addr` of `obj`, as the one IFUNC `f` resolved to in a
+/// process: `None` if no function starts there.
+pub fn resolved_to(obj: &ElfObject, f: &Function, addr: u64) -> Option<Function> {
+    let mut g = obj.symbols().ok()?.function_starting_at(addr)?;
+    g.ifunc = Some(IfuncOf {
+        name: f.display_name(),
+        resolver: f.addr,
+        resolved: true,
+        candidates: 1,
+    });
+    Some(g)
+}
+
 /// The slots of the IRELATIVE relocations whose resolver is at `resolver`.
 fn irelative_slots(obj: &ElfObject, resolver: u64) -> Vec<u64> {
     let Ok(file) = obj.parse() else {

@@ -344,6 +344,7 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
             // through the PLT.
             let mut c = cc();
             c.args(["-std=c11", "-O2", "-g", "-fno-builtin", "-Wall", "-Wextra"])
+                .arg("-Wl,-z,now")
                 .arg(src.join("ifunc.c"))
                 .arg("-o")
                 .arg(tmp_out);
