@@ -286,19 +286,21 @@ impl<'obj> Tracer<'obj> {
             t.count_in(&counted, plan.settings.follow)?;
         }
         t.fill_site_nodes(plan)?;
+        t.fill_tail_pairs(plan)?;
         t.fill_probe_time(plan)?;
         t.fill_filters(plan)?;
         t.fill_by_args(plan)?;
         t.fill_groups()?;
+        // Before any frame can open: its switches are then all seen.
+        if plan.settings.cpu {
+            t.attach_scheduler()?;
+        }
         t.attach_uprobes(plan, &groups, attached)?;
         if plan.syscalls().next().is_some() {
             t.attach_syscalls(plan)?;
         }
         if plan.kernel_functions().next().is_some() {
             t.attach_kernel_functions(plan, verbose)?;
-        }
-        if plan.settings.cpu {
-            t.attach_scheduler()?;
         }
         // Without it, frames a thread abandons just before it exits are not
         // counted as unwound; timing is unaffected.
@@ -525,6 +527,18 @@ impl<'obj> Tracer<'obj> {
     }
 
     /// Tells the kernel which node a site probe times under which parent.
+    /// Tells the kernel which traced functions can tail-call which.
+    fn fill_tail_pairs(&mut self, plan: &Plan) -> Result<()> {
+        for key in encode::tail_pairs(plan) {
+            self.skel
+                .maps
+                .tail_pairs
+                .update(&key.to_ne_bytes(), &[1u8], MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot set up the tail calls' map: {e}"))?;
+        }
+        Ok(())
+    }
+
     fn fill_site_nodes(&mut self, plan: &Plan) -> Result<()> {
         for (key, node) in encode::site_nodes(plan) {
             let (key, node) = (key.to_ne_bytes(), node.to_ne_bytes());
@@ -710,58 +724,65 @@ impl<'obj> Tracer<'obj> {
             Some(pid) if !plan.settings.follow && plan.pids.is_empty() => pid as i32,
             _ => -1,
         };
-        for (oi, object) in plan.objects.iter().enumerate() {
-            let display = object.display.display();
-            // The kernel resolves the path it is given from tachy's root: a
-            // path under a process's root is opened inside that root first
-            // and handed over as this open file.
-            let held = match crate::target::in_process_root(&object.open_path) {
+        // The kernel resolves the path it is given from tachy's root: a
+        // path under a process's root is opened inside that root first and
+        // handed over as this open file.
+        let mut held = Vec::with_capacity(plan.objects.len());
+        for object in &plan.objects {
+            held.push(match crate::target::in_process_root(&object.open_path) {
                 Some(_) => Some(
                     crate::target::open_file(&object.open_path)
-                        .with_context(|| format!("cannot open {display}"))?,
+                        .with_context(|| format!("cannot open {}", object.display.display()))?,
                 ),
                 None => None,
+            });
+        }
+        // In the groups' order (`Program::activation_rank`): function
+        // entries go live last, in every object.
+        for g in groups {
+            let (Some(object), Some(held)) = (plan.objects.get(g.object), held.get(g.object))
+            else {
+                continue;
             };
+            let display = object.display.display();
             let fd_path = held
                 .as_ref()
                 .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
             let path = fd_path.as_deref().unwrap_or(&object.open_path);
             let what = || format!("cannot attach probes to {display}");
-            for g in groups.iter().filter(|g| g.object == oi) {
-                let prog = uprobe_program(&self.skel.progs, g.program, self.multi);
-                if self.multi {
-                    let attach = |sites: &[(u64, u64)]| {
-                        let opts = UprobeMultiOpts {
-                            retprobe: g.program.is_return(),
-                            offsets: sites.iter().map(|s| s.0 as usize).collect(),
-                            cookies: sites.iter().map(|s| s.1).collect(),
-                            ..Default::default()
-                        };
-                        prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+            let prog = uprobe_program(&self.skel.progs, g.program, self.multi);
+            if self.multi {
+                let attach = |sites: &[(u64, u64)]| {
+                    let opts = UprobeMultiOpts {
+                        retprobe: g.program.is_return(),
+                        offsets: sites.iter().map(|s| s.0 as usize).collect(),
+                        cookies: sites.iter().map(|s| s.1).collect(),
+                        ..Default::default()
                     };
-                    let mut refused = Vec::new();
-                    let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
-                        .map_err(attach_error)
-                        .with_context(what)?;
-                    self.links.extend(links);
-                    attached.fetch_add(g.sites.len() - refused.len(), Ordering::Relaxed);
-                    self.refused
-                        .extend(refused.into_iter().map(|offset| (oi, offset)));
-                } else {
-                    for &(offset, cookie) in &g.sites {
-                        let opts = UprobeOpts {
-                            cookie,
-                            retprobe: g.program.is_return(),
-                            ..Default::default()
-                        };
-                        match prog.attach_uprobe_with_opts(link_pid, path, offset as usize, opts) {
-                            Ok(link) => {
-                                self.links.push(link);
-                                attached.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(e) if kernel_refused(&e) => self.refused.push((oi, offset)),
-                            Err(e) => return Err(attach_error(e)).with_context(what),
+                    prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+                };
+                let mut refused = Vec::new();
+                let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
+                    .map_err(attach_error)
+                    .with_context(what)?;
+                self.links.extend(links);
+                attached.fetch_add(g.sites.len() - refused.len(), Ordering::Relaxed);
+                self.refused
+                    .extend(refused.into_iter().map(|offset| (g.object, offset)));
+            } else {
+                for &(offset, cookie) in &g.sites {
+                    let opts = UprobeOpts {
+                        cookie,
+                        retprobe: g.program.is_return(),
+                        ..Default::default()
+                    };
+                    match prog.attach_uprobe_with_opts(link_pid, path, offset as usize, opts) {
+                        Ok(link) => {
+                            self.links.push(link);
+                            attached.fetch_add(1, Ordering::Relaxed);
                         }
+                        Err(e) if kernel_refused(&e) => self.refused.push((g.object, offset)),
+                        Err(e) => return Err(attach_error(e)).with_context(what),
                     }
                 }
             }
@@ -1066,6 +1087,13 @@ fn load<'obj>(
             .by_args
             .set_max_entries(plan.ids().max(1))
             .map_err(|e| anyhow!("cannot size the arguments of --by: {e}"))?;
+    }
+    let pairs = encode::tail_pairs(plan).len();
+    if pairs > 1 {
+        open.maps
+            .tail_pairs
+            .set_max_entries(pairs as u32)
+            .map_err(|e| anyhow!("cannot size the tail calls' map: {e}"))?;
     }
     if !plan.arg_filters.is_empty() {
         open.maps

@@ -1245,9 +1245,42 @@ struct walk_ctx {
 	__u64 now;
 	__u64 ret;  /* the return address, where the probe knows it (or 0) */
 	__u32 only; /* a site end: the slot of the one frame to close */
+	__u32 id;   /* a function entry: its id (else ANY_ID) */
 	bool all;   /* pop every frame: the thread is exiting */
 	bool site;  /* a call site opens */
+	/* an exit: the open sites that end with their parent above the key
+	 * end with the frame closed there (else they were abandoned) */
+	bool chain;
 };
+
+#define ANY_ID 0xffffffffU
+
+/*
+ * (caller id << 32 | callee id) of traced functions whose exits are
+ * uretprobes, where the caller can reach the callee by tail jumps (callee
+ * ANY_ID: by an indirect one). Such a caller has no probe on its tail
+ * jumps (its uretprobe sees the return), so the callee's entry at its key
+ * is how a tail call shows. Sized by user space.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u64);
+	__type(value, __u8);
+} tail_pairs SEC(".maps");
+
+/* Whether the call of `id` entering at frame f's key is f's tail call. */
+static __always_inline bool tail_handover(struct tachy_frame *f, __u32 id)
+{
+	__u64 key = (__u64)f->id << 32 | id;
+
+	if (!(f->flags & TACHY_FRAME_ROOT))
+		return false;
+	if (bpf_map_lookup_elem(&tail_pairs, &key))
+		return true;
+	key |= ANY_ID;
+	return bpf_map_lookup_elem(&tail_pairs, &key);
+}
 
 static long pop_one(__u64 i, void *data)
 {
@@ -1261,15 +1294,24 @@ static long pop_one(__u64 i, void *data)
 	    !(f->sp == c->sp && !(f->flags & TACHY_FRAME_TAILING) &&
 	      !(c->site && (f->flags & TACHY_FRAME_ROOT))))
 		return 1;
+	if (!c->all && f->sp == c->sp && c->id != ANY_ID &&
+	    tail_handover(f, c->id)) {
+		/* Its callee returns for it, and closes it then. */
+		f->flags |= TACHY_FRAME_TAILING;
+		return 1;
+	}
 	drop_frame(t, f, c->now);
 	t->depth--;
 	return 0;
 }
 
+/* Before a frame opens at `sp`: that of function `id`, or a site's
+ * (ANY_ID). */
 static __always_inline void pop_abandoned(struct tachy_thread *t, __u64 sp,
-					  __u64 now, bool site)
+					  __u64 now, bool site, __u32 id)
 {
-	struct walk_ctx c = {.t = t, .sp = sp, .now = now, .site = site};
+	struct walk_ctx c = {
+		.t = t, .sp = sp, .now = now, .site = site, .id = id};
 
 	/* bpf_loop keeps the verifier from unrolling nested loops. */
 	bpf_loop(TACHY_MAX_DEPTH, pop_one, &c, 0);
@@ -1358,14 +1400,23 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 
 	if (!entry_wanted(bpf_get_current_pid_tgid()))
 		return 0;
-	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid()))
+	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid())) {
+		/*
+		 * A rejected call opens no frame, but frames it proves gone
+		 * are gone as for any call: else its return, at their key,
+		 * would close one that an exception left.
+		 */
+		t = current_thread(false);
+		if (t && t->depth)
+			pop_abandoned(t, sp, bpf_ktime_get_ns(), false, id);
 		return 0;
+	}
 	now = bpf_ktime_get_ns();
 	t = current_thread(true);
 	if (!t)
 		return 0;
 
-	pop_abandoned(t, sp, now, false);
+	pop_abandoned(t, sp, now, false, id);
 
 	if (outermost) {
 		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
@@ -1399,8 +1450,6 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	return 0;
 }
 
-#define ANY_ID 0xffffffffU
-
 /*
  * SP is at a frame's key: close it. Frames below were abandoned, except a
  * tail-jump site, which ends with its parent. `only`: close no frame but
@@ -1428,12 +1477,39 @@ static long exit_one(__u64 i, void *data)
 	below = t->depth >= 2
 			? &t->frames[(t->depth - 2) & (TACHY_MAX_DEPTH - 1)]
 			: NULL;
-	if ((f->flags & TACHY_FRAME_TAILSITE) && below && below->sp == c->sp)
+	if ((f->flags & TACHY_FRAME_TAILSITE) &&
+	    (c->chain || (below && below->sp == c->sp))) {
 		close_frame(t, f, c->now, false, 0);
-	else
+	} else {
 		drop_frame(t, f, c->now);
+		c->chain = false;
+	}
 	t->depth--;
 	return 0;
+}
+
+/*
+ * Frame i from the top (0): whether the sites that end with their parent,
+ * open above the key, are a chain each inside the one below, down to the
+ * frame the exit closes (c->chain). A site's own sites of that kind end
+ * with it, at any depth.
+ */
+static long chain_one(__u64 i, void *data)
+{
+	struct walk_ctx *c = data;
+	struct tachy_thread *t = c->t;
+	__u32 k = t->depth - 1 - i;
+	struct tachy_frame *f;
+
+	if (k >= TACHY_MAX_DEPTH)
+		return 1;
+	f = &t->frames[k];
+	if (above(f, c->sp) && (f->flags & TACHY_FRAME_TAILSITE))
+		return 0;
+	c->chain = f->sp == c->sp &&
+		   (c->only == ANY_ID ||
+		    ((f->flags & TACHY_FRAME_SITE) && f->slot == c->only));
+	return 1;
 }
 
 static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
@@ -1441,7 +1517,10 @@ static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
 {
 	struct walk_ctx c = {
 		.t = t, .sp = sp, .now = now, .only = only, .ret = ret};
+	struct tachy_frame *f = top(t);
 
+	if (f && (f->flags & TACHY_FRAME_TAILSITE) && above(f, sp))
+		bpf_loop(TACHY_MAX_DEPTH, chain_one, &c, 0);
 	bpf_loop(TACHY_MAX_DEPTH, exit_one, &c, 0);
 }
 
@@ -1571,7 +1650,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		     slot);
 		return 0;
 	}
-	pop_abandoned(t, sp, now, true);
+	pop_abandoned(t, sp, now, true, ANY_ID);
 	node = node_of(slot, top(t));
 	if (!node)
 		return 0;

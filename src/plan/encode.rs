@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::{GoProbe, Plan, ProbeKind};
+use super::{GoProbe, ItemKind, Plan, ProbeKind};
 use crate::disasm::{Base, CheckedJump, JumpOperand};
 
 /// Entry cookie: function id in bits 0-30 (TACHY_ENTRY_ID_MASK).
@@ -77,6 +77,22 @@ impl Program {
     /// Whether the probe is a return probe.
     pub fn is_return(self) -> bool {
         self == Program::Uret
+    }
+
+    /// When its links are attached: the probes that end frames before
+    /// those that open them, and function entries last. A call in flight
+    /// while the links go live is then either not seen at all or seen with
+    /// every probe that can end it already live: a frame is never opened
+    /// whose exit probes were not yet there (its call would be counted as
+    /// left by exception). Go code has entries and returns in one program.
+    pub fn activation_rank(self) -> u8 {
+        match self {
+            Program::Exit | Program::Tail | Program::Uret | Program::Jump => 0,
+            Program::SiteEnd | Program::GoSiteEnd => 1,
+            Program::Site | Program::GoSite => 2,
+            Program::Go => 3,
+            Program::Entry => 4,
+        }
     }
 }
 
@@ -222,6 +238,32 @@ pub fn site_nodes(plan: &Plan) -> Vec<(u64, u32)> {
         .collect()
 }
 
+/// The keys of the BPF map `tail_pairs` (caller id << 32 | callee id):
+/// per function timed by a uretprobe (`Plan::tail_reach`), each traced
+/// function of its object that its tail jumps can reach, and ANY_ID as
+/// the callee when some tail jump goes where the plan cannot tell.
+pub fn tail_pairs(plan: &Plan) -> Vec<u64> {
+    let mut keys = Vec::new();
+    for (&caller, reach) in &plan.tail_reach {
+        let Some(ItemKind::Function(from)) = plan.items.get(caller as usize).map(|i| &i.kind)
+        else {
+            continue;
+        };
+        let high = u64::from(caller) << 32;
+        if reach.unknown {
+            keys.push(high | u64::from(u32::MAX));
+        }
+        for (callee, item) in plan.items.iter().enumerate() {
+            if let ItemKind::Function(to) = &item.kind {
+                if to.object == from.object && reach.addrs.contains(&to.addr) {
+                    keys.push(high | callee as u64);
+                }
+            }
+        }
+    }
+    keys
+}
+
 /// Probes of one program in one object, attached as one link where the
 /// kernel has uprobe_multi.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,7 +276,7 @@ pub struct LinkGroup {
 }
 
 /// The plan's probes grouped into links: per object and program, in the
-/// plan's order. A link holds an offset once, so a probe whose offset is
+/// order they are attached (`Program::activation_rank`). A link holds an offset once, so a probe whose offset is
 /// already in a group goes to the next group of the same object and
 /// program.
 pub fn link_groups(plan: &Plan) -> Vec<LinkGroup> {
@@ -259,7 +301,7 @@ pub fn link_groups(plan: &Plan) -> Vec<LinkGroup> {
         groups[mine[*nth]].sites.push((p.offset, cookie));
         *nth += 1;
     }
-    groups.sort_by_key(|g| (g.object, g.program));
+    groups.sort_by_key(|g| (g.program.activation_rank(), g.object, g.program));
     groups
 }
 
@@ -590,12 +632,12 @@ mod tests {
         assert_eq!(
             groups,
             vec![
-                (0, Program::Entry, vec![0x00]),
                 (0, Program::Exit, vec![0x10, 0x20]),
+                (1, Program::Exit, vec![0x20]),
                 (0, Program::Site, vec![0x30, 0x38]),
                 (0, Program::Site, vec![0x30, 0x38]),
                 (0, Program::Site, vec![0x30]),
-                (1, Program::Exit, vec![0x20]),
+                (0, Program::Entry, vec![0x00]),
             ]
         );
     }

@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use anyhow::{bail, Context, Result};
 
 use super::encode::jump_cookie;
-use super::{unwind, Item, ItemKind, Plan, ProbeKind, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT};
+use super::{
+    unwind, Item, ItemKind, Plan, ProbeKind, TailReach, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT,
+};
 use crate::disasm::{Decoded, EntryCandidate, Internal, ProbeCost, Target};
 use crate::symbols::{ElfObject, Function, SymSource};
 
@@ -167,6 +169,13 @@ impl Plan {
                     f.addr
                 };
                 self.push(obj, object, at, ProbeKind::Uret)?;
+                // No probe stands on its tail jumps: the entry of a traced
+                // function it tail-calls tells its handover from a frame
+                // left behind.
+                if !decoded.tails.is_empty() {
+                    let reach = tail_reach(obj, &decoded, f.addr);
+                    self.tail_reach.insert(id, reach);
+                }
                 ExitSummary {
                     mode,
                     why_rets: None,
@@ -405,6 +414,41 @@ impl Plan {
         }
         Ok(exits)
     }
+}
+
+/// Where the tail jumps of a function (`addr`, decoded as `decoded`) can
+/// lead, following those of its direct tail callees (at most
+/// MAX_TAIL_CALLEES); a callee that cannot be read is an unknown one.
+fn tail_reach(obj: &ElfObject, decoded: &Decoded, addr: u64) -> TailReach {
+    let mut reach = TailReach::default();
+    let mut seen: BTreeSet<u64> = BTreeSet::from([addr]);
+    let mut work: Vec<Decoded> = vec![decoded.clone()];
+    while let Some(d) = work.pop() {
+        for t in &d.tails {
+            let Target::Direct(a) = t.target else {
+                reach.unknown = true;
+                continue;
+            };
+            reach.addrs.insert(a);
+            if seen.len() > MAX_TAIL_CALLEES || !seen.insert(a) {
+                continue;
+            }
+            let callee = obj
+                .symbols()
+                .ok()
+                .and_then(|s| s.function_starting_at(a))
+                .or_else(|| {
+                    crate::symbols::code::unnamed_function_at(obj, a)
+                        .ok()
+                        .flatten()
+                });
+            match callee.and_then(|g| super::decode_function(obj, &g).ok()) {
+                Some(d) => work.push(d),
+                None => reach.unknown = true,
+            }
+        }
+    }
+    reach
 }
 
 impl Plan {

@@ -249,6 +249,19 @@ pub struct Plan {
     /// `--record-slower-than`: what each item's records print of its
     /// arguments, per item id.
     pub record_args: std::collections::BTreeMap<u32, Vec<args::RecordArg>>,
+    /// Per item id of a function timed by a uretprobe: where its tail jumps
+    /// can lead (see `encode::tail_pairs`).
+    pub tail_reach: std::collections::BTreeMap<u32, TailReach>,
+}
+
+/// The functions a traced function can reach by tail jumps, directly or
+/// through the functions it tail-calls (bounded), in its own object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TailReach {
+    /// Their addresses.
+    pub addrs: BTreeSet<u64>,
+    /// Some tail jump goes where the plan cannot tell.
+    pub unknown: bool,
 }
 
 /// A probe on a `ret`.

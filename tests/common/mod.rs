@@ -26,6 +26,7 @@
 //! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
 //! | `calls`         | calls.c                     | gcc -O2 -g                              |
 //! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
+//! | `seams`         | seams.c (modes: see the source) | gcc -O2 -g                          |
 //! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
 //! | `wide`          | wide.c                      | gcc -O2 -g                              |
 //! | `ijump`         | ijump.c                     | gcc -O2 -g -pthread                     |
@@ -224,6 +225,10 @@ fn recipe(name: &str) -> Recipe {
             sources: &["calls.c"],
             deps: &[],
         },
+        "seams" => Recipe {
+            sources: &["seams.c"],
+            deps: &[],
+        },
         "exits" => Recipe {
             sources: &["exits.cpp"],
             deps: &[],
@@ -378,6 +383,14 @@ fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Co
                 .arg(src.join("shapes.c"))
                 .arg(out_dir.join("libcold.so"))
                 .arg("-Wl,-rpath,$ORIGIN")
+                .arg("-o")
+                .arg(tmp_out);
+            c
+        }
+        "seams" => {
+            let mut c = cc();
+            c.args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra"])
+                .arg(src.join("seams.c"))
                 .arg("-o")
                 .arg(tmp_out);
             c
