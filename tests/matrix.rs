@@ -247,3 +247,361 @@ fn nested_tail_sites_at_depth_three() {
     assert!(num(leaf, "total_ns") >= n * us * 1000, "{out}");
     assert!(num(tailer, "total_ns") >= num(mid, "total_ns"), "{out}");
 }
+
+// ---------------------------------------------------------------------------
+// The matrix: each code shape under each option that changes what is counted
+// ---------------------------------------------------------------------------
+
+/// A code shape of the fixtures, and what its run does.
+struct Shape {
+    name: &'static str,
+    fixture: &'static str,
+    args: &'static [&'static str],
+    /// The arguments of a run long enough to attach to while it runs
+    /// (`None`: the shape cannot run that long).
+    flight: Option<&'static [&'static str]>,
+    /// The functions traced; a nested shape's first one is its root.
+    funcs: &'static [&'static str],
+    /// `tachy nested --depth N`: the shape is call sites at depth N.
+    depth: Option<&'static str>,
+    /// Calls left by exception or longjmp, per function (others: none).
+    unwound: &'static [(&'static str, u64)],
+    /// Calls --outermost times, where it differs from the calls made.
+    outermost: &'static [(&'static str, u64)],
+    /// Each call of the function lasts at least this (ns) on average: 90%
+    /// of what it spins or sleeps, as the probe time subtracted from each
+    /// call is an estimate, and the probes of the calls inside it cost
+    /// several microseconds each here.
+    floor_ns: &'static [(&'static str, u64)],
+}
+
+const SHAPES: &[Shape] = &[
+    Shape {
+        name: "uretprobe exit",
+        fixture: "plain",
+        args: &["4"],
+        flight: Some(&["2000"]),
+        funcs: &["slow_sum", "fast_path"],
+        depth: None,
+        unwound: &[],
+        outermost: &[],
+        floor_ns: &[("slow_sum", 270_000), ("fast_path", 180_000)],
+    },
+    Shape {
+        name: "ret probes, throwing C++, recursion",
+        fixture: "cpp_o2",
+        args: &["6", "1"],
+        flight: Some(&["2000", "1"]),
+        funcs: &["shop::risky(int)", "shop::recurse(int)"],
+        depth: None,
+        unwound: &[("shop::risky(int)", 3)],
+        outermost: &[("shop::recurse(int)", 6)],
+        floor_ns: &[
+            ("shop::risky(int)", 225_000),
+            ("shop::recurse(int)", 180_000),
+        ],
+    },
+    Shape {
+        name: "tail calls",
+        fixture: "seams",
+        args: &["tail", "10", "300"],
+        flight: Some(&["tail", "5000", "300"]),
+        funcs: &["top", "tailer", "mid", "leaf"],
+        depth: None,
+        unwound: &[],
+        outermost: &[],
+        floor_ns: &[("tailer", 540_000), ("leaf", 270_000)],
+    },
+    Shape {
+        name: "jump tables",
+        fixture: "shapes",
+        args: &["4"],
+        flight: Some(&["5000"]),
+        funcs: &["interp_switch", "interp_goto"],
+        depth: None,
+        unwound: &[],
+        outermost: &[],
+        floor_ns: &[],
+    },
+    Shape {
+        name: "longjmp",
+        fixture: "faults",
+        args: &["longjmp", "10"],
+        flight: Some(&["longjmp", "10000"]),
+        funcs: &["escape", "jumper"],
+        depth: None,
+        unwound: &[("escape", 5), ("jumper", 5)],
+        outermost: &[],
+        floor_ns: &[],
+    },
+    Shape {
+        name: "calls and tail calls between traced functions",
+        fixture: "seams",
+        args: &["evenodd", "10"],
+        flight: Some(&["evenodd", "20000", "100"]),
+        funcs: &["even", "odd"],
+        depth: None,
+        unwound: &[],
+        outermost: &[("even", 10), ("odd", 10)],
+        floor_ns: &[],
+    },
+    Shape {
+        name: "sites at depth 2",
+        fixture: "seams",
+        args: &["nest", "10", "300"],
+        flight: Some(&["nest", "1000", "300"]),
+        funcs: &["outer"],
+        depth: Some("2"),
+        unwound: &[],
+        outermost: &[],
+        floor_ns: &[("outer", 270_000)],
+    },
+    Shape {
+        name: "sites at depth 3",
+        fixture: "seams",
+        args: &["tail", "10", "300"],
+        flight: Some(&["tail", "5000", "300"]),
+        funcs: &["top"],
+        depth: Some("3"),
+        unwound: &[],
+        outermost: &[],
+        floor_ns: &[("top", 540_000)],
+    },
+    Shape {
+        name: "Go with stack growth",
+        fixture: "gowork",
+        args: &["grow", "10"],
+        flight: None,
+        funcs: &["main.grow", "main.deep"],
+        depth: None,
+        unwound: &[],
+        outermost: &[("main.deep", 10)],
+        floor_ns: &[("main.grow", 900_000)],
+    },
+];
+
+/// An option that changes what is counted, and how a cell runs with it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Opt {
+    Plain,
+    Filter,
+    By,
+    Cpu,
+    Record,
+    SlowerThan,
+    Outermost,
+    Interval,
+    Nested,
+    MidFlight,
+}
+
+const OPTS: &[Opt] = &[
+    Opt::Plain,
+    Opt::Filter,
+    Opt::By,
+    Opt::Cpu,
+    Opt::Record,
+    Opt::SlowerThan,
+    Opt::Outermost,
+    Opt::Interval,
+    Opt::Nested,
+    Opt::MidFlight,
+];
+
+impl Opt {
+    fn args(self) -> &'static [&'static str] {
+        match self {
+            Opt::Plain | Opt::Nested | Opt::MidFlight => &[],
+            Opt::Filter => &["--filter", "arg0 > 2"],
+            Opt::By => &["--by", "tid"],
+            Opt::Cpu => &["--cpu"],
+            Opt::Record => &["--record-slower-than", "100us"],
+            Opt::SlowerThan => &["--slower-than", "150us"],
+            Opt::Outermost => &["--outermost"],
+            Opt::Interval => &["-i", "0.05"],
+        }
+    }
+}
+
+/// Combinations tachy refuses, with exit status 2: (shape, option, what
+/// its message says).
+const REFUSED: &[(&str, Opt, &str)] = &[
+    ("sites at depth 2", Opt::By, "unexpected argument '--by'"),
+    (
+        "sites at depth 2",
+        Opt::Outermost,
+        "unexpected argument '--outermost'",
+    ),
+    ("sites at depth 3", Opt::By, "unexpected argument '--by'"),
+    (
+        "sites at depth 3",
+        Opt::Outermost,
+        "unexpected argument '--outermost'",
+    ),
+    (
+        "Go with stack growth",
+        Opt::Filter,
+        "--filter does not read the arguments of Go functions",
+    ),
+    (
+        "Go with stack growth",
+        Opt::Cpu,
+        "--cpu splits time per thread, and a goroutine moves between threads",
+    ),
+    (
+        "Go with stack growth",
+        Opt::Record,
+        "--record-slower-than does not record Go functions",
+    ),
+];
+
+/// One counter of one function (or root), summed over the run's reports.
+fn sum(reports: &[Value], nested: bool, fname: &str, key: &str) -> u64 {
+    reports
+        .iter()
+        .map(|rep| {
+            let list = if nested {
+                &rep["roots"]
+            } else {
+                &rep["functions"]
+            };
+            list.as_array()
+                .and_then(|fs| fs.iter().find(|f| f["name"] == fname))
+                .map_or(0, |f| f[key].as_u64().unwrap_or(0))
+        })
+        .sum()
+}
+
+/// Runs one cell; what it found wrong.
+fn cell(shape: &Shape, opt: Opt) -> Vec<String> {
+    let mut bad = Vec::new();
+    let nested = shape.depth.is_some() || opt == Opt::Nested;
+    let mut args: Vec<&str> = vec![if nested { "nested" } else { "latency" }, "--json"];
+    // Go's calls group by goroutine, not by thread.
+    match opt {
+        Opt::By if shape.fixture == "gowork" => args.extend(["--by", "goroutine"]),
+        _ => args.extend_from_slice(opt.args()),
+    }
+    if let Some(d) = shape.depth {
+        args.extend(["--depth", d]);
+    }
+    if nested {
+        args.push(shape.funcs[0]);
+    } else {
+        args.extend_from_slice(shape.funcs);
+    }
+    let what = format!("{} x {:?}", shape.name, opt);
+    let refusal = REFUSED
+        .iter()
+        .find(|(s, o, _)| *s == shape.name && *o == opt);
+    let out = if opt == Opt::MidFlight {
+        let Some(flight) = shape.flight else {
+            eprintln!("skipped: {what}: the shape's run is too short");
+            return bad;
+        };
+        let mut fx = Fixture::spawn(shape.fixture, flight);
+        // Running, then attached to.
+        std::thread::sleep(Duration::from_millis(50));
+        fx.go();
+        let pid = fx.pid().to_string();
+        args.extend(["-p", &pid, "-d", "0.3"]);
+        let out = Tachy::start(&args, &[]).finish(RUN_TIMEOUT);
+        drop(fx);
+        out
+    } else {
+        run_fixture(args[0], &args[1..], shape.fixture, shape.args, &[])
+    };
+    if let Some((_, _, msg)) = refusal {
+        if out.code() != Some(2) || !out.stderr.contains(msg) {
+            bad.push(format!("{what}: not refused with {msg:?}\n{out}"));
+        }
+        return bad;
+    }
+    if out.code() != Some(0) {
+        bad.push(format!("{what}: failed\n{out}"));
+        return bad;
+    }
+    let reports = out.reports();
+    let made = counts(&out.fixture_text());
+    let shown = if nested {
+        &shape.funcs[..1]
+    } else {
+        shape.funcs
+    };
+    for &f in shown {
+        let get = |k: &str| sum(&reports, nested, f, k);
+        let (count, filtered, by_args, unwound, overflow) = (
+            get("count"),
+            get("filtered"),
+            get("filtered_by_args"),
+            get("unwound"),
+            get("overflow"),
+        );
+        let accounted = count + filtered + by_args + unwound + overflow;
+        let known_unwound = shape.unwound.iter().find(|u| u.0 == f).map_or(0, |u| u.1);
+        if opt == Opt::MidFlight {
+            // Calls made before the probes went live are not seen.
+            if known_unwound == 0 && unwound != 0 {
+                bad.push(format!("{what}: {f}: {unwound} unwound\n{out}"));
+            }
+            continue;
+        }
+        let entered = match (opt, shape.outermost.iter().find(|o| o.0 == f)) {
+            (Opt::Outermost, Some(o)) => o.1,
+            _ => made.get(f).copied().unwrap_or(0),
+        };
+        if accounted != entered {
+            bad.push(format!(
+                "{what}: {f}: entered {entered} != counted {count} + filtered {filtered} + \
+                 rejected {by_args} + unwound {unwound} + not timed {overflow}\n{out}"
+            ));
+        }
+        if opt != Opt::Filter && unwound != known_unwound {
+            bad.push(format!(
+                "{what}: {f}: {unwound} unwound, not {known_unwound}\n{out}"
+            ));
+        }
+        if opt == Opt::SlowerThan && !nested && count > 0 && get("min_ns") < 150_000 {
+            bad.push(format!(
+                "{what}: {f}: a call under --slower-than timed\n{out}"
+            ));
+        }
+        let floor = shape.floor_ns.iter().find(|x| x.0 == f).map_or(0, |x| x.1);
+        if count > 0 && get("total_ns") < count * floor {
+            bad.push(format!("{what}: {f}: avg under {floor} ns\n{out}"));
+        }
+        // No call lasts longer than the whole run.
+        let run_ns = out.elapsed.as_nanos() as u64;
+        if count > 0 && get("total_ns") > count * run_ns {
+            bad.push(format!("{what}: {f}: avg over the run's time\n{out}"));
+        }
+    }
+    bad
+}
+
+/// Each shape under each option: every call entered is counted once, as
+/// timed, filtered, rejected by --filter, left by exception or not timed.
+#[test]
+fn matrix() {
+    let _g = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let go = common::have_go();
+    let mut bad = Vec::new();
+    for shape in SHAPES {
+        if shape.fixture.starts_with("gowork") && !go {
+            eprintln!("skipped: {}: no Go toolchain", shape.name);
+            continue;
+        }
+        for &opt in OPTS {
+            bad.extend(cell(shape, opt));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} cells wrong:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
