@@ -1408,23 +1408,22 @@ fn contributors(
 }
 
 /// The line of a text report that names the processes that contributed.
+/// Their calls are counted at entry, so they also hold the calls a
+/// function's `count` leaves out (left by exception, filtered out, still
+/// running when the report was taken): the line says so, since a `--by
+/// pid` table above it counts calls timed, and the two differ by those.
 fn contributors_line(who: &[Contributor]) -> String {
     if who.is_empty() {
         return "processes: none entered a traced function".to_string();
     }
     let list: Vec<String> = who
         .iter()
-        .map(|c| {
-            format!(
-                "{} ({}) {} call{}",
-                c.pid,
-                c.comm,
-                c.calls,
-                if c.calls == 1 { "" } else { "s" }
-            )
-        })
+        .map(|c| format!("{} ({}) {}", c.pid, c.comm, c.calls))
         .collect();
-    format!("processes: {}", list.join(", "))
+    format!(
+        "processes, by calls entered (timed or not: also those left by exception, filtered out or still running, which count leaves out): {}",
+        list.join(", ")
+    )
 }
 
 /// A JSON report line with a `processes` array added.
@@ -2099,6 +2098,26 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_processes_line_says_it_counts_calls_entered() {
+        let who = [
+            super::Contributor {
+                pid: 4242,
+                comm: "kvd".into(),
+                calls: 812,
+            },
+            super::Contributor {
+                pid: 4250,
+                comm: "kvd".into(),
+                calls: 1,
+            },
+        ];
+        assert_eq!(
+            super::contributors_line(&who),
+            "processes, by calls entered (timed or not: also those left by exception, filtered out or still running, which count leaves out): 4242 (kvd) 812, 4250 (kvd) 1"
+        );
+    }
+
     use super::*;
     use std::path::Path;
 
