@@ -330,6 +330,70 @@ mod tests {
         assert_eq!(c, 7 | 24 << 32);
     }
 
+    /// A traced function of object `object` at `addr`, timed by a
+    /// uretprobe.
+    fn traced(object: usize, addr: u64) -> super::super::Item {
+        use super::super::{ExitMode, ExitSummary, Item, TracedFunc};
+        Item {
+            name: format!("f{addr:x}"),
+            raw_name: format!("f{addr:x}"),
+            kind: ItemKind::Function(TracedFunc {
+                object,
+                addr,
+                size: 0x10,
+                fragments: 0,
+                source: crate::symbols::SymSource::Symtab,
+                source_text: ".symtab".into(),
+                entry_addr: addr,
+                entry_insn: "push rbp".into(),
+                entry_cost: crate::disasm::ProbeCost::Emulated,
+                exits: ExitSummary {
+                    mode: ExitMode::UretprobeNoUnwind,
+                    why_rets: None,
+                    rets: 1,
+                    early_rets: 0,
+                    early_points: 0,
+                    early_stepped: 0,
+                    tail_callees: Vec::new(),
+                    unknown_tails: 0,
+                    internal_jumps: 0,
+                    checked_jumps: 0,
+                    unchecked_jumps: 0,
+                    unnamed_fragments: 0,
+                },
+            }),
+        }
+    }
+
+    #[test]
+    fn tail_pairs_name_the_traced_functions_a_tail_jump_reaches() {
+        use super::super::TailReach;
+        let mut plan = Plan::default();
+        // 0 tail-calls 1 (and untraced 0x3000); 2, in another object, has
+        // the same address as 1; 3 has an indirect tail jump.
+        plan.items = vec![
+            traced(0, 0x1000),
+            traced(0, 0x2000),
+            traced(1, 0x2000),
+            traced(0, 0x4000),
+        ];
+        plan.tail_reach.insert(
+            0,
+            TailReach {
+                addrs: [0x2000, 0x3000].into(),
+                unknown: false,
+            },
+        );
+        plan.tail_reach.insert(
+            3,
+            TailReach {
+                addrs: Default::default(),
+                unknown: true,
+            },
+        );
+        assert_eq!(tail_pairs(&plan), vec![1, 3 << 32 | 0xffff_ffff]);
+    }
+
     #[test]
     fn site_cookies() {
         let (prog, c) = encode(ProbeKind::Site {
