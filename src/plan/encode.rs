@@ -368,15 +368,17 @@ mod tests {
     #[test]
     fn tail_pairs_name_the_traced_functions_a_tail_jump_reaches() {
         use super::super::TailReach;
-        let mut plan = Plan::default();
         // 0 tail-calls 1 (and untraced 0x3000); 2, in another object, has
         // the same address as 1; 3 has an indirect tail jump.
-        plan.items = vec![
-            traced(0, 0x1000),
-            traced(0, 0x2000),
-            traced(1, 0x2000),
-            traced(0, 0x4000),
-        ];
+        let mut plan = Plan {
+            items: vec![
+                traced(0, 0x1000),
+                traced(0, 0x2000),
+                traced(1, 0x2000),
+                traced(0, 0x4000),
+            ],
+            ..Plan::default()
+        };
         plan.tail_reach.insert(
             0,
             TailReach {
