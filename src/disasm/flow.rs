@@ -11,14 +11,14 @@
 //! to its base. Where paths disagree, or an instruction does something not
 //! modelled (`and $-16,%rsp`), the value is unknown.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
     OpKind, Register,
 };
 
-use super::{Image, Internal, MAX_SP_OFFSET};
+use super::{AddrMap, Image, Internal, MAX_SP_OFFSET};
 
 /// Entries read from one jump table at most.
 const MAX_TABLE: usize = 4096;
@@ -137,7 +137,7 @@ const CALL_CLOBBERED: [Register; 9] = [
 #[derive(Debug, Default)]
 pub struct Flow {
     /// Stack depth before each instruction reached, where it is known.
-    pub depth: HashMap<u64, Option<i32>>,
+    pub depth: AddrMap<Option<i32>>,
     /// Indirect jumps that stay in the function, and why.
     pub internal: BTreeMap<u64, Internal>,
     /// Targets of indirect jumps that are known (jump tables, labels).
@@ -159,7 +159,7 @@ pub fn analyze(swept: &BTreeMap<u64, Instruction>, entry: u64, image: &dyn Image
         image,
         entry,
         parts: BTreeSet::new(),
-        states: HashMap::new(),
+        states: AddrMap::default(),
         flow: Flow::default(),
         info: InstructionInfoFactory::new(),
     };
@@ -216,7 +216,7 @@ struct Analysis<'a> {
     /// them: code past a part's end (after a call that does not return)
     /// belongs to some other function.
     parts: BTreeSet<(u64, u64)>,
-    states: HashMap<u64, State>,
+    states: AddrMap<State>,
     flow: Flow,
     info: InstructionInfoFactory,
 }

@@ -9,6 +9,32 @@ mod x86;
 
 pub use x86::{decode, decode_in, refused_text, rip_lea_targets, written_registers};
 
+/// A map keyed by code address, hashed with one multiplication (FxHash's)
+/// rather than SipHash: the keys are addresses of the code being decoded,
+/// not input anyone chooses to collide, and hashing them with SipHash took
+/// about a sixth of the time of planning every function of libc.
+pub type AddrMap<V> = std::collections::HashMap<u64, V, std::hash::BuildHasherDefault<AddrHasher>>;
+
+/// The hasher of [`AddrMap`].
+#[derive(Clone, Copy, Default)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 /// What decoding needs of the object beyond the function's own bytes: its
 /// data (jump tables), code outside the function's named ranges (fragments
 /// without a symbol), and where functions start.
@@ -347,18 +373,18 @@ impl Decoded {
     /// straight-line code from the entry keeps its own probe (the kernel
     /// single-steps `ret`; it emulates the jumps, at a fraction of the cost).
     pub fn early_exits(&self) -> std::collections::BTreeMap<u64, Vec<EarlyExit>> {
-        use std::collections::{BTreeMap, HashMap};
+        use std::collections::BTreeMap;
         let mut out = BTreeMap::new();
         if self.computed_jump {
             return out;
         }
-        let pos: HashMap<u64, usize> = self
+        let pos: AddrMap<usize> = self
             .insns
             .iter()
             .enumerate()
             .map(|(k, i)| (i.addr, k))
             .collect();
-        let mut into: HashMap<u64, Vec<(u64, Option<u8>)>> = HashMap::new();
+        let mut into: AddrMap<Vec<(u64, Option<u8>)>> = AddrMap::default();
         for i in &self.insns {
             if let Some((t, c)) = i.jump {
                 into.entry(t).or_default().push((i.addr, c));
@@ -427,8 +453,8 @@ impl Decoded {
         &self,
         mut k: usize,
         entry: Option<u64>,
-        into: &std::collections::HashMap<u64, Vec<(u64, Option<u8>)>>,
-        pos: &std::collections::HashMap<u64, usize>,
+        into: &AddrMap<Vec<(u64, Option<u8>)>>,
+        pos: &AddrMap<usize>,
         in_loop: &dyn Fn(u64) -> bool,
     ) -> Option<Vec<EarlyExit>> {
         let mut points = Vec::new();
