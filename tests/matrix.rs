@@ -98,7 +98,7 @@ fn filter_rejected_calls_close_no_thrown_frame() {
 /// no call is ever counted as left by exception.
 #[test]
 fn attaching_to_a_busy_program_leaves_no_call_unwound() {
-    const ATTACHES: usize = 40;
+    const ATTACHES: usize = 100;
     let _g = common::serial();
     if common::skip_unless_root() {
         return;
@@ -109,7 +109,7 @@ fn attaching_to_a_busy_program_leaves_no_call_unwound() {
     for i in 0..ATTACHES {
         let out = Tachy::start(
             &[
-                "latency", "--json", "-p", &pid, "-d", "0.1", "outer", "work", "quick",
+                "latency", "--json", "-p", &pid, "-d", "0.05", "outer", "work", "quick",
             ],
             &[],
         )
