@@ -438,7 +438,7 @@ pub struct TraceArgs {
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
     /// Functions to trace: FUNC, LIB:FUNC, PATH:FUNC, k:FUNC or syscall:NAME
-    #[arg(required = true, value_name = "FUNC", value_parser = FuncSpec::parse_arg)]
+    #[arg(required = true, value_name = "FUNC", value_parser = Quoted(FuncSpec::parse_arg))]
     pub funcs: Vec<FuncSpec>,
 
     /// Print each report as one JSON object per line
@@ -503,7 +503,7 @@ pub struct LatencyArgs {
 #[derive(Args, Debug)]
 pub struct NestedArgs {
     /// The function to break down: FUNC, LIB:FUNC or PATH:FUNC
-    #[arg(value_name = "FUNC", value_parser = FuncSpec::parse_arg)]
+    #[arg(value_name = "FUNC", value_parser = Quoted(FuncSpec::parse_arg))]
     pub func: FuncSpec,
 
     /// Levels of call sites to time: 1 is the function's own
@@ -512,7 +512,7 @@ pub struct NestedArgs {
     pub depth: u32,
 
     /// Also break down callees matching PATTERN, at any level (repeatable)
-    #[arg(long, value_name = "PATTERN", value_parser = parse_pattern)]
+    #[arg(long, value_name = "PATTERN", value_parser = Quoted(parse_pattern))]
     pub expand: Vec<Pattern>,
 
     /// Also print a log2 histogram of each call site (of the calls counted);
@@ -690,6 +690,58 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// An error and its causes as one message, `outer: inner: …`, worded as
+/// tachy's own: no `(os error N)` tails, the system's messages lowercase
+/// (`no space left on device`), `libbpf: ` said once.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let parts: Vec<String> = e
+        .chain()
+        .map(|c| {
+            let mut t = without_os_error(&c.to_string());
+            if c.downcast_ref::<std::io::Error>().is_some() {
+                t = lowercase_first(&t);
+            }
+            t
+        })
+        .collect();
+    let mut text = parts.join(": ");
+    while text.contains("libbpf: libbpf: ") {
+        text = text.replace("libbpf: libbpf: ", "libbpf: ");
+    }
+    text
+}
+
+/// `s` without the ` (os error N)` that Rust adds to system errors.
+fn without_os_error(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find(" (os error ") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + " (os error ".len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && tail[digits..].starts_with(')') {
+            rest = &tail[digits + 1..];
+        } else {
+            out.push_str(" (os error ");
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `No space left on device` as `no space left on device`; an acronym
+/// (`ENOSPC`) stays.
+fn lowercase_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match (chars.next(), chars.next()) {
+        (Some(a), Some(b)) if a.is_ascii_uppercase() && b.is_ascii_lowercase() => {
+            format!("{}{}", a.to_ascii_lowercase(), &s[1..])
+        }
+        _ => s.to_string(),
+    }
+}
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
@@ -936,6 +988,12 @@ impl ListArgs {
             None => return Err(usage("expected [PATH] PATTERN...")),
         };
         let specs: Vec<FuncSpec> = if rest.is_empty() {
+            if self.pid.is_none() && !first.contains(':') && std::path::Path::new(first).is_file() {
+                return Err(usage(format!(
+                    "no pattern: give one after {} (e.g. '*' for every function)",
+                    crate::symbols::quoted(first)
+                )));
+            }
             vec![spec_of(first)?]
         } else if self.pid.is_some() {
             if first.contains('/') && !first.contains(':') {
@@ -946,9 +1004,14 @@ impl ListArgs {
             // PATH:PATTERN or LIB:PATTERN, each.
             self.args.iter().map(spec_of).collect::<Result<_>>()?
         } else {
-            // PATH PATTERN... or LIB PATTERN...
+            // PATH PATTERN... or LIB PATTERN...; a LIB:PATTERN among them
+            // names its own library.
             rest.iter()
                 .map(|p| {
+                    let spec = spec_of(p)?;
+                    if spec.object.is_some() {
+                        return Ok(spec);
+                    }
                     Ok(FuncSpec {
                         object: Some(first.clone()),
                         pattern: pattern_of(p)?,
@@ -1085,6 +1148,42 @@ fn parse_pattern(s: &str) -> std::result::Result<Pattern, String> {
     Pattern::parse(s).map_err(|e| format!("{e:#}"))
 }
 
+/// A clap value parser whose error quotes a long value shortened (clap
+/// quotes it whole: a 100 KB pattern, 100 KB of error).
+#[derive(Clone)]
+pub struct Quoted<F>(pub F);
+
+impl<T, F> clap::builder::TypedValueParser for Quoted<F>
+where
+    F: Fn(&str) -> std::result::Result<T, String> + Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<T, clap::Error> {
+        let Some(s) = value.to_str() else {
+            return Err(clap::Error::new(clap::error::ErrorKind::InvalidUtf8).with_cmd(cmd));
+        };
+        (self.0)(s).map_err(|e| {
+            let arg = arg.map(|a| a.to_string()).unwrap_or_default();
+            let value = crate::symbols::quoted(s);
+            // As clap words it, with the hint it gives.
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!(
+                    "invalid value {value} for '{arg}': {e}\n\nFor more information, try '--help'.\n"
+                ),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
 /// A `--filter` expression, as a clap value parser.
 fn parse_filter(s: &str) -> std::result::Result<Filter, String> {
     Filter::parse(s).map_err(|e| format!("{e:#}"))
@@ -1216,6 +1315,26 @@ pub fn parse_duration(s: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Errors read as tachy's own: no `(os error N)`, system messages in
+    /// lowercase, `libbpf: ` once.
+    #[test]
+    fn error_text_is_cleaned() {
+        let io = std::io::Error::from_raw_os_error(28);
+        let e = anyhow::Error::new(io).context("cannot write the report to standard output");
+        assert_eq!(
+            error_text(&e),
+            "cannot write the report to standard output: no space left on device"
+        );
+        let e = anyhow::anyhow!("libbpf: libbpf: failed to attach: Invalid argument (os error 22)")
+            .context("cannot attach probes");
+        assert_eq!(
+            error_text(&e),
+            "cannot attach probes: libbpf: failed to attach: Invalid argument"
+        );
+        assert_eq!(without_os_error("a (os error x) b"), "a (os error x) b");
+        assert_eq!(lowercase_first("ENOSPC"), "ENOSPC");
+    }
 
     #[test]
     fn specs_split_on_a_lone_colon() {

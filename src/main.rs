@@ -43,7 +43,7 @@ fn main() {
                 sub.error(clap::error::ErrorKind::ArgumentConflict, u)
                     .exit();
             }
-            eprintln!("tachy: {e:#}");
+            eprintln!("tachy: {}", cli::error_text(&e));
             std::process::exit(1);
         }
     }

@@ -227,7 +227,11 @@ fn silence_libbpf(verbose: bool) {
         libbpf_rs::PrintLevel::Warn
     };
     let cb: libbpf_rs::PrintCallback = if verbose {
-        |_, msg| eprint!("libbpf: {msg}")
+        // libbpf starts most of its messages with "libbpf: " itself.
+        |_, msg| match msg.starts_with("libbpf: ") {
+            true => eprint!("{msg}"),
+            false => eprint!("libbpf: {msg}"),
+        }
     } else {
         |_, _| {}
     };

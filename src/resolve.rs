@@ -34,6 +34,26 @@ pub struct Resolution {
     pub left_out: Vec<String>,
 }
 
+impl Resolution {
+    /// Adds what other specs name: functions of an object already here join
+    /// its list (each once).
+    pub fn add(&mut self, other: Resolution) {
+        for r in other.user {
+            match self.user.iter_mut().find(|m| Rc::ptr_eq(&m.obj, &r.obj)) {
+                Some(m) => {
+                    for f in r.funcs {
+                        if !m.funcs.iter().any(|g| g.addr == f.addr) {
+                            m.funcs.push(f);
+                        }
+                    }
+                }
+                None => self.user.push(r),
+            }
+        }
+        self.kernel.extend(other.kernel);
+    }
+}
+
 /// The functions one object contributes.
 pub struct Resolved {
     pub obj: Rc<ElfObject>,
@@ -81,8 +101,8 @@ fn candidate_groups(spec: &FuncSpec, scope: &Scope) -> Result<Vec<Vec<ObjectRef>
                 libs.iter().map(|l| file_ref(l)).collect(),
             ],
             Scope::Files => bail!(
-                "{:?} names no object nor kernel function: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
-                spec.pattern.as_str()
+                "{} names no object nor kernel function: give -p PID, PATH:FUNC, LIB:FUNC or a command after --",
+                spec.pattern.quoted()
             ),
         });
     };
@@ -419,11 +439,43 @@ impl Searched {
     }
 }
 
-/// One line saying what was searched, why nothing matched and what might
-/// have been meant.
+/// Why nothing matched: the first line names the pattern (and where a
+/// function that exists only inlined was inlined), then come the near
+/// names and the objects searched, one a line.
 fn explain_miss(pat: &Pattern, searched: &[Searched]) -> String {
+    let mut msg = format!("no function matches {}", pat.quoted());
     if searched.is_empty() {
-        return format!("no function matches {:?}", pat.as_str());
+        return msg;
+    }
+    let with_symbols: Vec<&Rc<ElfObject>> = searched
+        .iter()
+        .filter(|s| s.source.is_ok())
+        .map(|s| &s.obj)
+        .collect();
+    let inlined = with_symbols
+        .iter()
+        .find_map(|obj| dwarf::inlined_only(obj, pat));
+    match inlined {
+        Some(inl) => msg.push_str(&format!("; {inl}")),
+        None => {
+            let mut near: Vec<String> = Vec::new();
+            for obj in with_symbols.iter().take(8) {
+                for n in symbols::suggest(obj, pat, 5) {
+                    if !near.contains(&n) && near.len() < 5 {
+                        near.push(n);
+                    }
+                }
+                if near.len() >= 5 {
+                    break;
+                }
+            }
+            if !near.is_empty() {
+                msg.push_str("\nnear names:");
+                for n in &near {
+                    msg.push_str(&format!("\n  {n}"));
+                }
+            }
+        }
     }
     // Name them all, or leave out at least two.
     let shown = if searched.len() > NAMED + 1 {
@@ -431,45 +483,12 @@ fn explain_miss(pat: &Pattern, searched: &[Searched]) -> String {
     } else {
         searched.len()
     };
-    let mut named: Vec<String> = searched
-        .iter()
-        .take(shown)
-        .map(Searched::describe)
-        .collect();
+    msg.push_str("\nsearched:");
+    for s in searched.iter().take(shown) {
+        msg.push_str(&format!("\n  {}", s.describe()));
+    }
     if searched.len() > shown {
-        named.push(format!("{} other objects", searched.len() - shown));
-    }
-    let last = named.pop().unwrap_or_default();
-    let mut msg = format!("no function matches {:?} in ", pat.as_str());
-    if !named.is_empty() {
-        msg.push_str(&named.join(", "));
-        msg.push_str(" or ");
-    }
-    msg.push_str(&last);
-    let with_symbols: Vec<&Rc<ElfObject>> = searched
-        .iter()
-        .filter(|s| s.source.is_ok())
-        .map(|s| &s.obj)
-        .collect();
-    for obj in &with_symbols {
-        if let Some(inl) = dwarf::inlined_only(obj, pat) {
-            msg.push_str(&format!("; {inl}"));
-            return msg;
-        }
-    }
-    let mut near: Vec<String> = Vec::new();
-    for obj in with_symbols.iter().take(8) {
-        for n in symbols::suggest(obj, pat, 5) {
-            if !near.contains(&n) && near.len() < 5 {
-                near.push(n);
-            }
-        }
-        if near.len() >= 5 {
-            break;
-        }
-    }
-    if !near.is_empty() {
-        msg.push_str(&format!("; near names: {}", near.join(", ")));
+        msg.push_str(&format!("\n  {} other objects", searched.len() - shown));
     }
     msg
 }

@@ -1567,8 +1567,9 @@ impl Reports {
         }
         if self.format == Format::Text && self.file.is_none() {
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{line}")?;
-            out.flush()?;
+            writeln!(out, "{line}")
+                .and_then(|_| out.flush())
+                .context("cannot write the report to standard output")?;
         } else {
             eprintln!("{line}");
         }
@@ -1613,13 +1614,13 @@ impl Reports {
             Some((path, f)) if self.format != Format::Svg => {
                 draw(f)
                     .and_then(|_| f.flush())
-                    .with_context(|| format!("cannot write {}", path.display()))?;
+                    .with_context(|| format!("cannot write the records to {}", path.display()))?;
             }
             _ => {
                 let mut out = std::io::stdout().lock();
                 draw(&mut out)
                     .and_then(|_| out.flush())
-                    .context("cannot write the records")?;
+                    .context("cannot write the records to standard output")?;
             }
         }
         Ok(())
@@ -2022,13 +2023,26 @@ pub fn list(a: ListSettings) -> Result<i32> {
     }
     // Never freed, as in `latency`.
     let mut objects = std::mem::ManuallyDrop::new(Objects::default());
-    let mut resolved = resolve::resolve(&a.specs, &scope, &mut objects)?;
-    for spec in a.specs.iter().filter(|s| s.is_kernel()) {
-        // Listing is not tracing: no limit on how many.
-        let names = kernel::match_kernel_functions(spec.pattern.as_str())?;
-        resolved
-            .kernel
-            .push((spec.pattern.as_str().to_string(), names));
+    // Each pattern on its own: what matched is listed, then what did not
+    // is said, and the exit status is 1.
+    let mut resolved = resolve::Resolution::default();
+    let mut misses: Vec<anyhow::Error> = Vec::new();
+    for spec in a.specs.iter().filter(|s| !s.is_syscall()) {
+        let one = if spec.is_kernel() {
+            // Listing is not tracing: no limit on how many.
+            kernel::match_kernel_functions(spec.pattern.as_str()).map(|names| {
+                let mut r = resolve::Resolution::default();
+                r.kernel.push((spec.pattern.as_str().to_string(), names));
+                r
+            })
+        } else {
+            resolve::resolve(std::slice::from_ref(spec), &scope, &mut objects)
+        };
+        match one {
+            Ok(r) => resolved.add(r),
+            Err(e) if a.specs.len() > 1 => misses.push(e),
+            Err(e) => return Err(e),
+        }
     }
     let kernel: Vec<String> = resolved.kernel.into_iter().flat_map(|(_, n)| n).collect();
     listing::render_kernel(&kernel, &mut out)?;
@@ -2064,7 +2078,15 @@ pub fn list(a: ListSettings) -> Result<i32> {
             listing::render_func(&listed, &mut out)?;
         }
     }
-    Ok(0)
+    if misses.is_empty() {
+        return Ok(0);
+    }
+    out.flush()
+        .context("cannot write the list to standard output")?;
+    for e in &misses {
+        eprintln!("tachy: {e:#}");
+    }
+    Ok(1)
 }
 
 /// How `tachy latency` would probe `f`, planned alone.

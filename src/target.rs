@@ -471,7 +471,7 @@ pub fn find_library(lib: &str, extra: &[PathBuf]) -> Option<PathBuf> {
         let Ok(rd) = fs::read_dir(&dir) else { continue };
         let mut hits: Vec<PathBuf> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| lib_matches(lib, p) && p.is_file())
+            .filter(|p| lib_matches(lib, p) && p.is_file() && is_elf(p))
             .collect();
         hits.sort();
         if let Some(p) = hits.into_iter().next() {
@@ -479,6 +479,17 @@ pub fn find_library(lib: &str, extra: &[PathBuf]) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// Whether `p` starts as an ELF file does (`libc.so` is often a linker
+/// script beside `libc.so.6`).
+fn is_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
 }
 
 /// The shared libraries an executable will load (DT_NEEDED, transitively),

@@ -43,9 +43,10 @@ fn show(args: &[&str], out: &Output) -> String {
     )
 }
 
-/// Runs tachy expecting an error: exit code 1, nothing on stdout, exactly
-/// one line on stderr starting with `tachy: `, no panic. Returns the message
-/// (after `tachy: `).
+/// Runs tachy expecting an error: exit code 1, nothing on stdout, one
+/// message on stderr starting with `tachy: ` (its first line of at most 200
+/// characters; the lines after it, if any, indented or headed `near names:`
+/// and `searched:`), no panic. Returns the message (after `tachy: `).
 fn error(args: &[&str]) -> String {
     let out = tachy(args);
     let text = show(args, &out);
@@ -55,11 +56,21 @@ fn error(args: &[&str]) -> String {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.ends_with('\n'), "{text}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "not exactly one line on stderr:\n{text}");
-    lines[0]
+    for l in &lines[1..] {
+        assert!(
+            l.starts_with("  ") || *l == "near names:" || *l == "searched:",
+            "more than one message on stderr:\n{text}"
+        );
+    }
+    let msg = stderr
+        .trim_end()
         .strip_prefix("tachy: ")
         .unwrap_or_else(|| panic!("stderr does not start with `tachy: `:\n{text}"))
-        .to_string()
+        .to_string();
+    if msg.starts_with("no function matches") {
+        assert!(lines[0].len() <= 200, "a long first line:\n{text}");
+    }
+    msg
 }
 
 /// Asserts that `msg` contains every one of `parts`.
@@ -136,14 +147,85 @@ fn no_match_suggests_near_names() {
             "no function matches",
             "shop::Store::lokup",
             path,
-            "near names: shop::Store::lookup",
+            "\nnear names:\n  shop::Store::lookup\n",
         ],
     );
+    // Near names first, then the objects searched, one a line.
+    assert!(
+        msg.starts_with(
+            "no function matches \"shop::Store::lokup\"\nnear names:\n  shop::Store::lookup\n"
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with(&format!("\nsearched:\n  {path} (symbols from .symtab)")),
+        "{msg}"
+    );
     let msg = error(&["list", path, "shop::Store::lokup"]);
-    assert_mentions(&msg, &["near names: shop::Store::lookup"]);
+    assert_mentions(&msg, &["near names:\n  shop::Store::lookup\n"]);
     // With a command: the executable and its libraries are searched.
     let msg = error(&["latency", "shop::Store::lokup", "--", path, "1", "1"]);
-    assert_mentions(&msg, &["near names: shop::Store::lookup"]);
+    assert_mentions(&msg, &["near names:\n  shop::Store::lookup\n"]);
+    // A name that shares only a few letters with others has none.
+    let msg = error(&["latency", "foo", "--", path, "1", "1"]);
+    assert!(!msg.contains("near names"), "{msg}");
+}
+
+/// Standard output on a full disk: the message says what was being
+/// written, in tachy's words, with no `(os error 28)`.
+#[test]
+fn full_disk_says_what_was_being_written() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let bin = common::build("plain");
+    let out = Command::new(common::tachy())
+        .args(["latency", "-d", "1", "slow_sum", "--"])
+        .arg(&bin)
+        .args(["2", "1"])
+        .env("FIXTURE_NO_WAIT", "1")
+        .stdin(Stdio::null())
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "tachy: cannot write the report to standard output: no space left on device\n"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("os error"), "{stderr}");
+}
+
+/// A long pattern is quoted by its start and its length, never whole.
+#[test]
+fn long_patterns_are_not_echoed_whole() {
+    let _lock = common::serial();
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    let huge = "x".repeat(100_000);
+    let msg = usage_error(&["latency", &huge, "--", path]);
+    assert!(msg.len() < 400, "{msg}");
+    assert_mentions(&msg, &["(100000 bytes)", "longer than 4096 bytes"]);
+    let long = "y".repeat(4000);
+    let msg = error(&["list", path, &long]);
+    assert!(msg.len() < 1000, "{msg}");
+    assert!(
+        msg.starts_with(&format!(
+            "no function matches {:?}… (4000 bytes)\n",
+            "y".repeat(60)
+        )),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -652,7 +734,7 @@ fn miss_names_every_object_searched() {
     let msg = error(&["latency", "nosuchfn", "--", "/usr/bin/true"]);
     assert!(
         msg.starts_with(
-            "no function matches \"nosuchfn\" in /usr/bin/true (no function symbols: stripped, and exports none"
+            "no function matches \"nosuchfn\"\nsearched:\n  /usr/bin/true (no function symbols: stripped, and exports none"
         ),
         "{msg}"
     );
@@ -672,7 +754,7 @@ fn miss_names_every_object_searched() {
     let msg = error(&["latency", "shop::Store::lokup", "--", app_s, "1", "1"]);
     assert!(
         msg.starts_with(&format!(
-            "no function matches \"shop::Store::lokup\" in {app_s} (no function symbols: stripped, and exports none"
+            "no function matches \"shop::Store::lokup\"\nsearched:\n  {app_s} (no function symbols: stripped, and exports none"
         )),
         "{msg}"
     );
@@ -756,13 +838,17 @@ fn near_names_ignore_abi_tags_and_parameters() {
         .arg(&exe)
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.cpp")));
     let exe = exe.to_str().unwrap();
+    let near = |n: &str| format!("\nnear names:\n  {n}\nsearched:\n");
     let msg = error(&["list", exe, "kv::Store::raed"]);
-    assert!(msg.ends_with("; near names: kv::Store::read"), "{msg}");
+    assert!(msg.contains(&near("kv::Store::read")), "{msg}");
     let msg = error(&["list", exe, "kv::Stroe::read"]);
-    assert!(msg.ends_with("; near names: kv::Store::read"), "{msg}");
+    assert!(msg.contains(&near("kv::Store::read")), "{msg}");
     // With a parameter list: the overloads there are, with theirs.
     let msg = error(&["list", exe, "kv::Store::read(long)"]);
-    assert!(msg.ends_with("; near names: kv::Store::read(int)"), "{msg}");
+    assert!(msg.contains(&near("kv::Store::read(int)")), "{msg}");
+    // Not a like-named function of another library's class.
+    let msg = error(&["list", exe, "leveldb::DBImpl::Get"]);
+    assert!(!msg.contains("near names"), "{msg}");
 }
 
 /// JSON or folded stacks on standard output never mix with the traced

@@ -613,7 +613,53 @@ fn list_several_patterns() {
         names(&[path, "slow_sum", "fast_path"]),
         vec!["fast_path", "slow_sum"]
     );
-    // One that matches nothing fails the listing.
-    let out = tachy(&["list", path, "slow_sum", "nosuchfn"]);
-    assert_eq!(out.status.code(), Some(1), "{}", show(&["list"], &out));
+    // One that matches nothing: what matched is listed, the miss is said
+    // on standard error, and the exit status is 1.
+    let args = ["list", path, "slow_sum", "nosuchfn", "fast_path"];
+    let out = tachy(&args);
+    let text = show(&args, &out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let objs = parse_list(&String::from_utf8_lossy(&out.stdout));
+    let mut n: Vec<&str> = objs[0].funcs.iter().map(|f| f.0.as_str()).collect();
+    n.sort_unstable();
+    assert_eq!(n, ["fast_path", "slow_sum"], "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("tachy: no function matches \"nosuchfn\"\n"),
+        "{text}"
+    );
+}
+
+/// `tachy list PATH LIB:PATTERN` looks in LIB, not in PATH.
+#[test]
+fn list_path_then_lib_pattern() {
+    let _lock = common::serial();
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    let objs = parse_list(&list_ok(&[path, "c:_exi*", "slow_sum"]));
+    let libc = objs
+        .iter()
+        .find(|o| o.header.contains("/libc.so.6 ("))
+        .unwrap_or_else(|| panic!("libc not listed: {objs:#?}"));
+    assert!(libc.funcs.iter().any(|f| f.0 == "_exit"), "{objs:#?}");
+    let exe = objs
+        .iter()
+        .find(|o| o.header.starts_with(&format!("{path} (")))
+        .expect("the executable");
+    assert_eq!(exe.funcs.len(), 1, "{objs:#?}");
+}
+
+/// `tachy list PATH` with no pattern is a usage error that says so.
+#[test]
+fn list_path_without_pattern_is_a_usage_error() {
+    let _lock = common::serial();
+    let bin = common::build("plain");
+    let path = bin.to_str().unwrap();
+    let out = tachy(&["list", path]);
+    let text = show(&["list", path], &out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no pattern: give one after"),
+        "{text}"
+    );
 }

@@ -242,12 +242,12 @@ pub fn draw_to(
     match file {
         Some((path, f)) => draw(&mut *f)
             .and_then(|_| f.flush())
-            .with_context(|| format!("cannot write {}", path.display())),
+            .with_context(|| format!("cannot write the report to {}", path.display())),
         None => {
             let mut out = std::io::stdout().lock();
             draw(&mut out)
                 .and_then(|_| out.flush())
-                .context("cannot write the report")
+                .context("cannot write the report to standard output")
         }
     }
 }

@@ -22,7 +22,7 @@ use anyhow::Result;
 pub use demangle::{demangle, Names, Part};
 pub use elf::{ElfObject, SymSource};
 pub use near::suggest;
-pub use pattern::Pattern;
+pub use pattern::{quoted, Pattern};
 
 /// Largest debug section tachy decompresses: a header claiming more is
 /// hostile input, not debug information.

@@ -84,8 +84,19 @@ impl Wanted {
         let last = strip_abi_tags(last).to_lowercase();
         let last = strip_args(&last);
         last == self.last
-            || (last.len() >= 3 && (last.contains(&self.last) || self.last.contains(&last)))
+            || contains_most(&last, &self.last)
             || levenshtein(&last, &self.last) <= limit(&self.last)
+    }
+
+    /// Whether `name` (lowercase) is in the pattern's scope: the pattern's
+    /// outermost component is one of its components. A qualified pattern's
+    /// function of the same name elsewhere is near only there
+    /// (`kv::Cache::read` for `kv::Store::read`, not `std::istream::get`
+    /// for `leveldb::DBImpl::Get`).
+    fn same_scope(&self, name: &str) -> bool {
+        let outer = tails(&self.name).next().unwrap_or(&self.name);
+        let outer = outer.split("::").next().unwrap_or(outer);
+        name.split("::").any(|c| c == outer)
     }
 
     /// The score of a demangled name (lower is nearer) and the name to show,
@@ -112,14 +123,15 @@ impl Wanted {
             let d_last = levenshtein(&last, &self.last);
             let score = if d_tail <= limit(&self.name) {
                 2 * d_tail
-            } else if d_last == 0 {
+            } else if d_last == 0 && (self.comps == 1 || self.same_scope(&lower)) {
                 // The same function in another scope.
                 3 + d_tail.min(20)
             } else if self.comps > 1 {
                 // A qualified pattern: near by its whole path, or the same
-                // name elsewhere, not a like-named function of anything.
+                // name elsewhere in its scope, not a like-named function of
+                // anything.
                 continue;
-            } else if last.len() >= 3 && (last.contains(&self.last) || self.last.contains(&last)) {
+            } else if contains_most(&last, &self.last) {
                 5 + d_last.min(20)
             } else if d_last <= limit(&self.last) {
                 6 + d_last
@@ -141,9 +153,18 @@ impl Wanted {
     }
 }
 
-/// How far (in edits) a name of this length may be to count as near.
+/// How far (in edits) a name of this length may be to count as near: one
+/// edit in four characters, and one for the shortest (`foo` is not near
+/// `fmt`, nor `main` near `asin`).
 fn limit(s: &str) -> usize {
-    (s.chars().count() / 4).max(2)
+    (s.chars().count() / 4).max(1)
+}
+
+/// Whether one name holds the other and that one is at least half of it
+/// (`read` in `pread64`, not `main` in `__libc_start_main`).
+fn contains_most(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.len() >= 3 && 2 * short.len() >= long.len() && long.contains(short)
 }
 
 /// A canonical name with a space after each comma, as people write it.
@@ -155,12 +176,15 @@ fn last_component(s: &str) -> &str {
     tails(s).last().unwrap_or(s)
 }
 
+/// Edits from `a` to `b`: insertions, deletions, substitutions and swaps
+/// of two neighbours (`raed` is one edit from `read`).
 fn levenshtein(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
     if a.len() > 256 || b.len() > 256 {
         return usize::MAX;
     }
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for i in 1..=a.len() {
@@ -168,7 +192,11 @@ fn levenshtein(a: &str, b: &str) -> usize {
         for j in 1..=b.len() {
             let sub = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
             cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                cur[j] = cur[j].min(before[j - 2] + 1);
+            }
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
@@ -188,6 +216,24 @@ mod tests {
         assert_eq!(levenshtein("lookup", "lookup"), 0);
         assert_eq!(levenshtein("lookup", "lokup"), 1);
         assert_eq!(levenshtein("", "abc"), 3);
+        assert_eq!(levenshtein("raed", "read"), 1);
+        assert_eq!(levenshtein("ab", "ba"), 1);
+    }
+
+    /// Names that only share a few letters or a common last word are not
+    /// near.
+    #[test]
+    fn far_names_are_not_suggested() {
+        assert!(near("foo", "<&T as core::fmt::Debug>::fmt", Lang::Rust).is_none());
+        assert!(near("main", "asin", Lang::C).is_none());
+        assert!(near("main", "casin", Lang::C).is_none());
+        assert!(near("main", "__libc_start_main", Lang::C).is_none());
+        assert!(near("leveldb::DBImpl::Get", "std::istream::get()", Lang::Cpp).is_none());
+        // Still near: a typo, a swap, the same method in the same scope.
+        assert!(near("mian", "main", Lang::C).is_some());
+        assert!(near("fo", "foo", Lang::C).is_some());
+        assert!(near("leveldb::DBImpl::Get", "leveldb::DB::Get()", Lang::Cpp).is_some());
+        assert!(near("read", "pread64", Lang::C).is_some());
     }
 
     #[test]

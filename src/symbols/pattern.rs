@@ -65,7 +65,24 @@ struct Word {
     whole: bool,
 }
 
+/// Text from the command line as messages quote it: whole up to 80
+/// characters, else its first 60 and its length.
+pub fn quoted(text: &str) -> String {
+    const WHOLE: usize = 80;
+    const START: usize = 60;
+    if text.chars().count() <= WHOLE {
+        return format!("{text:?}");
+    }
+    let start: String = text.chars().take(START).collect();
+    format!("{start:?}… ({} bytes)", text.len())
+}
+
 impl Pattern {
+    /// The pattern as messages quote it (see [`quoted`]).
+    pub fn quoted(&self) -> String {
+        quoted(&self.text)
+    }
+
     pub fn parse(text: &str) -> anyhow::Result<Pattern> {
         let text = text.trim();
         if text.is_empty() {
@@ -75,7 +92,10 @@ impl Pattern {
             anyhow::bail!("function pattern is longer than 4096 bytes");
         }
         if text.chars().any(|c| c.is_control()) {
-            anyhow::bail!("function pattern {text:?} contains control characters");
+            anyhow::bail!(
+                "function pattern {} contains control characters",
+                quoted(text)
+            );
         }
         let with_abi = text.contains("[abi:");
         let canon = canon(text, with_abi, true);
