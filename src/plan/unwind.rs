@@ -22,14 +22,17 @@
 //! Deferred cancellation unwinds only from cancellation points, which are
 //! never on the quiet list.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::cell::{OnceCell, RefCell};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
+use std::rc::Rc;
 
 use anyhow::Result;
 use object::Object;
 
 use crate::disasm::{Decoded, Target};
 use crate::symbols::elf::symbol_names;
+use crate::symbols::index::SymbolIndex;
 use crate::symbols::{demangle, ElfObject, Function};
 
 /// Never runs user code (no callbacks), never unwinds and is no
@@ -306,37 +309,148 @@ fn parts_of(f: &Function) -> Vec<(String, u64, u64)> {
     parts
 }
 
-/// The functions of its own object that an object calls through `.got`
-/// slots no import names (Rust does so for the code of other crates
+/// A call or tail jump, as the proof reads it.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Out of the object: the callee as shown (`name@plt`, `name@got`).
+    Import {
+        shown: String,
+        throws: bool,
+        quiet: bool,
+    },
+    /// To code of the object, at this address.
+    Local(u64),
+    IndirectCall,
+    IndirectJump,
+}
+
+/// A function of the object as the proof reads it: its name, its parts,
+/// and its calls and tail jumps in address order.
+#[derive(Debug)]
+struct Node {
+    name: Option<String>,
+    parts: Vec<(String, u64, u64)>,
+    steps: Vec<(u64, Step)>,
+}
+
+/// What a call to an address of the object reaches.
+#[derive(Debug)]
+enum Callee {
+    /// No symbol or unwind table entry starts there.
+    Unknown,
+    /// A function that throws, panics or unwinds (its name).
+    Throws(String),
+    /// A function whose code cannot be read or decoded (its name).
+    Undecodable(String),
+    Code(Rc<Node>),
+}
+
+/// The callees of one object, each decoded once, however many traced
+/// functions reach it: the proof of every traced function walks the same
+/// call graph, and decoding is most of its cost.
+#[derive(Default)]
+struct CallGraph {
+    callees: RefCell<HashMap<u64, Rc<Callee>>>,
+    got: OnceCell<Option<(u64, u64)>>,
+}
+
+impl CallGraph {
+    fn callee(&self, obj: &ElfObject, index: &SymbolIndex, addr: u64) -> Rc<Callee> {
+        if let Some(c) = self.callees.borrow().get(&addr) {
+            return c.clone();
+        }
+        let callee = Rc::new(self.read_callee(obj, index, addr));
+        self.callees.borrow_mut().insert(addr, callee.clone());
+        callee
+    }
+
+    fn read_callee(&self, obj: &ElfObject, index: &SymbolIndex, addr: u64) -> Callee {
+        let callee = match index.function_starting_at(addr) {
+            Some(g) => g,
+            None => match crate::symbols::code::unnamed_function_at(obj, addr) {
+                Ok(Some(g)) => g,
+                _ => return Callee::Unknown,
+            },
+        };
+        let name = callee.display_name();
+        if throws(&callee.raw, &callee.names.full) {
+            return Callee::Throws(name);
+        }
+        match super::decode_function(obj, &callee) {
+            Ok(cd) => Callee::Code(Rc::new(Node {
+                steps: self.steps(obj, &cd),
+                name: Some(name),
+                parts: parts_of(&callee),
+            })),
+            Err(_) => Callee::Undecodable(name),
+        }
+    }
+
+    /// The calls and tail jumps of decoded code, in address order.
+    fn steps(&self, obj: &ElfObject, d: &Decoded) -> Vec<(u64, Step)> {
+        let imports = obj.imports();
+        let bounds = *self.got.get_or_init(|| got_bounds(obj));
+        let mut targets: Vec<(u64, Target)> = d
+            .calls
+            .iter()
+            .map(|c| (c.addr, c.target))
+            .chain(d.tails.iter().map(|t| (t.addr, t.target)))
+            .collect();
+        targets.sort_by_key(|t| t.0);
+        let import = |raw: &str, how: &str| {
+            let shown = format!("{}@{how}", demangle(bare(raw)).full);
+            Step::Import {
+                throws: throws(raw, &shown),
+                quiet: is_quiet(raw),
+                shown,
+            }
+        };
+        targets
+            .into_iter()
+            .map(|(at, target)| {
+                let step = match target {
+                    Target::Direct(a) => match imports.plt_name(a) {
+                        Some(raw) => import(raw, "plt"),
+                        None => Step::Local(a),
+                    },
+                    Target::Slot(slot) if obj.slot_import(slot).is_some() => {
+                        import(obj.slot_import(slot).unwrap_or_default(), "got")
+                    }
+                    Target::Slot(slot) if local_got(obj, bounds, slot).is_some() => {
+                        Step::Local(local_got(obj, bounds, slot).unwrap_or(0))
+                    }
+                    _ if d.calls.iter().any(|c| c.addr == at) => Step::IndirectCall,
+                    _ => Step::IndirectJump,
+                };
+                (at, step)
+            })
+            .collect()
+    }
+}
+
+/// Where `.got` is, if the object has one.
+fn got_bounds(obj: &ElfObject) -> Option<(u64, u64)> {
+    use object::ObjectSection;
+    obj.parse().ok().and_then(|f| {
+        f.section_by_name(".got")
+            .map(|s| (s.address(), s.address().saturating_add(s.size())))
+    })
+}
+
+/// The function of its own object that an object calls through a `.got`
+/// slot no import names (Rust does so for the code of other crates
 /// linked in, as does `-fno-plt`). Such a slot is written once, by the
 /// loader's relative relocation, and is read-only after it (RELRO); a
 /// pointer anywhere else may change at run time and is not followed.
-struct LocalGot<'a> {
-    image: crate::symbols::code::ObjectImage<'a>,
-    bounds: Option<(u64, u64)>,
-}
-
-impl<'a> LocalGot<'a> {
-    fn new(obj: &'a ElfObject) -> LocalGot<'a> {
-        use object::ObjectSection;
-        let bounds = obj.parse().ok().and_then(|f| {
-            f.section_by_name(".got")
-                .map(|s| (s.address(), s.address().saturating_add(s.size())))
-        });
-        LocalGot {
-            image: crate::symbols::code::ObjectImage::new(obj),
-            bounds,
-        }
+fn local_got(obj: &ElfObject, bounds: Option<(u64, u64)>, slot: u64) -> Option<u64> {
+    use crate::disasm::Image;
+    let (lo, hi) = bounds?;
+    if !(lo..hi).contains(&slot) {
+        return None;
     }
-
-    fn target(&self, slot: u64) -> Option<u64> {
-        use crate::disasm::Image;
-        let (lo, hi) = self.bounds?;
-        if !(lo..hi).contains(&slot) {
-            return None;
-        }
-        self.image.pointer(slot).filter(|&a| a != 0)
-    }
+    crate::symbols::code::ObjectImage::new(obj)
+        .pointer(slot)
+        .filter(|&a| a != 0)
 }
 
 /// Proves that no exception, panic or unwind can cross `f`'s frame while
@@ -354,56 +468,51 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
     let index = obj
         .symbols()
         .map_err(|_| fail(Hazard::Undecodable(f.display_name())))?;
-    let imports = obj.imports();
-    let got = LocalGot::new(obj);
+    let own_graph = CallGraph::default();
+    let graph = obj.memo::<CallGraph>().unwrap_or(&own_graph);
     let mut other: Option<Obstacle> = None;
     let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
-    let mut work = VecDeque::from([(d.clone(), None, parts_of(f))]);
-    while let Some((d, within, parts)) = work.pop_front() {
-        let mut targets: Vec<(u64, Target)> = d
-            .calls
-            .iter()
-            .map(|c| (c.addr, c.target))
-            .chain(d.tails.iter().map(|t| (t.addr, t.target)))
-            .collect();
-        targets.sort_by_key(|t| t.0);
-        for (at, target) in targets {
+    let root = Rc::new(Node {
+        name: None,
+        parts: parts_of(f),
+        steps: graph.steps(obj, d),
+    });
+    let mut work = VecDeque::from([root]);
+    while let Some(node) = work.pop_front() {
+        for (at, step) in &node.steps {
             let obstacle = |hazard| Obstacle {
                 hazard,
-                addr: at,
-                within: within.clone(),
-                parts: parts.clone(),
+                addr: *at,
+                within: node.name.clone(),
+                parts: node.parts.clone(),
             };
             let mut note = |hazard| {
                 other.get_or_insert_with(|| obstacle(hazard));
             };
-            let (addr, import) = match target {
-                Target::Direct(a) => (a, imports.plt_name(a).map(|n| (n, "plt"))),
-                Target::Slot(slot) if obj.slot_import(slot).is_some() => {
-                    (0, obj.slot_import(slot).map(|n| (n, "got")))
+            let addr = match step {
+                Step::Import {
+                    shown,
+                    throws,
+                    quiet,
+                } => {
+                    if *throws {
+                        return Err(obstacle(Hazard::Throws(shown.clone())));
+                    }
+                    if !quiet {
+                        note(Hazard::Import(shown.clone()));
+                    }
+                    continue;
                 }
-                Target::Slot(slot) if got.target(slot).is_some() => {
-                    (got.target(slot).unwrap_or(0), None)
-                }
-                _ if d.calls.iter().any(|c| c.addr == at) => {
+                Step::IndirectCall => {
                     note(Hazard::IndirectCall);
                     continue;
                 }
-                _ => {
+                Step::IndirectJump => {
                     note(Hazard::IndirectJump);
                     continue;
                 }
+                Step::Local(a) => *a,
             };
-            if let Some((raw, how)) = import {
-                let shown = format!("{}@{how}", demangle(bare(raw)).full);
-                if throws(raw, &shown) {
-                    return Err(obstacle(Hazard::Throws(shown)));
-                }
-                if !is_quiet(raw) {
-                    note(Hazard::Import(shown));
-                }
-                continue;
-            }
             if !seen.insert(addr) {
                 continue;
             }
@@ -411,23 +520,11 @@ pub(super) fn prove_quiet(obj: &ElfObject, f: &Function, d: &Decoded) -> Result<
                 note(Hazard::TooMany);
                 continue;
             }
-            let callee = match index.function_starting_at(addr) {
-                Some(g) => g,
-                None => match crate::symbols::code::unnamed_function_at(obj, addr) {
-                    Ok(Some(g)) => g,
-                    _ => {
-                        note(Hazard::UnknownCode(addr));
-                        continue;
-                    }
-                },
-            };
-            let name = callee.display_name();
-            if throws(&callee.raw, &callee.names.full) {
-                return Err(obstacle(Hazard::Throws(name)));
-            }
-            match super::decode_function(obj, &callee) {
-                Ok(cd) => work.push_back((cd, Some(name), parts_of(&callee))),
-                Err(_) => note(Hazard::Undecodable(name)),
+            match &*graph.callee(obj, index, addr) {
+                Callee::Unknown => note(Hazard::UnknownCode(addr)),
+                Callee::Throws(name) => return Err(obstacle(Hazard::Throws(name.clone()))),
+                Callee::Undecodable(name) => note(Hazard::Undecodable(name.clone())),
+                Callee::Code(n) => work.push_back(n.clone()),
             }
         }
     }

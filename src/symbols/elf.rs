@@ -169,6 +169,11 @@ pub struct ElfObject {
     /// Where runtime.g keeps what the BPF side reads, per DWARF (read
     /// once).
     go_layout: OnceCell<Option<GLayout>>,
+    /// What the planner keeps of this object's code from one traced
+    /// function to the next (`plan::unwind` keeps each callee it decoded),
+    /// created on first use. The type is the planner's; this module only
+    /// holds it, so that it lives as long as the object.
+    memo: OnceCell<Box<dyn std::any::Any>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -252,6 +257,7 @@ impl ElfObject {
             starts: OnceCell::new(),
             go: OnceCell::new(),
             go_layout: OnceCell::new(),
+            memo: OnceCell::new(),
         })
     }
 
@@ -431,6 +437,12 @@ impl ElfObject {
     /// answers on first use, and the answer is kept.
     pub fn unwinds(&self, decide: impl FnOnce(&ElfObject) -> bool) -> bool {
         *self.unwinds.get_or_init(|| decide(self))
+    }
+
+    /// The planner's memo of this object (see the field), made on first
+    /// use; `None` if it was first asked for as another type.
+    pub fn memo<T: std::any::Any + Default>(&self) -> Option<&T> {
+        self.memo.get_or_init(|| Box::<T>::default()).downcast_ref()
     }
 
     /// The dynamic relocations (indexed on first use).
