@@ -298,6 +298,17 @@ fn per_call(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// `label` in at most `width` characters: cut, with `…` at the cut, so
+/// that the columns after it stay aligned.
+fn fit(label: &str, width: usize) -> String {
+    if label.chars().count() <= width {
+        return label.to_string();
+    }
+    let mut out: String = label.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// The widest label of the nodes shown.
 fn label_width(n: &TreeNode, depth: usize, all_sites: bool) -> usize {
     let own = if depth == 0 {
@@ -383,7 +394,7 @@ fn render_children(
         };
         let mut line = format!(
             "{indent}{:<pad$}  {per_call:>15}  avg {avg:>9}  {:>5.1}%",
-            c.label(),
+            fit(&c.label(), pad),
             pct(c.total_ns, root_total)
         );
         if let (Some(split), true) = (&c.cpu, c.calls() > 0) {
@@ -840,6 +851,37 @@ mod tests {
         let svg = String::from_utf8(out).unwrap();
         assert!(svg.contains("<svg"), "{svg}");
         assert!(svg.contains("db::Page::load"), "{svg}");
+    }
+
+    /// Labels too long for the column are cut: every site's columns stay
+    /// where the others' are, and no line grows past the column's width.
+    #[test]
+    fn long_labels_keep_columns_aligned() {
+        let mut r = sample();
+        let long = node(
+            "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_construct<char const*>(char const*, char const*, std::forward_iterator_tag)",
+            Some("basic_string.tcc:225 (inlined from std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::basic_string(char const*, std::allocator<char> const&))"),
+            "call",
+            312,
+            1_000_000,
+            vec![],
+        );
+        r.roots[0].children.push(long);
+        let mut out = Vec::new();
+        render_text(&r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        // The column of " per call ", in characters.
+        let at: Vec<usize> = text
+            .lines()
+            .filter_map(|l| Some(l[..l.find(" per call ")?].chars().count()))
+            .collect();
+        assert!(at.len() >= 4, "{text}");
+        assert!(at.windows(2).all(|w| w[0] == w[1]), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 160), "{text}");
+        assert!(
+            text.contains("basic_string.tcc:225 (inlined from "),
+            "{text}"
+        );
     }
 
     #[test]
