@@ -420,7 +420,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub record_slower_than: Option<u64>,
 
-    /// Print the probes that would be attached, and exit (needs no privilege)
+    /// Print the probes that would be attached on standard output, and exit
+    /// (needs no privilege)
     #[arg(long)]
     pub dry_run: bool,
 

@@ -740,11 +740,16 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         target.plan(&s, &mut objects)
     })
     .map_err(|e| exited(&s, e))?;
-    if s.dry_run || s.verbose {
+    if s.dry_run {
+        // The plan is what --dry-run was asked for: standard output.
+        let mut out = std::io::stdout().lock();
+        write!(out, "{}", plan.describe())
+            .and_then(|_| out.flush())
+            .context("cannot write the plan to standard output")?;
+        return Ok(0);
+    }
+    if s.verbose {
         eprint!("{}", plan.describe());
-        if s.dry_run {
-            return Ok(0);
-        }
     }
     check_thread(&s)?;
     if s.record.is_some() {

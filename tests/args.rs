@@ -373,7 +373,7 @@ fn entry_of(expr: &str, func: &str) -> (String, String) {
         &format!("{}:{func}", exe.display()),
     ]);
     out.assert_success();
-    let text = out.stderr.clone();
+    let text = out.stdout.clone();
     let func_at = text
         .lines()
         .find_map(|l| l.split(" at 0x").nth(1))

@@ -468,8 +468,9 @@ fn dry_run_names_the_pid() {
     let out = tachy(&["latency", "--dry-run", "-p", &pid, "c:malloc"]);
     let text = show(&["latency", "--dry-run", "-p", &pid, "c:malloc"], &out);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let first = stderr.lines().next().unwrap_or("");
+    // The plan is what was asked for: on standard output.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let first = stdout.lines().next().unwrap_or("");
     assert!(
         first.ends_with(&format!("counted in pid {pid}")),
         "first line {first:?}:\n{text}"

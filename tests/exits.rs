@@ -115,7 +115,7 @@ fn dry_run_places_the_uretprobe_on_the_entry() {
     args.extend(["--", &exe]);
     let out = tachy(&args);
     out.assert_success();
-    let text = &out.stderr;
+    let text = &out.stdout;
     for (i, (name, want)) in PLANS.iter().enumerate() {
         let line = text
             .lines()

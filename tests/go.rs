@@ -438,10 +438,10 @@ fn uretprobe_is_refused_for_go_with_a_reason() {
     let out = tachy(&args);
     let all = text(&args, &out);
     assert_eq!(out.status.code(), Some(0), "{all}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("uretprobe  "), "{all}");
-    assert!(stderr.contains("go ret [0]"), "{all}");
-    assert!(stderr.contains("never a uretprobe"), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("uretprobe  "), "{all}");
+    assert!(stdout.contains("go ret [0]"), "{all}");
+    assert!(stdout.contains("never a uretprobe"), "{all}");
     if common::skip_unless_root() {
         return;
     }

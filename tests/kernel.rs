@@ -94,7 +94,12 @@ fn dry_run(args: &[&str]) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stderr).unwrap()
+    // The plan on standard output, notices on standard error.
+    format!(
+        "{}{}",
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap()
+    )
 }
 
 /// A bare name no user object has is a kernel function; `k:` names one

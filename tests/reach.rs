@@ -203,7 +203,7 @@ fn debuglink_debug_file_gives_symbols_and_lines() {
     // --verbose and --dry-run say it too.
     let spec = format!("{}:shop::risky", app.display());
     let out = tachy(&["latency", "--dry-run", &spec]);
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = String::from_utf8_lossy(&out.stdout);
     assert!(
         err.contains(&format!(
             "(symbols from the debug file {})",
