@@ -109,10 +109,8 @@ impl Plan {
         source: SymSource,
     ) -> Result<u32> {
         let object = self.object_index(obj);
-        if let Some(i) = self.items.iter().position(
-            |t| matches!(&t.kind, ItemKind::Function(t) if t.object == object && t.addr == f.addr),
-        ) {
-            return Ok(i as u32);
+        if let Some(&id) = self.function_ids.get(&(object, f.addr)) {
+            return Ok(id);
         }
         if f.names.lang == crate::symbols::demangle::Lang::Go {
             return self.add_go_function(obj, object, f, source);
@@ -216,6 +214,8 @@ impl Plan {
         entry: EntryCandidate,
         exits: ExitSummary,
     ) {
+        self.function_ids
+            .insert((object, f.addr), self.items.len() as u32);
         self.items.push(Item {
             name: f.display_name(),
             raw_name: f.raw.clone(),

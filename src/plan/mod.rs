@@ -252,6 +252,9 @@ pub struct Plan {
     /// Per item id of a function timed by a uretprobe: where its tail jumps
     /// can lead (see `encode::tail_pairs`).
     pub tail_reach: std::collections::BTreeMap<u32, TailReach>,
+    /// The item id of each traced function, by (object, address): looked
+    /// up once per function added, so it is an index, not a scan.
+    pub(super) function_ids: std::collections::HashMap<(usize, u64), u32>,
 }
 
 /// The functions a traced function can reach by tail jumps, directly or

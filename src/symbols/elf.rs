@@ -174,6 +174,9 @@ pub struct ElfObject {
     /// created on first use. The type is the planner's; this module only
     /// holds it, so that it lives as long as the object.
     memo: OnceCell<Box<dyn std::any::Any>>,
+    /// Where a debug file was looked for (see `debug_hint`), said once:
+    /// every function planned from `.dynsym` repeats it.
+    debug_hint: OnceCell<Option<String>>,
 }
 
 impl std::fmt::Debug for ElfObject {
@@ -258,6 +261,7 @@ impl ElfObject {
             go: OnceCell::new(),
             go_layout: OnceCell::new(),
             memo: OnceCell::new(),
+            debug_hint: OnceCell::new(),
         })
     }
 
@@ -381,11 +385,15 @@ impl ElfObject {
     /// Where a debug file was looked for, if the object names one and none
     /// was found.
     pub fn debug_hint(&self) -> Option<String> {
-        if self.debug_data().is_some() {
-            return None;
-        }
-        let file = self.parse().ok()?;
-        debuginfo::missing_hint(&file, &self.display, &self.open_path)
+        self.debug_hint
+            .get_or_init(|| {
+                if self.debug_data().is_some() {
+                    return None;
+                }
+                let file = self.parse().ok()?;
+                debuginfo::missing_hint(&file, &self.display, &self.open_path)
+            })
+            .clone()
     }
 
     /// The path of the separate debug file in use, if any.
