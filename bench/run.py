@@ -745,6 +745,50 @@ def startup(host, rounds):
     return problems
 
 
+# Planning of many functions at once (`--dry-run` on a path target, no
+# process needed): (label, library glob, pattern, budget in seconds). The
+# planner decodes each function, and each callee its proofs reach, once.
+PLANNING_CASES = [
+    ("libclang-cpp", "/usr/lib/x86_64-linux-gnu/libclang-cpp.so.*", "clang::Sema::Check*", 1.0),
+    ("libc", "/usr/lib/x86_64-linux-gnu/libc.so.6", "*", 2.0),
+    ("libLLVM", None, "llvm::*", 10.0),
+]
+
+
+def planning():
+    """One `tachy latency -v --dry-run` per case: the functions planned and
+    the planned-in time tachy reports, against the case's budget."""
+    problems = []
+    say("Planning many functions (tachy latency -v --dry-run PATH:PATTERN, one run each; "
+        "'planned in' as tachy -v says it):")
+    for label, pattern_glob, pattern, budget in PLANNING_CASES:
+        if pattern_glob is None:
+            lib = llvm_function()[0]
+        else:
+            libs = sorted(p for p in glob.glob(pattern_glob) if os.path.isfile(p))
+            if not libs:
+                say(f"  {label:<12} skipped: no {pattern_glob} (install it to measure)")
+                continue
+            lib = libs[-1]
+        cmd = [TACHY, "latency", "-v", "--dry-run", f"{lib}:{pattern}"]
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        m = re.search(r"resolved in (\d+) ms, planned in (\d+) ms", r.stderr)
+        if r.returncode != 0 or not m:
+            problems.append(f"planning {label}: exit {r.returncode}: {r.stderr.strip()[-200:]}")
+            say(f"  {label:<12} failed")
+            continue
+        n = sum(1 for l in r.stdout.splitlines() + r.stderr.splitlines()
+                if re.match(r"\s+\[\d+\] ", l))
+        planned = int(m.group(2)) / 1000
+        ok = planned < budget
+        say(f"  {label:<12} {lib}:'{pattern}': {n} functions, resolved in {m.group(1)} ms, "
+            f"planned in {planned:.2f} s (budget < {budget:.0f} s: {'met' if ok else 'NOT met'}), "
+            f"{wall:.2f} s wall")
+    return problems
+
+
 def peak_rss_mib(pid):
     """The process's peak resident set so far (VmHWM), in MiB."""
     try:
@@ -947,6 +991,8 @@ def main():
     say("")
     if not ONLY or STARTUP_ONLY:
         problems += startup(host, STARTUP_ROUNDS)
+        say("")
+        problems += planning()
     say("")
     # The workloads a uretprobe can kill (exceptions, Go's moving stacks),
     # explicitly.
