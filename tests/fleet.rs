@@ -1361,8 +1361,10 @@ fn comm_and_pgrep_find_processes_by_name() {
             .contains("no running process's command name matches"),
         "{out}"
     );
+    // A pattern that does not compile is a usage error.
     let out = tachy(&["latency", "--pgrep", "(", "slow_sum"]);
-    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.starts_with("error: --pgrep \"(\": "), "{out}");
     let out = tachy(&["latency", "--comm", "x", "-p", "1", "slow_sum"]);
     assert_eq!(out.code(), Some(2), "{out}");
     if common::skip_unless_root() {
