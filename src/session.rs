@@ -59,6 +59,8 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         ..Settings::default()
     });
     plan.pid = s.pid;
+    plan.process_cannot_unwind =
+        !s.uretprobe && !s.follow && process_cannot_unwind(s, scope, objects);
     for spec in s.specs.iter().filter(|x| x.is_syscall()) {
         for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
             plan.add_syscall(name, nr);
@@ -212,6 +214,103 @@ fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result
         );
     }
     Ok(plan)
+}
+
+/// Whether no object of the one process traced (`-p PID`, or the command
+/// started, by its executable's DT_NEEDED closure) can raise or catch an
+/// unwind (`plan::unwind::process_cannot_unwind`). Only for a process whose
+/// maps the run loop watches ([`UnwindWatch`]): never with `--follow`,
+/// whose probes fire in every process, nor with `LD_PRELOAD`, which loads
+/// objects the closure does not name.
+fn process_cannot_unwind(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> bool {
+    let refs: Vec<ObjectRef> = match scope {
+        Scope::Process(m) if s.scoping.is_none() && s.pid.is_some() => m.all().cloned().collect(),
+        Scope::Command { exe, libs }
+            if !std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty()) =>
+        {
+            std::iter::once(exe)
+                .chain(libs)
+                .map(|p| ObjectRef {
+                    display: p.clone(),
+                    open_path: p.clone(),
+                })
+                .collect()
+        }
+        _ => return false,
+    };
+    let mut objs = Vec::with_capacity(refs.len());
+    for r in &refs {
+        match objects.get(r) {
+            Ok(o) => objs.push(o),
+            Err(_) => return false,
+        }
+    }
+    plan::unwind::process_cannot_unwind(objs.iter().map(|o| &**o)).is_ok()
+}
+
+/// Watches the maps of a process whose uretprobes stand on the proof that
+/// it cannot unwind: an object loaded later that could (a C++ library
+/// dlopened) ends tracing, so that no call entered after it gets a
+/// uretprobe. Calls entered before it are safe: the frames further out
+/// than theirs are in objects that can neither catch an exception nor run
+/// cleanup code, so an unwind that reaches them ends as it would without
+/// the uretprobe.
+struct UnwindWatch {
+    pid: u32,
+    seen: std::collections::HashSet<PathBuf>,
+    next: Instant,
+}
+
+impl UnwindWatch {
+    fn new(plan: &Plan) -> Option<UnwindWatch> {
+        let uses = plan.items.iter().any(|i| {
+            matches!(&i.kind, ItemKind::Function(t) if t.exits.mode == plan::ExitMode::UretprobeProcess)
+        });
+        Some(UnwindWatch {
+            pid: plan.pid.filter(|_| uses)?,
+            seen: Default::default(),
+            next: Instant::now(),
+        })
+    }
+
+    /// Every 50 ms: the first object newly mapped that could unwind through
+    /// a uretprobe, as the line that says so.
+    fn check(&mut self, plan: &Plan, now: Instant) -> Option<String> {
+        if now < self.next {
+            return None;
+        }
+        self.next = now + Duration::from_millis(50);
+        let maps = target::process_maps(self.pid).ok()?;
+        // A command tachy started runs tachy's image until it execs.
+        let own = std::env::current_exe().ok();
+        if own.is_some_and(|e| e == maps.exe.display) {
+            return None;
+        }
+        for o in maps.all() {
+            if !self.seen.insert(o.display.clone()) {
+                continue;
+            }
+            let hazard = match ElfObject::open(&o.display, &o.open_path) {
+                Ok(obj) => plan::unwind::object_hazard(&obj),
+                Err(_) => Some("cannot be read".into()),
+            };
+            if let Some(what) = hazard {
+                let n = plan
+                    .items
+                    .iter()
+                    .filter(|i| matches!(&i.kind, ItemKind::Function(t) if t.exits.mode == plan::ExitMode::UretprobeProcess))
+                    .count();
+                return Some(format!(
+                    "tachy: process {} loaded {}, which {what}: an exception could now unwind through the uretprobe{} of {n} function{} and abort it; tracing stopped",
+                    self.pid,
+                    o.display.display(),
+                    if n == 1 { "" } else { "s" },
+                    if n == 1 { "" } else { "s" },
+                ));
+            }
+        }
+        None
+    }
 }
 
 /// `--uretprobe` without `--force` on a function that calls code that
@@ -923,6 +1022,9 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     Ok(match end.status {
         Some(code) => code,
         None if end.stopped => wait_for_command(sp, &s.command),
+        // The command runs on untraced, as tachy said; its status is
+        // tachy's.
+        None if end.unwind_loaded => sp.wait(),
         None => {
             eprintln!(
                 "tachy: tracing stopped after -d; {} (pid {}) runs on",
@@ -1034,6 +1136,8 @@ struct RunEnd {
     stopped: bool,
     /// No traced user function completed or left a call.
     nothing_counted: bool,
+    /// Ended because an object that can unwind was loaded ([`UnwindWatch`]).
+    unwind_loaded: bool,
 }
 
 /// Waits, reads the counters each interval (and on SIGUSR1), and hands
@@ -1057,6 +1161,7 @@ fn run(
         status: None,
         stopped: false,
         nothing_counted: true,
+        unwind_loaded: false,
     };
     // What was read from the kernel but not yet part of an interval's
     // report (read for a SIGUSR1 interim report).
@@ -1109,6 +1214,7 @@ fn run(
     let mut recorder = tracer
         .record_reader()?
         .map(|reader| Recorder::new(plan, reader));
+    let mut unwind_watch = UnwindWatch::new(plan);
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if let Some(r) = recorder.as_mut() {
@@ -1138,6 +1244,12 @@ fn run(
             done = false;
         }
         if deadline.is_some_and(|d| now >= d) {
+            done = true;
+        }
+        if let Some(line) = unwind_watch.as_mut().and_then(|w| w.check(plan, now)) {
+            eprintln!("{line}");
+            unwind_watch = None;
+            end.unwind_loaded = true;
             done = true;
         }
         let due = next_report.is_some_and(|t| now >= t);

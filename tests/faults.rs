@@ -21,6 +21,9 @@ use common::run::{Outcome, Tachy};
 use common::{counts, Fixture};
 use serde_json::Value;
 
+/// Makes a fixture's process one that may unwind (it maps the C++
+/// runtime), so that tachy plans each function by its own code.
+const PRELOAD_CXX: (&str, &str) = ("LD_PRELOAD", "libstdc++.so.6");
 /// How long a tachy run may take before the test gives up on it.
 const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the kernel may take to take a dead tachy's breakpoints out.
@@ -544,6 +547,73 @@ fn longjmp_out_of_traced_frames() {
     assert!(num(func(&rep, "escape"), "min_ns") >= 200_000, "{rep:#}");
 }
 
+/// pthread_exit through a function timed by a uretprobe: exiter makes an
+/// indirect call, but the process maps no C++ runtime, no Rust unwinding
+/// and no exception tables outside libc, so a uretprobe times it
+/// (`--dry-run` says which rule chose it). The forced unwind ends at the
+/// uretprobe's trampoline as at exiter's frame: every thread ends, runs
+/// its cleanup handler, and the process finishes. The calls left by
+/// pthread_exit are counted as unwound.
+#[test]
+fn pthread_exit_through_a_uretprobe_of_a_process_that_cannot_unwind() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let exe = common::build("faults");
+    let exe = exe.to_str().unwrap();
+    let plan = Tachy::start(
+        &["latency", "--dry-run", "exiter", "--", exe, "pexit", "1"],
+        &[("FIXTURE_NO_WAIT", "1")],
+    )
+    .finish(RUN_TIMEOUT);
+    plan.assert_success();
+    let text = format!("{}{}", plan.stdout, plan.stderr);
+    assert!(
+        text.contains("return: uretprobe (process cannot unwind: no C++ runtime,"),
+        "{plan}"
+    );
+    assert!(
+        text.lines().any(|l| l.starts_with("  uretprobe ")),
+        "{plan}"
+    );
+    let out = run_cmd(&["exiter"], &["pexit", "10"]);
+    out.assert_success();
+    let printed = counts(&out.stderr);
+    assert_eq!((printed["exiter"], printed["cleanup"]), (10, 5), "{out}");
+    assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
+    let rep = out.single_report();
+    assert_eq!(tally(&rep, "exiter"), (5, 5, 0, 0), "exiter\n{out}");
+}
+
+/// A library that can throw, loaded after tachy chose uretprobes because
+/// the process could not unwind, ends tracing with one line that names it:
+/// no call entered after that is timed by a uretprobe. The process runs on
+/// to its end.
+#[test]
+fn a_library_that_can_throw_loaded_later_ends_tracing() {
+    let _lock = common::serial();
+    if common::skip_unless_root() {
+        return;
+    }
+    let out = run_cmd(&["tick"], &["dlopen", "200"]);
+    out.assert_success();
+    assert_eq!(counts(&out.stderr)["tick"], 400, "{out}");
+    assert!(out.stderr.lines().any(|l| l == "done"), "{out}");
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("/libstdc++.so.6") && l.contains(", which"))
+        .unwrap_or_else(|| panic!("no line names libstdc++\n{out}"));
+    assert!(
+        line.contains("the uretprobe of 1 function") && line.ends_with("tracing stopped"),
+        "{line}"
+    );
+    let rep = out.single_report();
+    let (count, ..) = tally(&rep, "tick");
+    assert!((200..400).contains(&count), "{count}\n{out}");
+}
+
 /// Two SIGINTs at once are one stop: tachy prints its report, ends with
 /// status 0 within 2 s, and the target runs on with its text restored.
 #[test]
@@ -925,6 +995,8 @@ fn follow_traces_forked_processes() {
 /// An indirect tail jump (`jmp *%rax`) leaves the traced function for code
 /// tachy cannot know: the call is timed up to the jump, and with `nested`
 /// it ends the traced call, so the breakdown of every call is committed.
+/// The process may unwind (libstdc++ preloaded), so dispatch's exits are
+/// probed where they are, not timed by a uretprobe.
 #[test]
 fn indirect_tail_jump_ends_the_traced_call() {
     let _lock = common::serial();
@@ -932,7 +1004,22 @@ fn indirect_tail_jump_ends_the_traced_call() {
         return;
     }
     const N: u64 = 6;
-    let out = run_cmd(&["dispatch", "even", "odd"], &["dispatch", &N.to_string()]);
+    let exe = common::build("faults");
+    let out = Tachy::start(
+        &[
+            "latency",
+            "--json",
+            "dispatch",
+            "even",
+            "odd",
+            "--",
+            exe.to_str().unwrap(),
+            "dispatch",
+            &N.to_string(),
+        ],
+        &[("FIXTURE_NO_WAIT", "1"), PRELOAD_CXX],
+    )
+    .finish(RUN_TIMEOUT);
     out.assert_success();
     let fx = counts(&out.stderr);
     assert_eq!((fx["dispatch"], fx["even"], fx["odd"]), (N, N / 2, N / 2));
@@ -945,7 +1032,6 @@ fn indirect_tail_jump_ends_the_traced_call() {
     assert_eq!(tally(&rep, "even"), (N / 2, 0, 0, 0), "{rep:#}");
     assert_eq!(tally(&rep, "odd"), (N / 2, 0, 0, 0), "{rep:#}");
 
-    let exe = common::build("faults");
     let args = [
         "nested",
         "--json",
@@ -955,7 +1041,7 @@ fn indirect_tail_jump_ends_the_traced_call() {
         "dispatch",
         "6",
     ];
-    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT);
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1"), PRELOAD_CXX]).finish(RUN_TIMEOUT);
     out.assert_success();
     let rep = out.single_report();
     let root = &rep["roots"][0];

@@ -1453,14 +1453,27 @@ fn syscall_latency_counts_exactly() {
 /// Only the BPF programs the plan uses are loaded: a function with an
 /// entry probe and probes on its `ret`s needs the entry and exit programs
 /// (and the thread-exit watch), not those of tail jumps, uretprobes, call
-/// sites, forks, system calls or kernel functions.
+/// sites, forks, system calls or kernel functions. (slow_sum's `ret`s are
+/// probed in a process that may unwind: libstdc++ preloaded.)
 #[test]
 fn loads_only_the_programs_the_plan_uses() {
     let _lock = common::serial();
     if common::skip_unless_root() {
         return;
     }
-    let out = run_cmd(&["-v", "slow_sum"], "plain", &["1", "1"]);
+    let exe = common::build("plain");
+    let out = run(
+        &[
+            "latency",
+            "-v",
+            "slow_sum",
+            "--",
+            exe.to_str().unwrap(),
+            "1",
+            "1",
+        ],
+        &[NO_WAIT[0], ("LD_PRELOAD", "libstdc++.so.6")],
+    );
     assert!(out.status.success(), "{out:?}");
     let line = out
         .stderr

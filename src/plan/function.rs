@@ -30,6 +30,9 @@ pub enum ExitMode {
     /// never call through a pointer and leave the object only for quiet
     /// library functions (`unwind::prove_quiet`).
     UretprobeQuiet,
+    /// A uretprobe: no object of the process can raise or catch an unwind
+    /// (`unwind::process_cannot_unwind`), whatever the function calls.
+    UretprobeProcess,
     /// A uretprobe because the user asked (`--uretprobe`).
     UretprobeForced,
     /// Go code: probes on every `ret`, frames kept per goroutine; never a
@@ -46,6 +49,7 @@ impl ExitMode {
                 "uretprobe (its object has no exception or unwinding code)"
             }
             ExitMode::UretprobeQuiet => "uretprobe (calls only code that cannot throw)",
+            ExitMode::UretprobeProcess => "uretprobe (process cannot unwind: no C++ runtime, no Rust unwinding, no exception tables outside libc)",
             ExitMode::UretprobeForced => {
                 "uretprobe (--uretprobe: an exception through it aborts the process)"
             }
@@ -151,6 +155,7 @@ impl Plan {
                     Ok(ExitMode::UretprobeQuiet)
                 }
                 Ok(()) => Ok(ExitMode::UretprobeNoUnwind),
+                Err(_) if self.process_cannot_unwind => Ok(ExitMode::UretprobeProcess),
                 Err(obstacle) => Err(obstacle.to_string()),
             }
         };

@@ -255,6 +255,10 @@ pub struct Plan {
     /// The item id of each traced function, by (object, address): looked
     /// up once per function added, so it is an index, not a scan.
     pub(super) function_ids: std::collections::HashMap<(usize, u64), u32>,
+    /// No object of the traced process can raise or catch an unwind
+    /// (`unwind::process_cannot_unwind`): a uretprobe is safe on any
+    /// function whose entry probe stands where SP holds the return address.
+    pub process_cannot_unwind: bool,
 }
 
 /// The functions a traced function can reach by tail jumps, directly or

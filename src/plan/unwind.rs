@@ -227,6 +227,152 @@ pub fn object_unwinds(obj: &ElfObject) -> Result<bool> {
     Ok(symbol_names(&file, false).iter().any(named) || symbol_names(&file, true).iter().any(named))
 }
 
+/// Functions whose import (or, for the C++ and Rust runtimes, whose
+/// definition) lets an object raise an exception or panic, or run cleanup
+/// code during an unwind.
+const RAISES: &[&str] = &[
+    "__cxa_throw",
+    "__cxa_rethrow",
+    "_Unwind_RaiseException",
+    "_Unwind_Resume_or_Rethrow",
+    "_Unwind_Resume",
+    "_Unwind_ForcedUnwind",
+    "__gxx_personality_v0",
+    "__gcc_personality_v0",
+    "rust_eh_personality",
+    "__rust_start_panic",
+];
+
+/// Of [`RAISES`], those whose definition alone is a runtime that raises
+/// (libstdc++, Rust's std): the unwinder itself (libgcc_s) defines the
+/// others and runs only when code that imports them calls it.
+const RAISES_DEFINED: &[&str] = &[
+    "__cxa_throw",
+    "__cxa_rethrow",
+    "__gxx_personality_v0",
+    "rust_eh_personality",
+    "__rust_start_panic",
+];
+
+/// Whether `path` is glibc's C library or dynamic loader, whose unwinding
+/// is only the forced unwind of `pthread_exit` and cancellation.
+fn is_glibc(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("ld-linux"))
+}
+
+/// What in an object could make a uretprobe of the process it is mapped in
+/// change the course of an unwind, or `None`. A uretprobe replaces the
+/// return address with a trampoline no unwinder can pass: it sees the end
+/// of the stack there. That aborts a C++ throw or Rust panic that a frame
+/// further out would catch, and skips the cleanup code of the frames
+/// further out during a forced unwind. So an object is a hazard if it can
+/// raise (imports the unwinder's raise or resume entry points, or defines
+/// the C++ or Rust runtime), or has code an unwind runs (exception tables,
+/// a personality routine). glibc's forced unwind (`pthread_exit`,
+/// cancellation) is no hazard where nothing else is: at the trampoline its
+/// stop function sees the end of the unwind data and jumps to the thread's
+/// innermost cancellation buffer, as it would have once past the frames in
+/// between, which have no cleanup code to run.
+pub fn object_hazard(obj: &ElfObject) -> Option<String> {
+    use object::{ObjectSymbol, ObjectSymbolTable};
+    if is_glibc(&obj.display) {
+        return None;
+    }
+    let Ok(file) = obj.parse() else {
+        return Some("cannot be read".into());
+    };
+    if file.section_by_name(".gcc_except_table").is_some() {
+        return Some("has exception tables".into());
+    }
+    let tables = [file.symbol_table(), file.dynamic_symbol_table()];
+    for table in tables.into_iter().flatten() {
+        for sym in table.symbols() {
+            let Ok(name) = sym.name() else { continue };
+            let name = bare(name);
+            if !RAISES.contains(&name) {
+                continue;
+            }
+            if sym.is_undefined() {
+                return Some(format!("imports {name}"));
+            }
+            if RAISES_DEFINED.contains(&name) {
+                return Some(format!("defines {name}"));
+            }
+        }
+    }
+    None
+}
+
+/// Why no unwind that a uretprobe would change can happen in a process
+/// that maps exactly `objects` (see [`object_hazard`]), as `--dry-run`
+/// says it; or the first object that could, with what it has.
+pub fn process_cannot_unwind<'a>(
+    objects: impl IntoIterator<Item = &'a ElfObject>,
+) -> Result<(), String> {
+    let mut forced = None;
+    let mut callback = None;
+    for obj in objects {
+        if let Some(what) = object_hazard(obj) {
+            return Err(format!("{} {what}", obj.display.display()));
+        }
+        if is_glibc(&obj.display) {
+            continue;
+        }
+        let imported = |names: &[&'static str]| {
+            imports_one_of(obj, names).map(|n| (n, obj.display.display().to_string()))
+        };
+        forced = forced.or_else(|| imported(FORCED_UNWINDS));
+        callback = callback.or_else(|| imported(CALLBACKS_UNDER_CLEANUP));
+    }
+    match (forced, callback) {
+        (Some((f, fo)), Some((c, co))) => Err(format!(
+            "{fo} imports {f} and {co} imports {c}, whose callback libc runs under cleanup code"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The first of `names` that the object imports (or, statically linked,
+/// defines: a static executable holds libc's code).
+fn imports_one_of(obj: &ElfObject, names: &[&'static str]) -> Option<&'static str> {
+    use object::{ObjectSymbol, ObjectSymbolTable};
+    let file = obj.parse().ok()?;
+    let tables = [file.dynamic_symbol_table(), file.symbol_table()];
+    for table in tables.into_iter().flatten() {
+        for sym in table.symbols() {
+            let Ok(name) = sym.name() else { continue };
+            if let Some(n) = names.iter().find(|n| **n == bare(name)) {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+/// Functions that start a forced unwind of the calling thread, or of
+/// another (deferred cancellation).
+const FORCED_UNWINDS: &[&str] = &["pthread_exit", "pthread_cancel", "thrd_exit"];
+
+/// libc functions that call user code inside a frame with cleanup code
+/// for cancellation (undoing `pthread_once`'s state, unlocking a stream or
+/// the list of loaded objects): a forced unwind from that code would skip
+/// the cleanup at a uretprobe further in.
+const CALLBACKS_UNDER_CLEANUP: &[&str] = &[
+    "pthread_once",
+    "call_once",
+    "fopencookie",
+    "register_printf_function",
+    "register_printf_specifier",
+    "register_printf_modifier",
+    "register_printf_type",
+    "dl_iterate_phdr",
+];
+
+/// What `--dry-run` says of a uretprobe chosen by [`process_cannot_unwind`].
+pub const PROCESS_CANNOT_UNWIND: &str = "process cannot unwind: no C++ runtime, no Rust unwinding, no exception tables outside libc; pthread_exit ends at the uretprobe as at its frame";
+
 /// Functions of the object a proof follows before it gives up.
 pub const MAX_FOLLOWED: usize = 128;
 
@@ -579,6 +725,31 @@ mod tests {
             at(Hazard::IndirectJump, 0x2000, None),
             "indirect tail jump at 0x2000"
         );
+    }
+
+    /// glibc and the unwinder library cannot unwind through a uretprobe by
+    /// themselves; the C++ runtime and a Rust program (this test) can.
+    #[test]
+    fn objects_that_can_unwind_are_told_apart() {
+        let open = |p: &str| {
+            let p = std::path::Path::new(p);
+            ElfObject::open(p, p).ok()
+        };
+        let libc = open("/lib/x86_64-linux-gnu/libc.so.6");
+        if let Some(o) = &libc {
+            assert_eq!(object_hazard(o), None);
+        }
+        if let Some(o) = open("/lib/x86_64-linux-gnu/libgcc_s.so.1") {
+            assert_eq!(object_hazard(&o), None);
+        }
+        if let Some(o) = open("/usr/lib/x86_64-linux-gnu/libstdc++.so.6") {
+            assert_eq!(object_hazard(&o).as_deref(), Some("has exception tables"));
+            assert!(process_cannot_unwind(libc.iter().chain([&o])).is_err());
+        }
+        let exe = std::env::current_exe().unwrap();
+        let me = ElfObject::open(&exe, &exe).unwrap();
+        assert!(object_hazard(&me).is_some());
+        assert!(process_cannot_unwind(libc.iter()).is_ok());
     }
 
     #[test]
