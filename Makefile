@@ -153,9 +153,10 @@ clean:
 # --by caller and --by tid add to each call; bench/filter.py: what a
 # two-clause --filter adds to a call; bench/records.py: what
 # --record-slower-than costs per call at 10,000 slow calls a second;
-# bench/cgroup.py: what --cgroup adds to each call. These share
+# bench/cgroup.py: what --cgroup adds to each call; bench/cpython.py:
+# CPython's PyObject_GetAttr, wall time against bpftrace. These share
 # bench/benchlib.py.
-BENCH_APT_PACKAGES := bpftrace binutils python3 linux-libc-dev
+BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev
 
 bench: build
 	@missing=""; for p in $(BENCH_APT_PACKAGES); do \
@@ -171,6 +172,7 @@ bench: build
 	/usr/bin/python3 bench/filter.py
 	/usr/bin/python3 bench/records.py
 	/usr/bin/python3 bench/cgroup.py
+	/usr/bin/python3 bench/cpython.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
