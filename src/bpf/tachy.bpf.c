@@ -698,9 +698,26 @@ static __always_inline void pass_probe_time(struct tachy_thread *t,
 					    struct tachy_corr *c)
 {
 	struct tachy_frame *up = below_top(t);
+	__u64 in, add;
 
-	if (up)
-		up->probe_ns += f->probe_ns + (c ? c->add_ns : 0);
+	if (!up)
+		return;
+	in = c ? c->in_ns : 0;
+	add = c ? c->add_ns : 0;
+	/*
+	 * A frame that tail-called this one closes at this same exit: what
+	 * the exit probe costs after its clock read (a single-step of `ret`,
+	 * say) is outside it, so it takes only the part inside the callee and
+	 * hands the rest on to its own caller.
+	 */
+	if (up->sp == f->sp && (up->flags & TACHY_FRAME_TAILING) && add > in) {
+		__u64 after = (__u64)up->after_ns + f->after_ns + (add - in);
+
+		up->probe_ns += f->probe_ns + in;
+		up->after_ns = after > 0xffffffffULL ? 0xffffffffU : after;
+	} else {
+		up->probe_ns += f->probe_ns + add + f->after_ns;
+	}
 }
 
 /*
@@ -1226,6 +1243,7 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->id = id;
 	f->flags = flags;
 	f->slot = slot;
+	f->after_ns = 0;
 	t->depth++;
 	if (flags & TACHY_FRAME_ROOT)
 		t->roots++;

@@ -143,7 +143,11 @@ struct tachy_frame {
 	__u32 id;
 	__u32 flags;
 	__u32 slot; /* a site's slot */
-	__u32 pad;
+	/*
+	 * probe time inside the caller's interval but after this frame's end:
+	 * the exit of a tail callee that closed this frame with its own
+	 */
+	__u32 after_ns;
 };
 
 /* How a thread left its CPU (tachy_cpu.off_state). */
