@@ -215,24 +215,22 @@ fn load_json(bytes: &[u8]) -> Result<Input> {
             let (unit, mut func) = json_func(f).with_context(|| format!("line {}", i + 1))?;
             if into.funcs.is_empty() {
                 into.unit = unit;
-            } else if unit.ns() > into.unit.ns() {
-                into.coarsen(unit).with_context(|| {
-                    format!(
-                        "line {}: buckets in {} where earlier ones are in {}",
-                        i + 1,
-                        unit.label(),
-                        into.unit.label()
-                    )
-                })?;
             } else if unit != into.unit {
-                coarsen_func(&mut func, unit, into.unit).with_context(|| {
+                let earlier = into.unit;
+                let mixed = || {
                     format!(
                         "line {}: buckets in {} where earlier ones are in {}",
                         i + 1,
                         unit.label(),
-                        into.unit.label()
+                        earlier.label()
                     )
-                })?;
+                };
+                // Both sides end in the coarser of the two units.
+                if unit.ns() > into.unit.ns() {
+                    into.coarsen(unit).with_context(mixed)?;
+                } else {
+                    coarsen_func(&mut func, unit, into.unit).with_context(mixed)?;
+                }
             }
             add(&mut into.funcs, func);
         }

@@ -377,6 +377,18 @@ pub fn clock(t: std::time::SystemTime) -> String {
 mod tests {
     use super::*;
 
+    /// Function `f` of `/x` with these counts.
+    fn func_f(counts: Counts) -> FuncReport {
+        FuncReport {
+            go: false,
+            name: "f".into(),
+            raw_name: "f".into(),
+            object: "/x".into(),
+            counts,
+            groups: None,
+        }
+    }
+
     /// BCC funclatency's sample in the IO Visor article (`funclatency -u
     /// do_sys_open`), as the article prints it: each line with its first
     /// five spaces lost. Counts 20, 125, 83, 18, 7, 2 in the slots from
@@ -459,14 +471,7 @@ usecs               : count     distribution
             c.min_ns = if c.count == 1 { ns } else { c.min_ns.min(ns) };
             c.max_ns = c.max_ns.max(ns);
         }
-        let f = FuncReport {
-            go: false,
-            name: "f".into(),
-            raw_name: "f".into(),
-            object: "/x".into(),
-            counts: c,
-            groups: None,
-        };
+        let f = func_f(c);
         let mut out = Vec::new();
         render_func(&f, unit, &mut out).unwrap();
         String::from_utf8(out).unwrap()
@@ -519,14 +524,7 @@ usecs               : count     distribution
         c.total_ns = 7_999;
         c.min_ns = 3_000;
         c.max_ns = 4_999;
-        let f = FuncReport {
-            go: false,
-            name: "f".into(),
-            raw_name: "f".into(),
-            object: "/x".into(),
-            counts: c,
-            groups: None,
-        };
+        let f = func_f(c);
         let mut out = Vec::new();
         render_func(&f, Unit::Usec, &mut out).unwrap();
         let out = String::from_utf8(out).unwrap();
