@@ -7,7 +7,7 @@
 //! The root tests take the `common::serial()` lock first and are skipped
 //! (with a message) when not run as root.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! function is a tail jump to unknown code (timed up to the jump, as
 //! before).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

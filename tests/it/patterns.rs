@@ -4,7 +4,7 @@
 //! the symbol index's search against a look at every symbol. Pure:
 //! no probes, no root.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

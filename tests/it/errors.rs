@@ -3,7 +3,7 @@
 //! Most of these attach no probes and need no root; the last ones check
 //! what tachy says while it traces (they attach, as root).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

@@ -9,7 +9,7 @@
 //! Every test takes the `common::serial()` lock first and is skipped (with a
 //! message) when not run as root.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

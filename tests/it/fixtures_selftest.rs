@@ -1,10 +1,10 @@
-//! Self-test of the fixture programs and of the harness in `tests/common/`.
+//! Self-test of the fixture programs and of the harness in `tests/it/common/`.
 //! Does not run tachy: it checks that every fixture builds, follows the
 //! ready/go protocol, prints the exact documented counts, and that the -O2
 //! C++ build has the code shapes the tracing tests rely on (IPA clone,
 //! `.cold` part, tail call, real recursion, non-tail call before unwinding).
 
-mod common;
+use crate::common;
 
 use common::{counts, expected_counts, expected_unwinds, tagged, Fixture};
 use std::path::Path;

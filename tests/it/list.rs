@@ -3,7 +3,7 @@
 //! Needs no probes (and no root), but takes the `common::serial()` lock like
 //! the other tachy tests.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};

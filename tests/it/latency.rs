@@ -1,11 +1,11 @@
 //! Root-run integration tests of `tachy latency`: real uprobes on the fixture
 //! programs of `tests/fixtures/`, whose call counts and minimum durations are
-//! known by construction (see `tests/common/mod.rs`).
+//! known by construction (see `tests/it/common/mod.rs`).
 //!
 //! Every test takes the `common::serial()` lock first and is skipped (with a
 //! message) when not run as root.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! refuse fentry programs (EPERM), so the tracing tests skip by name,
 //! saying why; what a user gets there is tested here and in errors.rs.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

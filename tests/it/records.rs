@@ -6,7 +6,7 @@
 //! a 2 ms threshold exactly I / 10 calls are recorded, with known
 //! arguments.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,7 +3,7 @@
 //! reports from several runs. Tracing tests run as root on the fixtures of
 //! `tests/fixtures/`, whose call counts are known by construction.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! `by` fixture (tests/fixtures/by.cpp: a C++ method at -O2, called from
 //! two call sites on named threads).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! root, and names the capability it lacks otherwise. Runs tachy as user
 //! `nobody` with chosen capabilities through setpriv(1).
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

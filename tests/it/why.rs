@@ -3,7 +3,7 @@
 //! (tests/fixtures/why.c), whose functions sleep, spin, or spin crowded on
 //! one CPU, and which measures its own CPU time to compare with.
 
-mod common;
+use crate::common;
 
 use common::report::{func, num};
 use common::run::{run_fixture, Outcome, Tachy, RUN_TIMEOUT};

@@ -7,7 +7,7 @@
 //! The fixture measures each call itself (clock_gettime around it) and
 //! prints the mean and the shortest: tachy's must agree with them.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! binary the host cannot see, and a process whose binary was deleted.
 //! Every trace asserts exact counts.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

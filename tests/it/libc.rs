@@ -7,7 +7,7 @@
 //! Every test takes the `common::serial()` lock first; those that attach
 //! probes are skipped (with a message) when not run as root.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -514,7 +514,7 @@ fn build_locked(name: &str, out_dir: &Path, built: &mut BTreeMap<String, PathBuf
     }
     inputs.push(PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/common/mod.rs"
+        "/tests/it/common/mod.rs"
     )));
 
     let out = out_dir.join(name);

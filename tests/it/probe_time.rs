@@ -14,7 +14,7 @@
 //! `nested`, the shares of a known 90/10 split must not come out inverted
 //! as they do raw.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

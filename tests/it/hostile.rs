@@ -4,7 +4,7 @@
 //! correct result in bounded time, never a panic (and never a SIGBUS,
 //! which would end this test process).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! function's own DWARF, compiler clones included; then (as root) exact
 //! counts of calls a filter keeps and rejects.
 
-mod common;
+use crate::common;
 
 use tachy::plan::args::{ArgRef, FuncArgs, Source};
 use tachy::symbols::{self, ElfObject, Function, Pattern};

@@ -4,7 +4,7 @@
 //! between threads. The fixture is `tests/fixtures/gowork.go`, built with
 //! the Go toolchain at test time; without `go` these tests skip, saying so.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};

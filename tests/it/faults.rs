@@ -8,7 +8,7 @@
 //! test takes the `common::serial()` lock first and is skipped (with a
 //! message) when not run as root.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -1,0 +1,31 @@
+//! The integration tests, one module per area, in one test binary: it
+//! links tachy once, and `cargo test --release --test it NAME` picks tests
+//! of any area by name (`kernel::`, `latency::`, ...).
+
+mod common;
+
+mod args;
+mod by;
+mod errors;
+mod exits;
+mod faults;
+mod fixtures_selftest;
+mod fleet;
+mod go;
+mod hostile;
+mod ijump;
+mod install;
+mod kernel;
+mod latency;
+mod libc;
+mod list;
+mod matrix;
+mod nested;
+mod patterns;
+mod privilege;
+mod probe_time;
+mod reach;
+mod records;
+mod shapes;
+mod why;
+mod wide;
