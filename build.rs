@@ -1,6 +1,7 @@
-//! Compiles the BPF program in `src/bpf/` against the committed `vmlinux/` header
-//! and generates its Rust skeleton into `OUT_DIR`; sets `TACHY_VERSION` to the
-//! package version and, in a git checkout, the commit it was built from.
+//! Compiles the BPF program in `src/bpf/` (tachy.bpf.c and the headers it
+//! includes) against the committed `vmlinux/` header and generates its Rust
+//! skeleton into `OUT_DIR`; sets `TACHY_VERSION` to the package version and,
+//! in a git checkout, the commit it was built from.
 
 use std::env;
 use std::path::PathBuf;
@@ -22,8 +23,9 @@ fn main() {
         .clang_args(["-I", &format!("vmlinux/{vmlinux_dir}"), "-I", "src/bpf"])
         .build_and_generate(out.join("tachy.skel.rs"))
         .expect("failed to build the BPF program (is clang installed?)");
-    println!("cargo:rerun-if-changed={SRC}");
-    println!("cargo:rerun-if-changed=src/bpf/tachy.h");
+    // The program's headers (tachy.h and one per concern) are in src/bpf:
+    // cargo watches every file under a directory it is given.
+    println!("cargo:rerun-if-changed=src/bpf");
     // The calibration functions (src/calibrate.rs) are found by name in
     // tachy's own binary: in .dynsym too, they outlive `strip` (make deb).
     println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=tachy_cal_*");

@@ -1,7 +1,7 @@
 //! Histogram math and every renderer, on counters built from fuzz input.
 //!
 //! Counters come two ways. `Kernel`: calls recorded as the BPF program
-//! records them (`record_ns`, `add_bucket` in src/bpf/tachy.bpf.c), per CPU,
+//! records them (`record_ns`, `add_bucket` in src/bpf/counters.h), per CPU,
 //! then merged as `probe::take` merges them: every value is one the kernel
 //! can produce. `Raw`: any counters within what the kernel can reach in
 //! practice: counts below 2^40, durations below 2^62 ns (146 years), min
@@ -119,7 +119,7 @@ fn hist_of(sparse: &[(u16, u64)], unit: Unit) -> Hist {
     Hist::from_buckets(&dense)
 }
 
-/// What `record_ns` and `count_unwound` in tachy.bpf.c leave in one CPU's
+/// What `record_ns` and `count_unwound` in src/bpf/counters.h leave in one CPU's
 /// counters, for `n` calls of `d` ns.
 fn record(s: &mut Counts, unit: Unit, min_f: u64, max_f: u64, c: &CallIn) {
     let d = c.ns % (MAX_CALL_NS + 1);

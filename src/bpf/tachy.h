@@ -171,7 +171,7 @@ struct tachy_cpu {
 	__u32 off_state; /* TACHY_OFF_*, while off_ns is set */
 	__u32 pad;
 	/* The CPU's steal clock when the thread's time was last settled
-	 * (steal_settle in tachy.bpf.c). */
+	 * (steal_settle in cpu.h). */
 	__u64 steal0;
 };
 
@@ -400,7 +400,7 @@ struct tachy_filter {
  * task-local storage of its own, so struct tachy_thread does not grow and
  * runs without --by pay nothing. A new kind plugs in at three places: a
  * number here, by_entry_values() (read at entry) or by_close_value() (known
- * at the close) in tachy.bpf.c, and the Rust side's plan::by::ByKey.
+ * at the close) in groups.h, and the Rust side's plan::by::ByKey.
  */
 #define TACHY_BY_KEYS	2
 #define TACHY_BY_NONE	0

@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * A traced function's probes: its entry, its `ret`s and early exits, its
+ * tail jumps, and indirect jumps that may leave it (cookies in tachy.h).
+ */
+#ifndef __TACHY_CALLS_H
+#define __TACHY_CALLS_H
+
+static __always_inline int do_entry(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 id = cookie & TACHY_ENTRY_ID_MASK;
+	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
+	struct tachy_thread *t;
+	__u64 now;
+	int i;
+
+	if (!entry_wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid())) {
+		/*
+		 * A rejected call opens no frame, but frames it proves gone
+		 * are gone as for any call: else its return, at their key,
+		 * would close one that an exception left.
+		 */
+		t = current_thread(false);
+		if (t && t->depth)
+			pop_abandoned(t, sp, bpf_ktime_get_ns(), false, id);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	t = current_thread(true);
+	if (!t)
+		return 0;
+
+	pop_abandoned(t, sp, now, false, id);
+
+	if (outermost) {
+		for (i = 0; i < TACHY_MAX_DEPTH; i++) {
+			if (i >= t->depth)
+				break;
+			if (t->frames[i].id == id) {
+				struct tachy_corr *c =
+					bpf_map_lookup_elem(&corr, &id);
+				__u32 top_i = t->depth - 1;
+
+				/* This call's probes run inside the outer
+				 * one. */
+				if (c && top_i < TACHY_MAX_DEPTH)
+					t->frames[top_i].probe_ns += c->add_ns;
+				return 0;
+			}
+		}
+	}
+
+	by_open(t, id, ctx, sp);
+	/*
+	 * The clock is read again last: what this program did before is not
+	 * the call's time.
+	 */
+	if (push(t, sp, bpf_ktime_get_ns(), id,
+		 TACHY_FRAME_ROOT |
+			 ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING
+							 : 0),
+		 0))
+		rec_entry(ctx, t->depth - 1);
+	return 0;
+}
+
+/* Whether a jcc with condition code cc is taken, from the saved flags. */
+static __always_inline bool cond_taken(__u64 fl, __u32 cc)
+{
+	bool cf = fl & 0x1, pf = fl & 0x4, zf = fl & 0x40, sf = fl & 0x80,
+	     of = fl & 0x800, r;
+
+	switch (cc >> 1) {
+	case 0:
+		r = of;
+		break;
+	case 1:
+		r = cf;
+		break;
+	case 2:
+		r = zf;
+		break;
+	case 3:
+		r = cf || zf;
+		break;
+	case 4:
+		r = sf;
+		break;
+	case 5:
+		r = pf;
+		break;
+	case 6:
+		r = sf != of;
+		break;
+	default:
+		r = zf || sf != of;
+		break;
+	}
+	return (cc & 1) ? !r : r;
+}
+
+/* A `ret`, or an early exit that sees one coming (cookie in tachy.h). */
+static __always_inline int do_exit_probe(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
+	    !cond_taken(ctx->flags, cookie & TACHY_EXIT_COND_MASK))
+		return 0;
+	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32), 0);
+}
+
+/*
+ * A tail jump leaves the frame at the top, keyed by SP here: to a known
+ * callee (`indirect` false), whose returns end the frame, or to unknown
+ * code, whose returns are not probed: the frame is timed up to the jump.
+ */
+static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
+{
+	struct tachy_thread *t;
+	struct tachy_frame *f;
+
+	t = current_thread(false);
+	if (!t)
+		return 0;
+	f = top(t);
+	if (!f || f->sp != PT_REGS_SP(ctx))
+		return 0;
+	if (indirect) {
+		close_frame(t, f, bpf_ktime_get_ns(), true, 0);
+		t->depth--;
+		return 0;
+	}
+	f->flags |= TACHY_FRAME_TAILING;
+	return 0;
+}
+
+static __always_inline int do_tail(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	if ((cookie & TACHY_TAIL_CONDITIONAL) &&
+	    !cond_taken(ctx->flags, cookie & TACHY_TAIL_COND_MASK))
+		return 0;
+	return leave_frame(ctx, cookie & TACHY_TAIL_INDIRECT);
+}
+
+/*
+ * An indirect jump whose target the plan could not prove: computed here
+ * from the registers (and the memory it reads, which the jump is about to
+ * read too) and compared with the function's range around the jump. The
+ * uprobe sets ip to the probed instruction before programs run. Inside,
+ * the call goes on; outside, it is a tail jump to unknown code.
+ */
+static __always_inline int do_jump(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 op = cookie;
+	__u64 ip = ctx->ip, target = 0, addr, start, r[16];
+	__u64 before = (cookie >> TACHY_JUMP_BEFORE_SHIFT) & 0xffff;
+	__u64 after = (cookie >> TACHY_JUMP_AFTER_SHIFT) & 0xffff;
+
+	save_regs(ctx, r);
+	if (!(op & TACHY_JUMP_MEM)) {
+		target = r[(op >> TACHY_JUMP_REG_SHIFT) & 15];
+	} else {
+		if (op & TACHY_JUMP_RIP) {
+			addr = ip + ((__s32)op >> TACHY_JUMP_RIP_SHIFT);
+		} else {
+			addr = r[(op >> TACHY_JUMP_REG_SHIFT) & 15] +
+			       ((__s32)op >> TACHY_JUMP_DISP_SHIFT);
+			if (op & TACHY_JUMP_INDEX)
+				addr += r[(op >> TACHY_JUMP_INDEX_SHIFT) & 15]
+					<< ((op >> TACHY_JUMP_SCALE_SHIFT) & 3);
+		}
+		if (user_read8(addr, &target)) {
+			if (op & TACHY_JUMP_INSIDE)
+				return 0;
+			return leave_frame(ctx, true);
+		}
+	}
+	start = ip - before;
+	if (target > start && target - start < before + after)
+		return 0;
+	return leave_frame(ctx, true);
+}
+
+#endif /* __TACHY_CALLS_H */

@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * `tachy nested`: the call sites of traced functions, timed as frames of
+ * their own under their parent.
+ */
+#ifndef __TACHY_SITES_H
+#define __TACHY_SITES_H
+
+/* `tachy nested`: (slot << 32 | parent id) -> node id of that site. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, TACHY_MAX_NODES);
+	__type(key, __u64);
+	__type(value, __u32);
+} site_nodes SEC(".maps");
+
+/* The return of a call site (cookie: its slot, and an SP adjustment when
+ * the probe stands after the return address). */
+static __always_inline int do_site_end(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
+	struct tachy_thread *t;
+
+	t = current_thread(false);
+	if (!t || !t->depth)
+		return 0;
+	exit_at(t, sp, bpf_ktime_get_ns(), (__u32)cookie, 0);
+	return 0;
+}
+
+/* The node that site `slot` times under frame `f`, or NULL. */
+static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f)
+{
+	__u64 key;
+
+	if (!f)
+		return NULL;
+	key = (__u64)slot << 32 | f->id;
+	return bpf_map_lookup_elem(&site_nodes, &key);
+}
+
+/*
+ * A call site of `tachy nested` opens, at a `call` (keyed by SP there,
+ * which is SP again at the return address) or a tail jump. It counts only
+ * while a parent of its slot is the innermost open frame on this thread,
+ * as the node of that parent.
+ */
+static __always_inline int do_site(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 slot = cookie & TACHY_SITE_SLOT_MASK;
+	__u64 sp = PT_REGS_SP(ctx);
+	struct tachy_thread *t;
+	struct tachy_frame *f;
+	__u32 *node;
+	__u64 now;
+
+	if (!process_wanted(bpf_get_current_pid_tgid()))
+		return 0;
+	t = current_thread(false);
+	if (!t || !t->depth)
+		return 0;
+	now = bpf_ktime_get_ns();
+	/* This call is the previous site's return address: end it first. */
+	if (cookie & TACHY_SITE_EXIT_FIRST)
+		exit_at(t, sp, now, slot - 1, 0);
+	if (cookie & TACHY_SITE_TAIL) {
+		/*
+		 * The function has torn its frame down: SP is its entry key,
+		 * which is the parent's key for a traced function, or one slot
+		 * below the parent's for a function entered through a site.
+		 */
+		f = top(t);
+		node = node_of(slot, f);
+		if (!f || !node || sp > f->sp || f->sp - sp > 8)
+			return 0;
+		f->flags |= TACHY_FRAME_TAILING;
+		push(t, sp, bpf_ktime_get_ns(), *node,
+		     TACHY_FRAME_SITE | TACHY_FRAME_TAILSITE |
+			     TACHY_FRAME_TAILING,
+		     slot);
+		return 0;
+	}
+	pop_abandoned(t, sp, now, true, ANY_ID);
+	node = node_of(slot, top(t));
+	if (!node)
+		return 0;
+	/*
+	 * A site followed only by the function's epilogue ends with it. Its
+	 * clock starts last, as a function's does.
+	 */
+	push(t, sp, bpf_ktime_get_ns(), *node,
+	     TACHY_FRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
+					 ? TACHY_FRAME_TAILSITE
+					 : 0),
+	     slot);
+	return 0;
+}
+
+#endif /* __TACHY_SITES_H */
