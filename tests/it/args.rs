@@ -164,10 +164,7 @@ fn only(expr: &str, func: &str) -> (u64, u64) {
 
 #[test]
 fn comparisons_keep_exact_counts() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     assert_eq!(only("v == 3", "pick"), (100, 900));
     assert_eq!(only("arg0 < 4", "pick"), (400, 600));
     assert_eq!(only("v != 0", "pick"), (900, 100));
@@ -180,10 +177,7 @@ fn comparisons_keep_exact_counts() {
 /// An int's upper register bits are not the caller's to set: -3 is -3.
 #[test]
 fn negative_and_unsigned_values() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     assert_eq!(only("n == -3", "narrow"), (100, 900));
     assert_eq!(only("n < -7", "narrow"), (200, 800));
     assert_eq!(only("arg0 <= -8", "narrow"), (200, 800));
@@ -192,10 +186,7 @@ fn negative_and_unsigned_values() {
 
 #[test]
 fn methods_clones_and_ids() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     // `this` is arg0 of a method; key is arg1.
     assert_eq!(only("this != 0 && key > 6", "Store::get"), (300, 700));
     assert_eq!(only("arg1 == 9", "Store::get"), (100, 900));
@@ -221,10 +212,7 @@ fn methods_clones_and_ids() {
 /// the clone, each read where it is.
 #[test]
 fn each_function_gets_its_own_operands() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (c, out) = filtered("key == 2 || key == 5", &["Store::get", "Table::scan"]);
     assert_eq!(c.len(), 2, "{out}");
     for (name, counts) in &c {
@@ -234,10 +222,7 @@ fn each_function_gets_its_own_operands() {
 
 #[test]
 fn system_call_arguments() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (c, out) = filtered("arg0 == 1003 || arg0 == 1009", &["syscall:close"]);
     let (timed, rejected) = c["syscall:close"];
     assert_eq!(timed, 200, "{out}");
@@ -245,7 +230,7 @@ fn system_call_arguments() {
     assert!(rejected >= 800, "{out}");
     // close(unsigned int fd), as the kernel's tracing names it.
     if !common::syscall_formats() {
-        eprintln!("skipped: --filter on fd of syscall:close: no syscall events in tracefs");
+        common::skip("--filter on fd of syscall:close: no syscall events in tracefs");
         return;
     }
     let (c, out) = filtered("fd == 1003 || fd == 1009", &["syscall:close"]);
@@ -256,10 +241,7 @@ fn system_call_arguments() {
 
 #[test]
 fn nested_times_only_the_calls_kept() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let exe = common::build("args");
     let out = tachy(&[
         "nested",

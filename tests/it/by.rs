@@ -82,10 +82,7 @@ fn why_callers(out: &Outcome, iterations: u64) -> BTreeMap<String, u64> {
 /// slot's place by then.
 #[test]
 fn callers_have_exact_counts_and_lines() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--uretprobe", "--by", "caller", "target"],
         "why",
@@ -151,10 +148,7 @@ fn callers_have_exact_counts_and_lines() {
 /// caller's address mapped at when its group was made.
 #[test]
 fn callers_of_a_process_gone_before_its_maps_are_read_are_named() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "caller", "target"],
         "why",
@@ -171,10 +165,7 @@ fn callers_of_a_process_gone_before_its_maps_are_read_are_named() {
 /// again while the process runs.
 #[test]
 fn callers_in_a_library_loaded_later_are_named() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "caller", "c:nanosleep"],
         "why",
@@ -215,10 +206,7 @@ fn callers_in_a_library_loaded_later_are_named() {
 /// fewer calls that a busy machine delayed.)
 #[test]
 fn top_folds_the_rest_into_other() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "caller", "--top", "1", "target"],
         "why",
@@ -277,10 +265,7 @@ fn top_folds_the_rest_into_other() {
 /// and said so, never dropped.
 #[test]
 fn a_full_map_counts_the_rest_as_not_grouped() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let small = [("TACHY_BY_GROUPS", "2")];
     let out = run(
         &["--json", "--by", "caller", "target"],
@@ -333,10 +318,7 @@ fn threads(out: &Outcome) -> Vec<String> {
 /// exact count.
 #[test]
 fn threads_have_names_and_exact_counts() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "tid", "grp::Table::scan"],
         "by",
@@ -361,10 +343,7 @@ fn threads_have_names_and_exact_counts() {
 /// each with file:line, split by thread.
 #[test]
 fn callers_of_a_cpp_method_by_thread() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &[
             "--json",
@@ -403,10 +382,7 @@ fn callers_of_a_cpp_method_by_thread() {
 /// with its exact count and its command.
 #[test]
 fn processes_of_a_path_target() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let exe = common::build("by");
     let mut a = Fixture::spawn("by", &["10", "2"]);
     let mut b = Fixture::spawn("by", &["5", "1"]);
@@ -434,10 +410,7 @@ fn processes_of_a_path_target() {
 /// clock_nanosleep, 100 times on its main thread.
 #[test]
 fn system_calls_by_thread() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "tid", "syscall:clock_nanosleep"],
         "why",
@@ -529,10 +502,7 @@ fn counted(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
 /// count, in JSON and text.
 #[test]
 fn argument_values_have_exact_counts() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (g, rep, out) = fetch_groups(&["arg1"], &[]);
     assert_eq!(
         g,
@@ -573,10 +543,7 @@ fn argument_values_have_exact_counts() {
 /// is kept; the two others are one "other (2 groups)" line of 30 calls.
 #[test]
 fn top_folds_argument_values() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (g, rep, out) = fetch_groups(&["key"], &["--top", "1"]);
     assert_eq!(g, counted(&[("key 7", 30)]), "{out}");
     let other = &func(&rep, FETCH)["groups_other"];
@@ -590,10 +557,7 @@ fn top_folds_argument_values() {
 /// `--by key --by tid`: each value split by the thread that passed it.
 #[test]
 fn argument_values_by_thread() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (g, _, out) = fetch_groups(&["key", "tid"], &[]);
     let t = threads(&out);
     let named = |prefix: &str| t.iter().find(|x| x.starts_with(prefix)).unwrap().clone();
@@ -614,10 +578,7 @@ fn argument_values_by_thread() {
 /// table and the fetch thread's.
 #[test]
 fn pointers_group_by_address() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (g, rep, out) = fetch_groups(&["this"], &[]);
     let mut n: Vec<u64> = g.values().copied().collect();
     n.sort();
@@ -638,10 +599,7 @@ fn pointers_group_by_address() {
 /// same register there, and says so.
 #[test]
 fn clones_group_where_their_dwarf_says() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let each = |key: &str| -> BTreeMap<String, u64> {
         (0..10).map(|v| (format!("{key} {v}"), 100)).collect()
     };
@@ -675,10 +633,7 @@ fn clones_group_where_their_dwarf_says() {
 /// times each with `args 100`.
 #[test]
 fn system_call_arguments_group() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run(
         &["--json", "--by", "arg0", "syscall:close"],
         "args",
@@ -692,7 +647,7 @@ fn system_call_arguments_group() {
     }
     // By the name the kernel's tracing gives close's argument.
     if !common::syscall_formats() {
-        eprintln!("skipped: --by fd on syscall:close: no syscall events in tracefs");
+        common::skip("--by fd on syscall:close: no syscall events in tracefs");
         return;
     }
     let out = run(

@@ -175,10 +175,7 @@ fn no_match_suggests_near_names() {
 /// written, in tachy's words, with no `(os error 28)`.
 #[test]
 fn full_disk_says_what_was_being_written() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let bin = common::build("plain");
     let out = Command::new(common::tachy())
         .args(["latency", "-d", "1", "slow_sum", "--"])
@@ -330,9 +327,9 @@ fn unknown_command() {
 fn unsupported_targets() {
     let _lock = common::serial();
     if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
-        eprintln!("skipped part: kernel_function_without_kprobes: this kernel has kprobes");
+        common::skip("the part without kprobes: this kernel has kprobes");
     } else if !common::is_root() {
-        eprintln!("skipped part: kernel_function_without_kprobes: needs root to load programs");
+        common::skip("the part without kprobes: needs root to load programs");
     } else {
         // No kprobes, and fentry either refused (here: EPERM) or, on a
         // kernel that allows it, not the reason for an error.
@@ -343,7 +340,7 @@ fn unsupported_targets() {
         ] {
             let out = tachy(args);
             if out.status.success() {
-                eprintln!("skipped part: kernel_function_without_kprobes: fentry works here");
+                common::skip("the part without kprobes: fentry works here");
                 break;
             }
             let msg = error(args);
@@ -550,10 +547,7 @@ const NO_WAIT: &[(&str, &str)] = &[("FIXTURE_NO_WAIT", "1")];
 /// command's output stays on standard output.
 #[test]
 fn reports_go_to_the_output_file() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let bin = common::build("plain");
     let exe = bin.to_str().unwrap();
     let file = scratch().join("reports.json");
@@ -585,10 +579,7 @@ fn reports_go_to_the_output_file() {
 /// the first intervals, and the last ones saw none.
 #[test]
 fn svg_holds_every_interval() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let bin = common::build("nested_o2");
     let exe = bin.to_str().unwrap();
     let svg = scratch().join("whole.svg");
@@ -629,10 +620,7 @@ fn pid_in(text: &str) -> Option<i32> {
 /// `-d` ends tracing, not the command: tachy says it runs on.
 #[test]
 fn duration_leaves_the_command_running_and_says_so() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let start = Instant::now();
     let mut t = Tachy::start(
         &["latency", "-d", "0.5", "c:nanosleep", "--", "sleep", "5"],
@@ -663,10 +651,7 @@ fn duration_leaves_the_command_running_and_says_so() {
 /// waits for the command, and ends with the command's status.
 #[test]
 fn interrupted_tachy_says_it_waits_for_the_command() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut t = Tachy::start(&["latency", "c:nanosleep", "--", "sleep", "2"], &[]);
     t.wait_for_header(false);
     let start = Instant::now();
@@ -684,10 +669,7 @@ fn interrupted_tachy_says_it_waits_for_the_command() {
 /// counted without --follow, and tachy says so.
 #[test]
 fn shell_command_without_follow_is_explained() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let bin = common::build("plain");
     let exe = bin.to_str().unwrap();
     let spec = format!("{exe}:slow_sum");
@@ -856,10 +838,7 @@ fn near_names_ignore_abi_tags_and_parameters() {
 /// command's output: the command writes its standard output to stderr.
 #[test]
 fn machine_output_holds_reports_only() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let plain = common::build("plain");
     let out = Tachy::start(
         &[
@@ -1029,7 +1008,7 @@ fn pid_of_a_thread_or_a_zombie() {
 fn process_that_exits_during_planning() {
     let _lock = common::serial();
     if !common::is_root() {
-        eprintln!("skipped: needs root to attach");
+        common::skip("needs root to attach");
         return;
     }
     let fx = common::Fixture::spawn("faults", &["exit-on-open"]);

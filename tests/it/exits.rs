@@ -4,7 +4,7 @@
 //! call cannot throw; every function the analysis leaves on `ret` probes is
 //! thrown through while traced, and the process survives with exact counts.
 //!
-//! The root tests take the `common::serial()` lock first and are skipped
+//! The root tests take the probe lock first (`common::needs_root!()`) and are skipped
 //! (with a message) when not run as root.
 
 use crate::common;
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::run::{Outcome, Tachy};
-use common::{counts, expected_counts, skip_unless_root, tagged};
+use common::{counts, expected_counts, tagged};
 use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -158,10 +158,7 @@ fn listed_rets(exe: &str, name: &str) -> u64 {
 /// no exception.
 #[test]
 fn exceptions_pass_only_through_ret_probes() {
-    let _lock = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let returns = listed_returns();
     let exe = exe();
     let it = ITERATIONS.to_string();
@@ -218,10 +215,7 @@ fn exceptions_pass_only_through_ret_probes() {
 /// down.
 #[test]
 fn a_forced_uretprobe_on_a_throwing_function_kills_the_process() {
-    let _lock = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let exe = exe();
     let out = tachy(&[
         "latency",

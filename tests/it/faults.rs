@@ -5,8 +5,8 @@
 //! frame stack, or starts and stops many threads. Every outcome is exact.
 //!
 //! The fixture is `tests/fixtures/faults.c` (modes documented there). Every
-//! test takes the `common::serial()` lock first and is skipped (with a
-//! message) when not run as root.
+//! test takes the probe lock first (`common::needs_root!()`) and is
+//! skipped (with a message) when not run as root.
 
 use crate::common;
 
@@ -353,10 +353,7 @@ fn assert_still_ticking(fx: &mut Fixture, what: &str) {
 /// descriptors go, and the target runs on unharmed.
 #[test]
 fn sigkill_while_probes_are_hot_restores_the_text() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let exe = common::build("faults");
     let mut fx = start_forever();
     let spot = TextSpot::entry_probe(fx.pid(), &exe, "tick");
@@ -414,10 +411,7 @@ fn sigkill_while_probes_are_hot_restores_the_text() {
 /// reports every call and exits 0.
 #[test]
 fn target_crash_ends_the_trace_with_a_full_report() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fx = Fixture::spawn("faults", &["crash", "20"]);
     let t = attach(fx.pid(), &["tick"]);
     fx.go();
@@ -438,10 +432,7 @@ fn target_crash_ends_the_trace_with_a_full_report() {
 /// the shell-style status of the death by SIGSEGV on (128 + 11).
 #[test]
 fn command_crash_passes_the_signal_status_on() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["tick"], &["crash", "20"]);
     assert_eq!(out.status.code(), Some(128 + libc::SIGSEGV), "{out}");
     assert_eq!(counts(&out.stderr)["tick"], 20, "{out}");
@@ -453,10 +444,7 @@ fn command_crash_passes_the_signal_status_on() {
 /// reported, and tachy ends when the new program (same pid) exits.
 #[test]
 fn target_exec_ends_the_trace_when_the_new_program_exits() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fx = Fixture::spawn("faults", &["exec", "20"]);
     let t = attach(fx.pid(), &["tick"]);
     fx.go();
@@ -473,10 +461,7 @@ fn target_exec_ends_the_trace_when_the_new_program_exits() {
 /// passes its status (0) on.
 #[test]
 fn command_exec_ends_the_trace_when_the_new_program_exits() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["tick"], &["exec", "20"]);
     out.assert_success();
     assert_eq!(counts(&out.stderr)["tick"], 20, "{out}");
@@ -488,10 +473,7 @@ fn command_exec_ends_the_trace_when_the_new_program_exits() {
 /// call is timed, none is taken for abandoned.
 #[test]
 fn sixty_four_threads_starting_and_stopping() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["work"], &["threads", "4", "64"]);
     out.assert_success();
     assert_eq!(counts(&out.stderr)["work"], 256, "{out}");
@@ -508,10 +490,7 @@ fn sixty_four_threads_starting_and_stopping() {
 /// and nothing is taken for abandoned.
 #[test]
 fn recursion_deeper_than_the_frame_stack() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (n, d) = (5u64, 100u64);
     let out = run_cmd(&["deep"], &["deep", &n.to_string(), &d.to_string()]);
     out.assert_success();
@@ -532,10 +511,7 @@ fn recursion_deeper_than_the_frame_stack() {
 /// the last iteration when the thread exits), the others are timed.
 #[test]
 fn longjmp_out_of_traced_frames() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["escape", "jumper"], &["longjmp", "10"]);
     out.assert_success();
     let printed = counts(&out.stderr);
@@ -556,10 +532,7 @@ fn longjmp_out_of_traced_frames() {
 /// pthread_exit are counted as unwound.
 #[test]
 fn pthread_exit_through_a_uretprobe_of_a_process_that_cannot_unwind() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let exe = common::build("faults");
     let exe = exe.to_str().unwrap();
     let plan = Tachy::start(
@@ -592,10 +565,7 @@ fn pthread_exit_through_a_uretprobe_of_a_process_that_cannot_unwind() {
 /// to its end.
 #[test]
 fn a_library_that_can_throw_loaded_later_ends_tracing() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["tick"], &["dlopen", "200"]);
     out.assert_success();
     assert_eq!(counts(&out.stderr)["tick"], 400, "{out}");
@@ -618,10 +588,7 @@ fn a_library_that_can_throw_loaded_later_ends_tracing() {
 /// status 0 within 2 s, and the target runs on with its text restored.
 #[test]
 fn two_ctrl_cs_at_once_are_one_stop() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let exe = common::build("faults");
     let mut fx = start_forever();
     let spot = TextSpot::entry_probe(fx.pid(), &exe, "tick");
@@ -678,10 +645,7 @@ fn began(stderr: &str) -> bool {
 /// do (25 runs). Every run prints its one report and exits 0.
 #[test]
 fn double_signals_never_lose_the_report() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let args = cheap_trace();
     let start = Instant::now();
     for run in 0..50 {
@@ -713,10 +677,7 @@ fn double_signals_never_lose_the_report() {
 /// machine starts tachy slower).
 #[test]
 fn timeout_never_loses_the_report() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let args = cheap_trace();
     let start = Instant::now();
     let (mut traced, mut early) = (0, 0);
@@ -760,10 +721,7 @@ fn timeout_never_loses_the_report() {
 fn a_late_second_stop_abandons_the_report_and_says_so() {
     use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::fs::OpenOptionsExt;
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 fills the two-element array.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -829,10 +787,7 @@ fn a_late_second_stop_abandons_the_report_and_says_so() {
 /// the command after the report, stops the waiting at once: status 130.
 #[test]
 fn a_late_ctrl_c_stops_waiting_for_the_command() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let started = Instant::now();
     let mut t = Tachy::start(
         &["latency", "--json", "c:nanosleep", "--", "sleep", "30"],
@@ -865,10 +820,7 @@ fn a_late_ctrl_c_stops_waiting_for_the_command() {
 /// the time is up while it traces.
 #[test]
 fn make_demo_under_timeout_prints_its_report() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-timeout");
     std::fs::create_dir_all(dir.join("release")).unwrap();
     let bin = dir.join("release/tachy");
@@ -925,10 +877,7 @@ fn make_demo_under_timeout_prints_its_report() {
 /// report (on SIGINT) covers them all.
 #[test]
 fn sigusr1_interim_reports_are_cumulative() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fx = start_forever();
     let mut t = attach(fx.pid(), &["tick"]);
     std::thread::sleep(Duration::from_millis(500));
@@ -968,10 +917,7 @@ fn sigusr1_interim_reports_are_cumulative() {
 /// calling tick 5 times. Without --follow only the traced process counts.
 #[test]
 fn follow_traces_forked_processes() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["--follow", "tick"], &["fork", "5"]);
     out.assert_success();
     assert_eq!(counts(&out.stderr)["all"], 15, "{out}");
@@ -999,10 +945,7 @@ fn follow_traces_forked_processes() {
 /// probed where they are, not timed by a uretprobe.
 #[test]
 fn indirect_tail_jump_ends_the_traced_call() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     const N: u64 = 6;
     let exe = common::build("faults");
     let out = Tachy::start(

@@ -111,10 +111,7 @@ const PERCENTILES: [(&str, f64); 4] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)
 
 #[test]
 fn hlog_intervals_read_back_exactly() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("hlog");
     let (out, log, it) = interval_run(&dir);
     let reports = json_lines(&out.stdout);
@@ -239,10 +236,7 @@ fn buckets_of(f: &Value) -> Vec<(u64, u64)> {
 
 #[test]
 fn merge_of_parts_of_a_run_is_the_whole_run() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("merge");
     let (out, log, it) = interval_run(&dir);
     let lines: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with('{')).collect();
@@ -325,10 +319,7 @@ fn unescape_tag(tag: &str) -> String {
 /// `tachy merge` reads the log with the sites by their paths.
 #[test]
 fn nested_hlog_tags_each_site_with_its_path() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("nested-hlog");
     let log = dir.join("nested.hlog");
     let exe = common::build("nested_o2");
@@ -477,10 +468,7 @@ fn merge_and_diff_keep_cpu_parts() {
 
 #[test]
 fn merge_and_diff_of_two_runs() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("two");
     let it = 300;
     let mut files = Vec::new();
@@ -816,10 +804,7 @@ fn check_buckets(count: u64, buckets: &[(f64, u64)]) {
 
 #[test]
 fn prometheus_scrapes_and_textfile_count_exactly() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("prometheus");
     let textfile = dir.join("tachy.prom");
     let exe = common::build("plain");
@@ -1006,10 +991,7 @@ fn parsed_groups(fams: &Value, function: &str) -> std::collections::BTreeMap<Str
 /// `--record-slower-than` counted.
 #[test]
 fn by_groups_and_records_are_metrics() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("groups");
     let textfile = dir.join("tachy.prom");
     let exe = common::build("why");
@@ -1166,16 +1148,16 @@ impl TestCgroup {
                 .then(|| left.split(' ').nth(4).map(PathBuf::from))?
         });
         let Some(mount) = mount else {
-            eprintln!("skipped: cgroup v2 is not mounted");
+            common::skip("cgroup v2 is not mounted");
             return None;
         };
         let dir = mount.join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir(&dir);
         if let Err(e) = std::fs::create_dir(&dir) {
-            eprintln!(
-                "skipped: cgroup v2 at {} is not writable: {e}",
+            common::skip(&format!(
+                "cgroup v2 at {} is not writable: {e}",
                 mount.display()
-            );
+            ));
             return None;
         }
         Some(TestCgroup(dir))
@@ -1220,10 +1202,7 @@ fn slow_sum_of_both(mut a: Fixture, mut b: Fixture) -> (Outcome, u32, u32) {
 
 #[test]
 fn cgroup_counts_its_processes_started_before_and_after_attach_only() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let Some(cg) = TestCgroup::new("tachy-fleet") else {
         return;
     };
@@ -1279,10 +1258,7 @@ fn cgroup_counts_its_processes_started_before_and_after_attach_only() {
 
 #[test]
 fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let a = Fixture::spawn("plain", &["100", "1"]);
     let b = Fixture::spawn("plain", &["60", "1"]);
     let (out, pa, pb) = slow_sum_of_both(a, b);
@@ -1307,10 +1283,7 @@ fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
 /// each process's calls counted.
 #[test]
 fn several_pids_of_different_programs_are_each_traced() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("two-programs");
     let copy = dir.join("plain_copy");
     std::fs::copy(common::build("plain"), &copy).unwrap();

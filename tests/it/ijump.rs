@@ -170,10 +170,7 @@ fn check(funcs: &[Value], fixture: &str) {
 
 #[test]
 fn checked_jumps_time_the_whole_call_or_end_it() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (funcs, fixture) = run_traced(&[]);
     check(&funcs, &fixture);
 }
@@ -181,10 +178,7 @@ fn checked_jumps_time_the_whole_call_or_end_it() {
 /// The same with one uprobe link per probe (kernels before uprobe_multi).
 #[test]
 fn checked_jumps_with_single_uprobes() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (funcs, fixture) = run_traced(&[("TACHY_NO_UPROBE_MULTI", "1")]);
     check(&funcs, &fixture);
 }

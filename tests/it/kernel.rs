@@ -52,7 +52,7 @@ fn check_counts(out: &Output) {
 fn kernel_function_latency() {
     let _lock = common::serial();
     if !common::is_root() {
-        eprintln!("skipped: kernel_function_latency: needs root");
+        common::skip("needs root");
         return;
     }
     let out = time_nanosleep(false);
@@ -61,10 +61,10 @@ fn kernel_function_latency() {
         // The line a user gets: why, and what would work.
         assert!(stderr.contains("fentry/fexit failed ("), "{stderr}");
         assert!(stderr.contains("no kprobes"), "{stderr}");
-        eprintln!(
-            "skipped: kernel_function_latency: this kernel refuses fentry programs and has no kprobes: {}",
+        common::skip(&format!(
+            "this kernel refuses fentry programs and has no kprobes: {}",
             stderr.trim()
-        );
+        ));
         return;
     }
     check_counts(&out);
@@ -75,13 +75,11 @@ fn kernel_function_latency() {
 fn kernel_function_latency_kprobes() {
     let _lock = common::serial();
     if !kprobes() {
-        eprintln!(
-            "skipped: kernel_function_latency_kprobes: this kernel has no kprobes (/sys/bus/event_source/devices/kprobe is absent)"
-        );
+        common::skip("this kernel has no kprobes (/sys/bus/event_source/devices/kprobe is absent)");
         return;
     }
     if !common::is_root() {
-        eprintln!("skipped: kernel_function_latency_kprobes: needs root");
+        common::skip("needs root");
         return;
     }
     check_counts(&time_nanosleep(true));

@@ -2,8 +2,8 @@
 //! programs of `tests/fixtures/`, whose call counts and minimum durations are
 //! known by construction (see `tests/it/common/mod.rs`).
 //!
-//! Every test takes the `common::serial()` lock first and is skipped (with a
-//! message) when not run as root.
+//! Every test takes the probe lock first (`common::needs_root!()`) and is
+//! skipped (with a message) when not run as root.
 
 use crate::common;
 
@@ -601,28 +601,19 @@ fn cpp_all_functions(fixture: &str, lib_spec: &str) {
 
 #[test]
 fn cpp_o2_every_function_exact() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     cpp_all_functions("cpp_o2", "libfixture:fixture_io");
 }
 
 #[test]
 fn cpp_o0_every_function_exact() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     cpp_all_functions("cpp_o0", "libfixture.so:fixture_io");
 }
 
 #[test]
 fn outermost_times_whole_recursions() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     for fixture in ["cpp_o2", "cpp_o0"] {
         let (it, th) = (CPP_IT, CPP_TH);
         let out = run_cmd(
@@ -651,10 +642,7 @@ fn outermost_times_whole_recursions() {
 
 #[test]
 fn attach_to_running_process_text_report() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (6u64, 2u64);
     let n = it * th;
     let unw = expected_unwinds(it, th);
@@ -724,10 +712,7 @@ fn attach_to_running_process_text_report() {
 
 #[test]
 fn attach_to_running_process_json() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (5u64, 2u64);
     let n = it * th;
     let mut fx = Fixture::spawn("plain", &[&it.to_string(), &th.to_string()]);
@@ -770,10 +755,7 @@ fn attach_to_running_process_json() {
 
 #[test]
 fn plain_c_functions() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (8u64, 2u64);
     let n = it * th;
     let out = run_cmd(
@@ -801,10 +783,7 @@ fn plain_c_functions() {
 /// `--all` shows every function.
 #[test]
 fn functions_never_called_are_one_line() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (8u64, 2u64);
     let n = it * th;
     let fx_args = [it.to_string(), th.to_string()];
@@ -940,19 +919,13 @@ fn rust_functions(fixture: &str) {
 
 #[test]
 fn rust_legacy_mangling_functions() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     rust_functions("rust_app");
 }
 
 #[test]
 fn rust_v0_mangling_functions() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     rust_functions("rust_app_v0");
 }
 
@@ -962,10 +935,7 @@ fn rust_v0_mangling_functions() {
 
 #[test]
 fn duration_filters() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (5u64, 2u64);
     let n = it * th;
     let args = [it.to_string(), th.to_string()];
@@ -1040,10 +1010,7 @@ fn duration_filters() {
 
 #[test]
 fn units_usec_and_msec() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (CPP_IT, CPP_TH);
     let n = it * th;
     let fx_args = [it.to_string(), th.to_string()];
@@ -1084,10 +1051,7 @@ fn units_usec_and_msec() {
 
 #[test]
 fn text_histogram_is_print_log2_hist() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (8u64, 2u64);
     let n = it * th;
     let out = run_cmd(&["slow_sum"], "plain", &[&it.to_string(), &th.to_string()]);
@@ -1130,10 +1094,7 @@ fn text_histogram_is_print_log2_hist() {
 
 #[test]
 fn timestamp_line() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let out = run_cmd(&["-T", "-u", "slow_sum"], "plain", &["2", "1"]);
     out.assert_success();
     let lines: Vec<&str> = out.stdout.lines().collect();
@@ -1154,10 +1115,7 @@ fn timestamp_line() {
 
 #[test]
 fn interval_reports_add_up() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     // ~1.2 ms per iteration: about 2 s of work, so at least one interval
     // report before the final one.
     let it = 1600u64;
@@ -1182,10 +1140,7 @@ fn interval_reports_add_up() {
 
 #[test]
 fn uretprobe_mode_counts_exactly() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (CPP_IT, CPP_TH);
     let n = it * th;
     let out = run_cmd(
@@ -1221,10 +1176,7 @@ fn uretprobe_mode_counts_exactly() {
 
 #[test]
 fn duration_limit_leaves_process_unharmed() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fx = Fixture::spawn("plain", &["3", "1"]);
     let pid = fx.pid().to_string();
     // The fixture waits for go, so nothing is called while tachy runs.
@@ -1265,10 +1217,7 @@ fn duration_limit_leaves_process_unharmed() {
 
 #[test]
 fn exceptions_and_panics_pass_through_probes() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (CPP_IT, CPP_TH);
     let n = it * th;
     let unw = expected_unwinds(it, th);
@@ -1322,10 +1271,7 @@ fn exceptions_and_panics_pass_through_probes() {
 
 #[test]
 fn command_exit_status_is_passed_on() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     // A bad argument makes the fixture exit 2 before calling anything.
     let out = run_cmd(&["--json", "shop::target"], "cpp_o2", &["zero"]);
     out.assert_no_panic();
@@ -1340,10 +1286,7 @@ fn command_exit_status_is_passed_on() {
 
 #[test]
 fn thread_filter_excludes_other_threads() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     // The fixture's main thread only waits: every traced call happens in a
     // worker thread, so `-t <main thread>` times none of them.
     let (it, th) = (4u64, 2u64);
@@ -1383,10 +1326,7 @@ fn thread_filter_excludes_other_threads() {
 /// under the same process: nanosleep, four per iteration of `plain`.
 #[test]
 fn script_command_traces_through_its_interpreter() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let plain = common::build("plain");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("script-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -1423,10 +1363,7 @@ fn script_command_traces_through_its_interpreter() {
 /// of slow_sum, mix_local and each of the two fast_path calls per iteration.
 #[test]
 fn syscall_latency_counts_exactly() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let (it, th) = (6u64, 2u64);
     let out = run_cmd(
         &[
@@ -1457,10 +1394,7 @@ fn syscall_latency_counts_exactly() {
 /// probed in a process that may unwind: libstdc++ preloaded.)
 #[test]
 fn loads_only_the_programs_the_plan_uses() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let exe = common::build("plain");
     let out = run(
         &[

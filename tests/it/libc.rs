@@ -68,10 +68,7 @@ fn check(rep: &Value, resolved: bool) {
 
 #[test]
 fn ifunc_calls_are_counted_exactly_in_a_running_process() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut fx = Fixture::spawn("ifunc", &["2000"]);
     let pid = fx.pid().to_string();
     let mut args = vec!["latency", "--json", "-p", &pid];
@@ -88,10 +85,7 @@ fn ifunc_calls_are_counted_exactly_in_a_running_process() {
 
 #[test]
 fn ifunc_calls_are_counted_exactly_in_a_command() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let mut opts = vec!["--json"];
     opts.extend(SPECS);
     let o = run_fixture("latency", &opts, "ifunc", &["2000"], &[]);
@@ -103,10 +97,7 @@ fn ifunc_calls_are_counted_exactly_in_a_command() {
 /// loads that copy.
 #[test]
 fn ifunc_calls_are_counted_exactly_through_a_path() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir =
         PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("libc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -146,10 +137,7 @@ fn ifunc_calls_are_counted_exactly_through_a_path() {
 /// the offset and the instruction, and the rest is traced.
 #[test]
 fn every_function_of_libc_and_libstdcxx_attaches() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let fx = Fixture::spawn("cpp_o2", &["1", "1"]);
     let pid = fx.pid().to_string();
     let args = ["latency", "-p", &pid, "c:*", "libstdc++:*", "-d", "1"];

@@ -6,8 +6,8 @@
 //! for each call entered exactly once: timed, filtered, left by exception
 //! or not timed.
 //!
-//! Every test takes the `common::serial()` lock first and is skipped (with a
-//! message) when not run as root.
+//! Every test takes the probe lock first (`common::needs_root!()`) and is
+//! skipped (with a message) when not run as root.
 
 use crate::common;
 
@@ -63,10 +63,7 @@ fn no_unwound(v: &Value) {
 /// passed, i = 4 is not) must not close the thrown frames.
 #[test]
 fn filter_rejected_calls_close_no_thrown_frame() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (iterations, threads) = (20u64, 2u64);
     let (rep, out) = report(
         "latency",
@@ -99,10 +96,7 @@ fn filter_rejected_calls_close_no_thrown_frame() {
 #[test]
 fn attaching_to_a_busy_program_leaves_no_call_unwound() {
     const ATTACHES: usize = 100;
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let fx = Fixture::spawn("seams", &["busy", "600", "100"]);
     let pid = fx.pid().to_string();
     let mut quick = 0;
@@ -137,10 +131,7 @@ fn attaching_to_a_busy_program_leaves_no_call_unwound() {
 /// both sites end with their parent, and outer's `ret` closes both.
 #[test]
 fn sites_ending_with_their_parent_close_at_depth_two() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let n = 20;
     let (rep, out) = report(
         "nested",
@@ -169,10 +160,7 @@ fn sites_ending_with_their_parent_close_at_depth_two() {
 /// returns, and neither is left by exception.
 #[test]
 fn a_tail_call_between_traced_functions_times_both() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (n, us) = (100u64, 100u64);
     let (rep, out) = report(
         "latency",
@@ -203,10 +191,7 @@ fn a_tail_call_between_traced_functions_times_both() {
 /// timed, and with --outermost only the outermost of each.
 #[test]
 fn mutual_recursion_through_a_tail_call() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let n = 200u64;
     for (opts, even, odd) in [
         (&["--json", "even", "odd"][..], 26 * n, 25 * n),
@@ -225,10 +210,7 @@ fn mutual_recursion_through_a_tail_call() {
 /// with tailer's site, at depths 2 and 3.
 #[test]
 fn nested_tail_sites_at_depth_three() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let (n, us) = (50u64, 100u64);
     let (rep, out) = report(
         "nested",
@@ -499,7 +481,7 @@ fn cell(shape: &Shape, opt: Opt) -> Vec<String> {
         .find(|(s, o, _)| *s == shape.name && *o == opt);
     let out = if opt == Opt::MidFlight {
         let Some(flight) = shape.flight else {
-            eprintln!("skipped: {what}: the shape's run is too short");
+            common::skip(&format!("{what}: the shape's run is too short"));
             return bad;
         };
         let mut fx = Fixture::spawn(shape.fixture, flight);
@@ -586,15 +568,12 @@ fn cell(shape: &Shape, opt: Opt) -> Vec<String> {
 /// timed, filtered, rejected by --filter, left by exception or not timed.
 #[test]
 fn matrix() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let go = common::have_go();
     let mut bad = Vec::new();
     for shape in SHAPES {
         if shape.fixture.starts_with("gowork") && !go {
-            eprintln!("skipped: {}: no Go toolchain", shape.name);
+            common::skip(&format!("{}: no Go toolchain", shape.name));
             continue;
         }
         for &opt in OPTS {

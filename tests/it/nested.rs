@@ -512,7 +512,7 @@ fn fixture_code_shape() {
     let _guard = common::serial();
     let bin = common::build(FIXTURE);
     let Some(handle) = objdump_handle(&bin, ROOT) else {
-        eprintln!("skipped: no objdump");
+        common::skip("no objdump");
         return;
     };
     let has = |pat: &str| handle.lines().any(|l| l.contains(pat));
@@ -677,10 +677,7 @@ fn list_sites_of_handle() {
 
 #[test]
 fn nested_json_depth1() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 20, th: 2 };
     let nsites = listed_sites(&list_sites("app::handle")).len();
     let out = run_nested(&["--json"], e, &[]);
@@ -723,10 +720,7 @@ fn kid_at<'a>(parent: &'a Value, n: &str, needle: &str) -> &'a Value {
 
 #[test]
 fn nested_depth2() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--depth", "2"], e, &[]);
     out.assert_success();
@@ -848,10 +842,7 @@ fn nested_depth2() {
 /// throw complete).
 #[test]
 fn nested_depth2_children_within_parent() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--depth", "2"], e, &[]);
     out.assert_success();
@@ -882,10 +873,7 @@ fn shape(node: &Value) -> Vec<(String, String, String, u64, u64)> {
 /// does, and nothing else.
 #[test]
 fn nested_expand_parse() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
     let out = run_nested(&["--json", "--expand", "app::parse"], e, &[]);
     out.assert_success();
@@ -1140,10 +1128,7 @@ const SLOWER_E: Expect = Expect { it: 8, th: 1 };
 /// those calls only.
 #[test]
 fn nested_slower_than() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for _ in 1..=ATTEMPTS {
         let (_, root, kept) = filter_run(Filter::Slower);
         let Some(kept) = kept else { continue };
@@ -1165,10 +1150,7 @@ fn nested_slower_than() {
 /// (less any the machine slowed past 10ms).
 #[test]
 fn nested_faster_than() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for _ in 1..=ATTEMPTS {
         let (_, root, kept) = filter_run(Filter::Faster);
         let Some(kept) = kept else { continue };
@@ -1187,10 +1169,7 @@ fn nested_faster_than() {
 /// out).
 #[test]
 fn nested_slower_than_unwound_follows_filter() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for _ in 1..=ATTEMPTS {
         let (out, root, kept) = filter_run(Filter::Slower);
         let Some(kept) = kept else { continue };
@@ -1210,10 +1189,7 @@ fn nested_slower_than_unwound_follows_filter() {
 
 #[test]
 fn nested_folded() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 1 };
     let out = run_nested(&["--folded"], e, &[]);
     out.assert_success();
@@ -1295,10 +1271,7 @@ fn svg_path() -> PathBuf {
 
 #[test]
 fn nested_svg() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 4, th: 1 };
     let path = svg_path();
     let _ = std::fs::remove_file(&path);
@@ -1329,10 +1302,7 @@ fn nested_svg() {
 
 #[test]
 fn nested_text() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
     let listed = listed_sites(&list_sites("app::handle"));
     let out = run_nested(&[], e, &[]);
@@ -1468,10 +1438,7 @@ fn planned_exit(fixture: &str, func: &str) -> String {
 /// completes and none is taken for abandoned.
 #[test]
 fn nested_plain_c_frameless_caller_every_exit_kind() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for (fixture, exit) in [("calls", "uretprobe"), ("calls_unwind", "exit")] {
         assert_eq!(planned_exit(fixture, "work4"), exit, "{fixture}");
         let n = 200;
@@ -1495,10 +1462,7 @@ fn nested_plain_c_frameless_caller_every_exit_kind() {
 /// its parent, and no call is taken for abandoned.
 #[test]
 fn nested_function_under_two_parents_is_probed_once() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for fixture in ["calls", "calls_unwind"] {
         let dry = run_calls(fixture, &["--dry-run", "--depth", "2"], "pair", 1);
         dry.assert_success();

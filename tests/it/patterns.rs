@@ -26,7 +26,7 @@ fn system_library(name: &str) -> Option<PathBuf> {
 #[test]
 fn std_glob_finds_every_std_function() {
     let Some(path) = system_library("libstdc++.so.6") else {
-        eprintln!("skipped: no libstdc++.so.6");
+        common::skip("no libstdc++.so.6");
         return;
     };
     let obj = ElfObject::open(&path, &path).unwrap();

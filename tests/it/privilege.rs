@@ -10,11 +10,11 @@ use std::process::{Command, Output};
 /// as the fixtures live under root's directories).
 fn tachy_with_caps(caps: &[&str], args: &[&str]) -> Option<Output> {
     if !common::is_root() {
-        eprintln!("skipped: needs root to drop to chosen capabilities");
+        common::skip("needs root to drop to chosen capabilities");
         return None;
     }
     if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs setpriv(1) from util-linux");
+        common::skip("needs setpriv(1) from util-linux");
         return None;
     }
     let mut all: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
@@ -100,7 +100,7 @@ fn traces_another_users_process_with_cap_sys_ptrace() {
     use std::process::Stdio;
     let _lock = common::serial();
     if !common::is_root() || Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and setpriv(1)");
+        common::skip("needs root and setpriv(1)");
         return;
     }
     // The fixture runs as root; tachy as nobody with three capabilities.
@@ -149,7 +149,7 @@ fn symlinks_in_a_process_root_resolve_inside_it() {
     use object::Object;
     let _lock = common::serial();
     if !common::is_root() || Command::new("chroot").arg("--version").output().is_err() {
-        eprintln!("skipped: symlinks_in_a_process_root_resolve_inside_it needs root and chroot(1)");
+        common::skip("needs root and chroot(1)");
         return;
     }
     let plain = common::build("plain");

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::run::Tachy;
-use common::{skip_unless_root, tagged, Fixture};
+use common::{tagged, Fixture};
 use serde_json::Value;
 
 /// The fixture's `untraced <function> <ns>` lines.
@@ -94,10 +94,7 @@ fn check_spin(fixture: &str, func: &str, spin_ns: u64) {
 /// code and spin_push calls only its own code).
 #[test]
 fn spins_read_their_untraced_time_push_uretprobe() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for ns in [50, 1000, 20_000] {
         check_spin("calls", "spin_push", ns);
     }
@@ -106,10 +103,7 @@ fn spins_read_their_untraced_time_push_uretprobe() {
 /// Push-first entry, probes on `ret` (`calls_unwind` imports an unwinder).
 #[test]
 fn spins_read_their_untraced_time_push_ret() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for ns in [50, 1000, 20_000] {
         check_spin("calls_unwind", "spin_push", ns);
     }
@@ -118,10 +112,7 @@ fn spins_read_their_untraced_time_push_ret() {
 /// endbr64-first entry: the kernel single-steps it, inside the call.
 #[test]
 fn spins_read_their_untraced_time_endbr64() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for fixture in ["calls", "calls_unwind"] {
         for ns in [1000, 20_000] {
             check_spin(fixture, "spin_endbr", ns);
@@ -132,10 +123,7 @@ fn spins_read_their_untraced_time_endbr64() {
 /// --raw leaves the probes' time in, and says nothing about it.
 #[test]
 fn raw_subtracts_nothing() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let (rep, fx_out) = run("calls", &["latency", "--raw"], "spin_push", 500, 1000);
     let (got, probe) = p50(&rep);
     assert_eq!(probe, 0, "{rep}");
@@ -154,10 +142,7 @@ fn raw_subtracts_nothing() {
 /// time".)
 #[test]
 fn nested_shares_of_a_known_split() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     for fixture in ["calls", "calls_unwind"] {
         let (rep, fx_out) = run(fixture, &["nested"], "split", 2000, 1000);
         let u = untraced(&fx_out);
@@ -184,10 +169,7 @@ fn nested_shares_of_a_known_split() {
 /// conclusion comes out inverted (the check above fails on it).
 #[test]
 fn nested_raw_split_inverts_the_shares() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let (rep, _) = run("calls", &["nested", "--raw"], "split", 2000, 1000);
     let root = &rep["roots"][0];
     let total = root["total_ns"].as_f64().unwrap_or(0.0);
@@ -229,10 +211,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
 /// current directory.
 #[test]
 fn an_empty_cache_dir_is_unset() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let cwd = scratch("cache-empty");
     let stderr = verbose_run(&cwd, "");
     let left: Vec<_> = std::fs::read_dir(&cwd).unwrap().collect();
@@ -248,10 +227,7 @@ fn an_empty_cache_dir_is_unset() {
 /// cached.
 #[test]
 fn an_unwritable_cache_is_said_once_per_run() {
-    let _guard = common::serial();
-    if skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let dir = scratch("cache-unwritable");
     let file = dir.join("a-file");
     std::fs::write(&file, "").unwrap();

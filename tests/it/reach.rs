@@ -282,10 +282,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn build_id_debug_file_gives_symbols() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("buildid");
     run(Command::new("objcopy")
         .current_dir(&dir)
@@ -323,10 +320,7 @@ fn build_id_debug_file_gives_symbols() {
 
 #[test]
 fn deleted_binary_is_traced_through_map_files() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("deleted");
     let app = dir.join("app");
     let mut cmd = Command::new(&app);
@@ -343,12 +337,9 @@ fn deleted_binary_is_traced_through_map_files() {
 /// `latency` and by `nested` with exact counts.
 #[test]
 fn stripped_binary_in_its_own_mount_namespace() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     if Command::new("unshare").arg("--help").output().is_err() {
-        eprintln!("skipped: stripped_binary_in_its_own_mount_namespace needs unshare(1)");
+        common::skip("needs unshare(1)");
         return;
     }
     let dir = scratch("mntns");
@@ -397,10 +388,7 @@ fn stripped_binary_in_its_own_mount_namespace() {
 /// counted, exactly.
 #[test]
 fn path_target_covers_processes_started_later() {
-    let _lock = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _lock = common::needs_root!();
     let dir = scratch("later");
     let app = dir.join("app");
     let spec = format!("{}:shop::Store::lookup(int)", app.display());

@@ -186,10 +186,7 @@ fn now_secs() -> f64 {
 
 #[test]
 fn latency_records_each_slow_call_once_with_its_fields() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let out = run_why(
         "latency",
         &["-u", "--record-slower-than", "2ms", "recorded"],
@@ -234,10 +231,7 @@ fn latency_records_each_slow_call_once_with_its_fields() {
 
 #[test]
 fn records_carry_wall_clock_time_of_the_call_end() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let before = now_secs();
     let out = run_why(
         "latency",
@@ -295,10 +289,7 @@ fn records_carry_wall_clock_time_of_the_call_end() {
 
 #[test]
 fn nested_records_break_down_the_one_call() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let out = run_why(
         "nested",
         &["--json", "--record-slower-than", "2ms", "recorded"],
@@ -354,10 +345,7 @@ fn nested_records_break_down_the_one_call() {
 
 #[test]
 fn a_full_ring_buffer_counts_what_it_loses() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     const CALLS: u32 = 20_000;
     // One page of ring buffer holds about 30 records: a burst of 20,000
     // calls, each recorded (threshold 0), overflows it.
@@ -397,10 +385,7 @@ fn a_full_ring_buffer_counts_what_it_loses() {
 
 #[test]
 fn syscalls_are_recorded_with_their_arguments() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let out = run_why(
         "latency",
         &["--record-slower-than", "2ms", "syscall:clock_nanosleep"],
@@ -486,10 +471,7 @@ fn bad_record_options_are_usage_errors() {
 
 #[test]
 fn a_json_file_with_records_still_merges() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let dir = std::env::temp_dir().join(format!("tachy-records-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("run.json");
@@ -566,10 +548,7 @@ fn pairs(list: &[(&str, String)]) -> Vec<(String, String)> {
 /// struct parameters skipped.
 #[test]
 fn records_name_each_functions_own_parameters() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     const N: u32 = 20;
     let (recs, out) = args_records(
         "args",
@@ -650,10 +629,7 @@ fn records_name_each_functions_own_parameters() {
 /// Without DWARF a record shows the first three argument registers.
 #[test]
 fn records_without_dwarf_show_three_registers() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     const N: u32 = 10;
     let (recs, out) = args_records("args_nodebug", &["pick"], N);
     let pick = args_of(&recs, "pick");

@@ -203,10 +203,7 @@ fn check(funcs: &[Value], stdout: &str, name: &str, min_ns: u64) {
 /// goto: each call is timed whole, not cut at its first dispatch.
 #[test]
 fn interpreters_are_timed_whole() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (funcs, stdout) = run_traced(&["interp_switch", "interp_goto"]);
     check(&funcs, &stdout, "interp_switch", 0);
     check(&funcs, &stdout, "interp_goto", 0);
@@ -216,10 +213,7 @@ fn interpreters_are_timed_whole() {
 /// function, have no symbol: calls are timed whole (each spins >= 200 us).
 #[test]
 fn cold_paths_of_a_stripped_library_are_timed_whole() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let spec = format!("{}:cold_*", libcold());
     let (funcs, stdout) = run_traced(&[&spec]);
     // The cold paths ran: 5 of 20 calls of cold_check, 9 of cold_scan's
@@ -272,10 +266,7 @@ fn a_ret_reached_by_jumps_is_timed_at_them() {
 /// call timed.
 #[test]
 fn calls_ended_at_jumps_into_the_epilogue_are_timed_whole() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let (funcs, stdout) = run_traced(&["epilogue_jumps"]);
     check(&funcs, &stdout, "epilogue_jumps", 0);
     // 13 of the 20 calls make two ~20 us calls each.
@@ -291,10 +282,7 @@ fn calls_ended_at_jumps_into_the_epilogue_are_timed_whole() {
 /// parent's calls all complete.
 #[test]
 fn nested_with_early_exits() {
-    if common::skip_unless_root() {
-        return;
-    }
-    let _g = common::serial();
+    let _g = common::needs_root!();
     let exe = common::build("shapes");
     let it = ITERATIONS.to_string();
     let out = tachy(&[

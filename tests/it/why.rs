@@ -82,10 +82,7 @@ fn assert_fifo(out: &Outcome) {
 /// least the 5 ms of each sleep.
 #[test]
 fn sleeping_function_is_blocked() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why("latency", &["--cpu", "--json", "sleeper"], "sleep", 20);
     let rep = out.success_report();
     assert_fifo(&out);
@@ -101,10 +98,7 @@ fn sleeping_function_is_blocked() {
 /// cost, a few microseconds per call, aside).
 #[test]
 fn spinning_function_is_on_cpu() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let steal0 = steal_ns();
     let out = run_why("latency", &["--cpu", "--json", "spinner"], "spin", 20);
     let steal = steal_ns() - steal0;
@@ -127,10 +121,7 @@ fn spinning_function_is_on_cpu() {
 /// CPU time.
 #[test]
 fn crowded_threads_wait_for_the_cpu() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let steal0 = steal_ns();
     let out = run_why(
         "latency",
@@ -171,10 +162,7 @@ fn crowded_threads_wait_for_the_cpu() {
 /// table per part.
 #[test]
 fn text_report_has_the_split() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why("latency", &["-u", "--cpu", "--hist", "sleeper"], "sleep", 4);
     out.assert_success();
     let line = out
@@ -201,10 +189,7 @@ fn cpu_usage_errors() {
     let out = Tachy::start(&["latency", "--hist", "-p", "1", "f"], &[]).finish(RUN_TIMEOUT);
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(out.stderr.contains("--cpu"), "{out}");
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why("latency", &["--cpu", "k:vfs_read"], "sleep", 1);
     assert_eq!(out.code(), Some(2), "{out}");
     assert!(
@@ -217,10 +202,7 @@ fn cpu_usage_errors() {
 /// System calls are split too: the fixture's 5 ms sleeps are blocked.
 #[test]
 fn syscall_split() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why(
         "latency",
         &["--cpu", "--json", "syscall:clock_nanosleep"],
@@ -239,10 +221,7 @@ fn syscall_split() {
 /// least that long.
 #[test]
 fn nested_sites_are_split() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why("nested", &["--cpu", "--json", "caller_one"], "callers", 4);
     let rep = out.success_report();
     let root = &rep["roots"][0];
@@ -275,10 +254,7 @@ fn nested_sites_are_split() {
 /// and part_slow() (a 5 ms sleep) in every tenth.
 #[test]
 fn nested_sites_have_part_histograms() {
-    let _g = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _g = common::needs_root!();
     let out = run_why(
         "nested",
         &["--cpu", "--hist", "--json", "-u", "recorded"],

@@ -41,10 +41,7 @@ fn run_wide(opts: &[&str]) -> Outcome {
 /// never; the odd-i tick N / 2 times. JSON keeps the sites that never ran.
 #[test]
 fn wide_tree_at_depth_2_counts_every_site() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let out = run_wide(&["--json", "--depth", "2"]);
     out.assert_success();
     let summary = common::counts(&out.stderr);
@@ -107,10 +104,7 @@ fn site_lines(text: &str) -> Vec<&str> {
 /// that did not; --all-sites shows all 191, and no such line.
 #[test]
 fn wide_text_hides_sites_that_never_ran() {
-    let _guard = common::serial();
-    if common::skip_unless_root() {
-        return;
-    }
+    let _guard = common::needs_root!();
     let hidden_line =
         format!("  ({NEVER_RAN} call sites that never ran are hidden: --all-sites shows them)");
 

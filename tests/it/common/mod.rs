@@ -147,13 +147,38 @@ pub fn have_go() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// True (after printing why) when a Go test cannot run: no `go` here.
+/// True (after [`skip`]) when a Go test cannot run: no `go` here.
 pub fn skip_without_go() -> bool {
     if have_go() {
         false
     } else {
-        eprintln!("skipped: no Go toolchain (`go` is not on PATH; `make deps` installs golang-go)");
+        skip("no Go toolchain (`go` is not on PATH; `make deps` installs golang-go)");
         true
+    }
+}
+
+/// Where [`skip`] lists what did not run; `make test` prints it after the
+/// suite.
+pub fn skipped_list() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped")
+}
+
+/// Says that the running test (or the part of it named in `why`) did not
+/// run, and why: `skipped: NAME: WHY` on stderr, and the same line added to
+/// [`skipped_list`]. libtest shows a test that returned early as passed, and
+/// its stderr only when it fails; the list is what tells them apart. NAME
+/// is the test's path (`latency::cpp_o2_every_function_exact`): libtest
+/// names the thread that runs a test after it.
+pub fn skip(why: &str) {
+    let thread = std::thread::current();
+    let line = format!("skipped: {}: {why}", thread.name().unwrap_or("?"));
+    eprintln!("{line}");
+    let list = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skipped_list());
+    if let Ok(mut list) = list {
+        let _ = writeln!(list, "{line}");
     }
 }
 
@@ -165,15 +190,38 @@ pub fn syscall_formats() -> bool {
         .any(|t| std::path::Path::new(t).join("events/syscalls").is_dir())
 }
 
-/// True (after printing why) when a test that attaches probes cannot run.
+/// True (after [`skip`]) when a test that attaches probes cannot run.
 pub fn skip_unless_root() -> bool {
     if is_root() {
         false
     } else {
-        eprintln!("skipped: needs root");
+        skip("needs root");
         true
     }
 }
+
+/// The [`serial`] lock for a test that attaches probes; `None` (after
+/// [`skip`]) without root. See [`needs_root`].
+pub fn root_lock() -> Option<MutexGuard<'static, ()>> {
+    if skip_unless_root() {
+        None
+    } else {
+        Some(serial())
+    }
+}
+
+/// `let _lock = common::needs_root!();` first in a test that attaches
+/// probes: the [`serial`] lock, held to the end of the test; without root,
+/// returns from the test after `skipped: NAME: needs root` ([`skip`]).
+macro_rules! needs_root {
+    () => {
+        match $crate::common::root_lock() {
+            Some(lock) => lock,
+            None => return,
+        }
+    };
+}
+pub(crate) use needs_root;
 
 // ---------------------------------------------------------------------------
 // Building
