@@ -10,17 +10,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 
 use crate::callsites;
-use crate::cli::{
-    ExportSettings, Format, ListSettings, NestedOpts, Scoping, TraceSettings, UsageError,
-};
+use crate::cli::{ExportSettings, Format, ListSettings, NestedOpts, Scoping, TraceSettings};
 use crate::disasm::ProbeCost;
 use crate::export::Exporter;
 use crate::kernel;
 use crate::naming::Namer;
-use crate::plan::args::{FuncArgs, Operand, Source};
+use crate::plan::args::FuncArgs;
 use crate::plan::by::ByKey;
-use crate::plan::filter::Filter;
-use crate::plan::{self, Drill, Imported, ItemKind, Plan, Settings};
+use crate::plan::{self, ItemKind, Plan, PlanRequest, Settings, TreeRequest};
 use crate::probe::{self, Tracer};
 use crate::report::groups::RawGroup;
 use crate::report::hlog::HlogWriter;
@@ -32,221 +29,9 @@ use crate::report::{self, Counts, FuncReport, Report};
 use crate::resolve::{self, Objects, Scope};
 use crate::scope;
 use crate::stop;
-use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
-use crate::target::ObjectRef;
+use crate::symbols::{ElfObject, Function};
 use crate::target::{self, Spawned};
-use std::cell::RefCell;
 use std::path::PathBuf;
-use std::rc::Rc;
-
-fn build_plan(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> Result<Plan> {
-    let start = Instant::now();
-    let resolved = resolve::resolve(&s.specs, scope, objects)?;
-    let resolve_time = start.elapsed();
-    let mut plan = Plan::new(Settings {
-        filter_tid: s.tid,
-        min_ns: s.min_ns,
-        max_ns: s.max_ns,
-        outermost: s.outermost,
-        uretprobe: s.uretprobe,
-        follow: s.follow,
-        unit_ns: s.unit.ns(),
-        cpu: s.cpu,
-        cpu_hist: s.cpu_hist,
-        by: s.by.clone(),
-        record_min_ns: s.record,
-        // The scope (--cgroup, several processes) is set by Target::plan.
-        ..Settings::default()
-    });
-    plan.pid = s.pid;
-    plan.process_cannot_unwind =
-        !s.uretprobe && !s.follow && process_cannot_unwind(s, scope, objects);
-    for spec in s.specs.iter().filter(|x| x.is_syscall()) {
-        for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
-            plan.add_syscall(name, nr);
-        }
-    }
-    for spec in s.specs.iter().filter(|x| x.is_kernel()) {
-        let names = kernel::match_kernel_functions(spec.pattern.as_str())?;
-        kernel::check_count(spec.pattern.as_str(), &names)?;
-        for name in &names {
-            plan.add_kernel_function(name);
-        }
-    }
-    for (pattern, names) in &resolved.kernel {
-        kernel::check_count(pattern, names)?;
-        if !matches!(scope, Scope::Files) {
-            eprintln!(
-                "tachy: no function of the traced program matches {pattern:?}: timing {}",
-                if names.len() == 1 {
-                    format!("the kernel function k:{}", names[0])
-                } else {
-                    format!("{} kernel functions", names.len())
-                }
-            );
-        }
-        for name in names {
-            plan.add_kernel_function(name);
-        }
-    }
-    // Options that do not go with what is traced are usage errors.
-    let refuse = |msg: String| -> Result<Plan> { Err(UsageError(msg).into()) };
-    if let (Some(_), Some((name, _))) = (s.record, plan.kernel_functions().next()) {
-        return refuse(format!("--record-slower-than records user functions and system calls; kernel functions (k:{name}) are not recorded"));
-    }
-    if s.cpu && plan.kernel_functions().next().is_some() {
-        return refuse("--cpu splits the time of user functions and system calls; kernel functions (k:NAME) are not split".into());
-    }
-    // Only kernel items are planned so far.
-    if s.nested.is_some() && !plan.items.is_empty() {
-        return refuse(format!(
-            "tachy nested times the call sites of user functions; {} is timed by the kernel: use tachy latency",
-            plan.items[0].name
-        ));
-    }
-    if s.uretprobe && !s.force {
-        refuse_throwing_uretprobes(&resolved)?;
-    }
-    let mut roots = Vec::new();
-    let many = resolved.user.iter().map(|r| r.funcs.len()).sum::<usize>() > 1;
-    for r in &resolved.user {
-        for f in &r.funcs {
-            let id = match plan.add_function(&r.obj, f, r.source) {
-                Ok(id) => id,
-                // Among many functions, one the kernel will not probe is
-                // left out; named alone, it is the error.
-                Err(e) if many && e.downcast_ref::<plan::Unprobeable>().is_some() => {
-                    plan.left_out.push(format!("{e:#}"));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            roots.push((r, f, id));
-        }
-    }
-    if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
-        if s.nested.is_some() && (s.min_ns.is_some() || s.max_ns.is_some()) {
-            return refuse(format!(
-                "tachy nested does not apply --slower-than/--faster-than to the call sites of Go functions yet ({}): each site call is counted when it returns; use tachy latency with the filter",
-                go.name
-            ));
-        }
-        if s.cpu {
-            return refuse(format!(
-                "--cpu splits time per thread, and a goroutine moves between threads: Go functions ({}) are not split yet",
-                go.name
-            ));
-        }
-        if s.record.is_some() {
-            return refuse(format!(
-                "--record-slower-than does not record Go functions yet ({})",
-                go.name
-            ));
-        }
-    }
-    // What each item knows of its arguments, read once for the features
-    // that read them.
-    let by_arg = s.by.iter().any(|k| matches!(k, ByKey::Arg(_)));
-    let args = if s.filter.is_some() || s.record.is_some() || by_arg {
-        TracedArgs::read(&plan, &roots)
-    } else {
-        TracedArgs::default()
-    };
-    if let Some(f) = &s.filter {
-        add_filters(&mut plan, f, &args)?;
-    }
-    if s.record.is_some() {
-        add_record_args(&mut plan, &args);
-    }
-    if !s.by.is_empty() {
-        let named = |want: fn(&plan::Item) -> bool| {
-            plan.items.iter().find(|i| want(i)).map(|i| i.name.as_str())
-        };
-        let traced = plan::by::Traced {
-            syscall: named(|i| matches!(i.kind, ItemKind::Syscall { .. })),
-            kernel: named(|i| matches!(i.kind, ItemKind::KernelFunction)),
-            go: named(|i| i.is_go()),
-            native: named(|i| matches!(i.kind, ItemKind::Function(_)) && !i.is_go()),
-            goid_known: plan.go_layout.is_some_and(|l| l.goid.is_some()),
-        };
-        plan::by::check(&s.by, traced).map_err(UsageError)?;
-        add_by_args(&mut plan, &s.by, &args)?;
-    }
-    if let Some(n) = &s.nested {
-        let expand = &n.expand;
-        let matches_expand = |raw: &str| {
-            let names = demangle(raw);
-            expand.iter().any(|p| p.matches(raw, &names))
-        };
-        let objects = RefCell::new(objects);
-        // A name imported at many sites (a library calling its own exported
-        // functions through its PLT) is looked up in the libraries once.
-        let imported: RefCell<HashMap<String, Option<Imported>>> = RefCell::default();
-        let import = |raw: &str| {
-            if let Some(hit) = imported.borrow().get(raw) {
-                return hit.clone();
-            }
-            let hit = import_target(scope, &mut objects.borrow_mut(), raw);
-            imported.borrow_mut().insert(raw.to_string(), hit.clone());
-            hit
-        };
-        let drill = Drill {
-            import: &import,
-            depth: n.depth,
-            expand: &matches_expand,
-        };
-        for (r, f, id) in roots {
-            plan.add_sites(&r.obj, f, id, &drill)?;
-        }
-        plan.check_tree_size(n.depth)?;
-    }
-    plan.finish();
-    plan.left_out
-        .splice(0..0, resolved.left_out.iter().cloned());
-    for line in &plan.left_out {
-        eprintln!("tachy: left out {line}");
-    }
-    if s.verbose {
-        eprintln!(
-            "tachy: resolved in {} ms, planned in {} ms",
-            resolve_time.as_millis(),
-            (start.elapsed() - resolve_time).as_millis()
-        );
-    }
-    Ok(plan)
-}
-
-/// Whether no object of the one process traced (`-p PID`, or the command
-/// started, by its executable's DT_NEEDED closure) can raise or catch an
-/// unwind (`plan::unwind::process_cannot_unwind`). Only for a process whose
-/// maps the run loop watches ([`UnwindWatch`]): never with `--follow`,
-/// whose probes fire in every process, nor with `LD_PRELOAD`, which loads
-/// objects the closure does not name.
-fn process_cannot_unwind(s: &TraceSettings, scope: &Scope, objects: &mut Objects) -> bool {
-    let refs: Vec<ObjectRef> = match scope {
-        Scope::Process(m) if s.scoping.is_none() && s.pid.is_some() => m.all().cloned().collect(),
-        Scope::Command { exe, libs }
-            if !std::env::var_os("LD_PRELOAD").is_some_and(|v| !v.is_empty()) =>
-        {
-            std::iter::once(exe)
-                .chain(libs)
-                .map(|p| ObjectRef {
-                    display: p.clone(),
-                    open_path: p.clone(),
-                })
-                .collect()
-        }
-        _ => return false,
-    };
-    let mut objs = Vec::with_capacity(refs.len());
-    for r in &refs {
-        match objects.get(r) {
-            Ok(o) => objs.push(o),
-            Err(_) => return false,
-        }
-    }
-    plan::unwind::process_cannot_unwind(objs.iter().map(|o| &**o)).is_ok()
-}
 
 /// Watches the maps of a process whose uretprobes stand on the proof that
 /// it cannot unwind: an object loaded later that could (a C++ library
@@ -311,252 +96,6 @@ impl UnwindWatch {
         }
         None
     }
-}
-
-/// `--uretprobe` without `--force` on a function that calls code that
-/// throws is refused: the exception would abort the traced process.
-fn refuse_throwing_uretprobes(resolved: &resolve::Resolution) -> Result<()> {
-    for r in &resolved.user {
-        for f in &r.funcs {
-            if f.names.lang == crate::symbols::demangle::Lang::Go {
-                continue;
-            }
-            if let Some(why) = plan::unwind::may_throw(&r.obj, f) {
-                return Err(UsageError(format!(
-                    "--uretprobe: {} may throw ({why}), and an exception through a uretprobe aborts the process: add --force to use one anyway",
-                    f.display_name()
-                ))
-                .into());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Resolves `--filter` for every traced item: each function's operands
-/// where its own DWARF (or the ABI) puts them, each system call's in the
-/// syscall registers. What cannot be resolved is a usage error; notes
-/// (what argN means on a clone) go to stderr once each.
-fn add_filters(plan: &mut Plan, f: &Filter, args: &TracedArgs) -> Result<()> {
-    let bad = |e: anyhow::Error| -> anyhow::Error { UsageError(format!("{e:#}")).into() };
-    let mut resolved = Vec::new();
-    for item in &plan.items {
-        match &item.kind {
-            ItemKind::Syscall { .. } => {}
-            ItemKind::KernelFunction => {
-                return Err(bad(anyhow!(
-                    "--filter reads the arguments of user functions and system calls; {} is a kernel function",
-                    item.name
-                )))
-            }
-            ItemKind::Function(_) if item.is_go() => {
-                return Err(bad(anyhow!(
-                    "--filter does not read the arguments of Go functions yet ({})",
-                    item.name
-                )))
-            }
-            ItemKind::Function(_) => {}
-        }
-    }
-    for (id, a) in &args.syscalls {
-        resolved.push((*id, f.resolve(a).map_err(bad)?));
-    }
-    for &(r, func, id, ref a) in &args.functions {
-        let res = f.resolve(a).map_err(bad)?;
-        // An entry probe placed after an instruction that overwrites an
-        // operand moves back to the first instruction.
-        if res.registers() & written_before(&r.obj, func, entry_now(plan, id, func)) != 0 {
-            plan.entry_at_start(&r.obj, func, id)?;
-        }
-        resolved.push((id, res));
-    }
-    let mut noted = std::collections::BTreeSet::new();
-    for (id, r) in resolved {
-        for n in &r.notes {
-            if noted.insert(n.clone()) {
-                eprintln!("tachy: note: {n}");
-            }
-        }
-        plan.arg_filters.insert(id, r);
-    }
-    Ok(())
-}
-
-/// What each traced item knows of its arguments, read once for
-/// `--filter`, records and `--by`: a system call's from the kernel's
-/// tracing, a function's as they are at its first instruction (one DWARF
-/// pass per object).
-#[derive(Default)]
-struct TracedArgs<'r> {
-    /// (id, arguments) of each system call.
-    syscalls: Vec<(u32, FuncArgs)>,
-    /// (object, function, id, arguments) of each traced function.
-    functions: Vec<(&'r resolve::Resolved, &'r Function, u32, FuncArgs)>,
-}
-
-impl<'r> TracedArgs<'r> {
-    fn read(plan: &Plan, roots: &[(&'r resolve::Resolved, &'r Function, u32)]) -> Self {
-        let syscalls = plan
-            .items
-            .iter()
-            .enumerate()
-            .filter(|(_, item)| matches!(item.kind, ItemKind::Syscall { .. }))
-            .map(|(i, item)| (i as u32, FuncArgs::for_syscall(&item.name)))
-            .collect();
-        // (function, its id), per object.
-        type Traced<'a> = Vec<(&'a Function, u32)>;
-        let mut by_object: Vec<(&resolve::Resolved, Traced)> = Vec::new();
-        for (r, func, id) in roots {
-            match by_object.iter_mut().find(|(o, _)| std::ptr::eq(*o, *r)) {
-                Some((_, v)) => v.push((func, *id)),
-                None => by_object.push((r, vec![(func, *id)])),
-            }
-        }
-        let mut functions = Vec::new();
-        for (r, funcs) in by_object {
-            let pairs: Vec<(&Function, u64)> = funcs.iter().map(|(f, _)| (*f, f.addr)).collect();
-            let args = FuncArgs::for_functions(&r.obj, &pairs);
-            for (a, (func, id)) in args.into_iter().zip(funcs) {
-                functions.push((r, func, id, a));
-            }
-        }
-        TracedArgs {
-            syscalls,
-            functions,
-        }
-    }
-}
-
-/// Where function `id`'s entry probe stands now (an earlier feature may
-/// have moved it back to the first instruction).
-fn entry_now(plan: &Plan, id: u32, func: &Function) -> u64 {
-    match &plan.items[id as usize].kind {
-        ItemKind::Function(t) => t.entry_addr,
-        _ => func.addr,
-    }
-}
-
-/// Registers (bit per x86 number) that instructions of `func` before its
-/// entry probe at `entry` may write.
-fn written_before(obj: &ElfObject, func: &Function, entry: u64) -> u16 {
-    match obj.code(func.addr, entry.saturating_sub(func.addr)) {
-        Some(code) if entry > func.addr => crate::disasm::written_registers(code, func.addr),
-        _ => 0,
-    }
-}
-
-/// What each traced function's slow-call records print of its arguments
-/// (`--record-slower-than`): DWARF parameters where known. A parameter
-/// whose register is overwritten before a cheaper entry probe moves that
-/// probe back to the first instruction, as `--filter` does; where the
-/// first instruction cannot be probed, the value is shown as unavailable.
-fn add_record_args(plan: &mut Plan, args: &TracedArgs) {
-    for (id, a) in &args.syscalls {
-        plan.record_args.insert(*id, a.record_args());
-    }
-    for &(r, func, id, ref a) in &args.functions {
-        let mut list = a.record_args();
-        let written = written_before(&r.obj, func, entry_now(plan, id, func));
-        let hit = |x: &plan::args::RecordArg| {
-            x.register(false)
-                .is_some_and(|reg| written & (1 << reg) != 0)
-        };
-        if list.iter().any(hit) && plan.entry_at_start(&r.obj, func, id).is_err() {
-            for x in list.iter_mut().filter(|x| hit(x)) {
-                x.fetch =
-                    plan::args::Fetch::Unavailable("overwritten before the entry probe".into());
-            }
-        }
-        plan.record_args.insert(id, list);
-    }
-}
-
-/// Resolves the argument keys of `--by` (`argN`, parameter names) for
-/// every traced item as `--filter` resolves its operands: each function's
-/// where its own DWARF (or the ABI) puts them, each system call's in the
-/// syscall registers. An entry probe placed after an instruction that
-/// overwrites a key's register moves back to the first instruction. What
-/// cannot be resolved is a usage error; notes (what argN means on a clone)
-/// go to stderr once each.
-fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
-    if !by.iter().any(|k| matches!(k, ByKey::Arg(_))) {
-        return Ok(());
-    }
-    let operands = |a: &FuncArgs| -> Result<Vec<Option<Operand>>> {
-        by.iter()
-            .map(|k| match k {
-                ByKey::Arg(r) => a
-                    .resolve(r)
-                    .map(Some)
-                    .map_err(|e| UsageError(format!("--by {k}: {e:#}")).into()),
-                _ => Ok(None),
-            })
-            .collect()
-    };
-    let mut resolved = Vec::new();
-    for (id, a) in &args.syscalls {
-        resolved.push((*id, operands(a)?));
-    }
-    for &(r, func, id, ref a) in &args.functions {
-        let ops = operands(a)?;
-        let regs = ops
-            .iter()
-            .flatten()
-            .filter_map(|o| match o.source {
-                Source::Reg(r) => Some(1u16 << (r & 15)),
-                _ => None,
-            })
-            .fold(0, |a, b| a | b);
-        if regs & written_before(&r.obj, func, entry_now(plan, id, func)) != 0 {
-            plan.entry_at_start(&r.obj, func, id)?;
-        }
-        resolved.push((id, ops));
-    }
-    let mut noted = std::collections::BTreeSet::new();
-    for (id, ops) in resolved {
-        for n in ops.iter().flatten().filter_map(|o| o.note.as_ref()) {
-            if noted.insert(n.clone()) {
-                eprintln!("tachy: note: {n}");
-            }
-        }
-        plan.by_args.insert(id, ops);
-    }
-    Ok(())
-}
-
-/// The function a PLT call to `raw` reaches in the traced process: the
-/// first library (in load order) that defines it.
-fn import_target(
-    scope: &Scope,
-    objects: &mut Objects,
-    raw: &str,
-) -> Option<(Rc<ElfObject>, Function)> {
-    let libs: Vec<ObjectRef> = match scope {
-        Scope::Process(m) => m.libs.clone(),
-        Scope::Command { libs, .. } => libs
-            .iter()
-            .map(|p| ObjectRef {
-                display: p.clone(),
-                open_path: p.clone(),
-            })
-            .collect(),
-        Scope::Files => return None,
-    };
-    let pat = Pattern::parse(raw).ok()?;
-    for lib in libs {
-        let Ok(obj) = objects.get(&lib) else { continue };
-        let Ok(found) = symbols::find(&obj, &pat) else {
-            continue;
-        };
-        if let Some(f) = found
-            .functions
-            .into_iter()
-            .find(|f| f.raw == raw || f.names.stem == raw)
-        {
-            return Some((obj, f));
-        }
-    }
-    None
 }
 
 fn names_line(plan: &Plan) -> String {
@@ -697,8 +236,39 @@ impl Target {
         })
     }
 
-    fn plan(&mut self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
-        let mut plan = match self.cgroup.as_ref().map(|(_, pids)| pids.clone()) {
+    /// What `s` asks to trace, in this target.
+    fn request(&self, s: &TraceSettings) -> PlanRequest {
+        PlanRequest {
+            specs: s.specs.clone(),
+            settings: Settings {
+                filter_tid: s.tid,
+                min_ns: s.min_ns,
+                max_ns: s.max_ns,
+                outermost: s.outermost,
+                uretprobe: s.uretprobe,
+                follow: s.follow,
+                unit_ns: s.unit.ns(),
+                cpu: s.cpu,
+                cpu_hist: s.cpu_hist,
+                by: s.by.clone(),
+                record_min_ns: s.record,
+                cgroup: self.cgroup.as_ref().map(|(c, _)| (c.id, c.level)),
+                count_procs: s.scoping.is_some(),
+            },
+            pid: s.pid,
+            pids: self.pids.clone(),
+            force: s.force,
+            filter: s.filter.clone(),
+            tree: s.nested.as_ref().map(|n| TreeRequest {
+                depth: n.depth,
+                expand: n.expand.clone(),
+            }),
+            verbose: s.verbose,
+        }
+    }
+
+    fn plan(&mut self, req: &PlanRequest, objects: &mut Objects) -> Result<Plan> {
+        Ok(match self.cgroup.as_ref().map(|(_, pids)| pids.clone()) {
             // A cgroup holds several programs: the first process whose maps
             // have the functions names them.
             Some(pids) if !pids.is_empty() => {
@@ -709,7 +279,7 @@ impl Target {
                         continue;
                     };
                     let scope = Scope::Process(maps);
-                    match build_plan(s, &scope, objects) {
+                    match plan::build(req, &scope, objects) {
                         Ok(plan) => {
                             self.scope = scope;
                             found = Some(plan);
@@ -726,16 +296,12 @@ impl Target {
                     (None, None) => bail!("--cgroup: its processes have exited"),
                 }
             }
-            _ => self.plan_in_scope(s, objects)?,
-        };
-        plan.pids = self.pids.clone();
-        plan.settings.cgroup = self.cgroup.as_ref().map(|(c, _)| (c.id, c.level));
-        plan.settings.count_procs = s.scoping.is_some();
-        Ok(plan)
+            _ => self.plan_in_scope(req, objects)?,
+        })
     }
 
-    fn plan_in_scope(&self, s: &TraceSettings, objects: &mut Objects) -> Result<Plan> {
-        build_plan(s, &self.scope, objects).map_err(|e| match (&self.scope, &self.exe) {
+    fn plan_in_scope(&self, req: &PlanRequest, objects: &mut Objects) -> Result<Plan> {
+        plan::build(req, &self.scope, objects).map_err(|e| match (&self.scope, &self.exe) {
             (Scope::Command { exe: image, .. }, Some(exe)) if image != exe => anyhow::anyhow!(
                 "{e} ({} is a script run by {}: name the program it starts as PATH:FUNC)",
                 exe.display(),
@@ -835,8 +401,9 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     // seconds) ends tachy at once and says so.
     stop::install();
     let mut target = Target::new(&s)?;
+    let request = target.request(&s);
     let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
-        target.plan(&s, &mut objects)
+        target.plan(&request, &mut objects)
     })
     .map_err(|e| exited(&s, e))?;
     if s.dry_run {
@@ -1363,22 +930,15 @@ struct Recorder {
 
 impl Recorder {
     fn new(plan: &Plan, reader: probe::RecordReader) -> Recorder {
-        let nf = plan.items.len();
-        let mut children: Vec<Vec<usize>> = vec![Vec::new(); nf + plan.sites.len()];
-        for (i, x) in plan.sites.iter().enumerate() {
-            if let Some(list) = children.get_mut(x.parent as usize) {
-                list.push(nf + i);
-            }
-        }
         let mut rank = vec![usize::MAX; plan.sites.len()];
         let mut next = 0;
-        let mut stack: Vec<usize> = (0..nf).rev().collect();
+        let mut stack: Vec<u32> = (0..plan.items.len() as u32).rev().collect();
         while let Some(id) = stack.pop() {
-            if id >= nf {
-                rank[id - nf] = next;
+            if let Some(r) = plan.site_index(id).and_then(|i| rank.get_mut(i)) {
+                *r = next;
                 next += 1;
             }
-            stack.extend(children[id].iter().rev());
+            stack.extend(plan.children(id).iter().rev());
         }
         Recorder { reader, rank }
     }
@@ -1397,15 +957,13 @@ impl Recorder {
 
     fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
         let wall = u64::try_from(i128::from(k.end_ns) + offset).unwrap_or(0);
-        let nf = plan.items.len();
         let sites = k.sites.as_ref().map(|list| {
             let mut v: Vec<(usize, RecordSite)> = list
                 .iter()
                 .filter_map(|&(node, count, ns)| {
-                    let i = (node as usize).checked_sub(nf)?;
-                    let x = plan.sites.get(i)?;
+                    let x = plan.site(node)?;
                     Some((
-                        self.rank[i],
+                        *self.rank.get(plan.site_index(node)?)?,
                         RecordSite {
                             name: x.site.name.clone(),
                             location: x.site.location.clone(),
@@ -1918,7 +1476,6 @@ fn hlog_report(plan: &Plan, s: &TraceSettings, counts: &[Counts], span: Duration
     if s.nested.is_none() {
         return report;
     }
-    let nf = plan.items.len();
     let clean = |name: &str| name.replace([';', '\n'], ",");
     let frame = |x: &plan::SiteNode| match &x.site.location {
         Some(l) => clean(&format!("{} [{l}]", x.site.name)),
@@ -1926,17 +1483,19 @@ fn hlog_report(plan: &Plan, s: &TraceSettings, counts: &[Counts], span: Duration
     };
     // A site's path is its parent's and one more frame; parents come
     // before their sites in the plan. The root is a traced function.
-    let mut paths: Vec<Option<(String, usize)>> = Vec::with_capacity(plan.sites.len());
-    for x in &plan.sites {
-        let parent = x.parent as usize;
-        let up = match parent.checked_sub(nf) {
-            None => plan.items.get(parent).map(|f| (clean(&f.name), parent)),
-            Some(i) => paths.get(i).cloned().flatten(),
+    let mut paths: HashMap<u32, String> = HashMap::with_capacity(plan.sites.len());
+    for (id, x) in plan.site_ids() {
+        let up = match plan.node(x.parent) {
+            Some(plan::Node::Item(f)) => Some(clean(&f.name)),
+            _ => paths.get(&x.parent).cloned(),
         };
-        paths.push(up.map(|(base, root)| (format!("{base};{}", frame(x)), root)));
-    }
-    for (path, c) in paths.into_iter().zip(counts.iter().skip(nf)) {
-        let Some((path, f)) = path.and_then(|(p, root)| Some((p, plan.items.get(root)?))) else {
+        let Some(base) = up else { continue };
+        let path = format!("{base};{}", frame(x));
+        paths.insert(id, path.clone());
+        let (Some(f), Some(c)) = (
+            plan.items.get(plan.root_of(id) as usize),
+            counts.get(id as usize),
+        ) else {
             continue;
         };
         report.funcs.push(FuncReport {
@@ -1960,21 +1519,7 @@ fn metric_series(
     counts: &[Counts],
     groups: Option<&prom::GroupTally>,
 ) -> Vec<prom::Series> {
-    let nf = plan.items.len();
-    let name_of = |id: u32| match (id as usize).checked_sub(nf) {
-        None => plan.items.get(id as usize).map(|f| f.name.as_str()),
-        Some(i) => plan.sites.get(i).map(|x| x.site.name.as_str()),
-    };
-    // The traced function a site belongs to: its ancestor among the items.
-    let root_of = |mut id: u32| {
-        for _ in 0..=plan.sites.len() {
-            match (id as usize).checked_sub(nf) {
-                None => break,
-                Some(i) => id = plan.sites[i].parent,
-            }
-        }
-        name_of(id).unwrap_or("")
-    };
+    let name_of = |id: u32| plan.node(id).map(|n| n.name().to_string());
     let series = |kind, mut labels: Vec<(String, String)>, c: &Counts| {
         labels.extend(e.labels.iter().cloned());
         prom::Series {
@@ -1999,14 +1544,17 @@ fn metric_series(
     for (id, c) in (0..plan.items.len() as u32).zip(counts) {
         out.push(series(prom::SeriesKind::Function, function_labels(id), c));
     }
-    for (x, c) in plan.sites.iter().zip(counts.iter().skip(nf)) {
+    for ((id, x), c) in plan.site_ids().zip(counts.iter().skip(plan.items.len())) {
         let location = match &x.site.location {
             Some(l) => l.clone(),
             None => format!("{:#x}", x.site.addr),
         };
         let labels = vec![
-            ("function".into(), root_of(x.parent).to_string()),
-            ("caller".into(), name_of(x.parent).unwrap_or("").to_string()),
+            (
+                "function".into(),
+                name_of(plan.root_of(id)).unwrap_or_default(),
+            ),
+            ("caller".into(), name_of(x.parent).unwrap_or_default()),
             ("site".into(), x.site.name.clone()),
             ("location".into(), location),
         ];
@@ -2038,34 +1586,27 @@ fn metric_series(
     out
 }
 
-/// The tree under node `id`; `children[id]` lists the sites whose parent it
-/// is.
-fn tree_node(
-    plan: &Plan,
-    counts: &[Counts],
-    children: &[Vec<u32>],
-    id: u32,
-    hist: bool,
-) -> TreeNode {
-    let nf = plan.items.len();
+/// The tree under node `id`.
+fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
     let c = &counts[id as usize];
     // A site is Go code when its traced function is.
-    let mut root = id;
-    while root as usize >= nf {
-        root = plan.sites[root as usize - nf].parent;
-    }
-    let go = plan.items[root as usize].is_go();
-    let kids = children
-        .get(id as usize)
-        .into_iter()
-        .flatten()
-        .map(|&k| tree_node(plan, counts, children, k, hist))
+    let go = plan
+        .items
+        .get(plan.root_of(id) as usize)
+        .is_some_and(|f| f.is_go());
+    let kids = plan
+        .children(id)
+        .iter()
+        .map(|&k| tree_node(plan, counts, k, hist))
         .collect();
-    let (name, site, kind) = if (id as usize) < nf {
-        (plan.items[id as usize].name.clone(), None, "function")
-    } else {
-        let x = &plan.sites[id as usize - nf].site;
-        (x.name.clone(), x.location.clone(), x.kind.as_str())
+    let (name, site, kind) = match plan.node(id) {
+        Some(plan::Node::Site(x)) => (
+            x.site.name.clone(),
+            x.site.location.clone(),
+            x.site.kind.as_str(),
+        ),
+        Some(plan::Node::Item(f)) => (f.name.clone(), None, "function"),
+        None => (format!("#{id}"), None, "function"),
     };
     TreeNode {
         name,
@@ -2097,14 +1638,6 @@ fn tree_report(plan: &Plan, s: &TraceSettings, n: &NestedOpts, counts: &[Counts]
             human(hi as f64)
         )),
     };
-    // Each node's sites, in plan order, found in one pass over the sites.
-    let nf = plan.items.len();
-    let mut children: Vec<Vec<u32>> = vec![Vec::new(); nf + plan.sites.len()];
-    for (i, x) in plan.sites.iter().enumerate() {
-        if let Some(list) = children.get_mut(x.parent as usize) {
-            list.push((nf + i) as u32);
-        }
-    }
     TreeReport {
         time: SystemTime::now(),
         timestamp: s.timestamp,
@@ -2112,7 +1645,7 @@ fn tree_report(plan: &Plan, s: &TraceSettings, n: &NestedOpts, counts: &[Counts]
         filter,
         all_sites: n.all_sites,
         roots: (0..plan.items.len() as u32)
-            .map(|id| tree_node(plan, counts, &children, id, n.hist))
+            .map(|id| tree_node(plan, counts, id, n.hist))
             .collect(),
     }
 }

@@ -6,12 +6,14 @@
 //! Nothing here touches the kernel.
 
 pub mod args;
+mod build;
 pub mod by;
 mod describe;
 pub mod encode;
 pub mod filter;
 mod function;
 mod golang;
+mod nodes;
 mod sites;
 pub mod unwind;
 
@@ -25,10 +27,12 @@ use crate::symbols::golang::GLayout;
 use crate::symbols::{ElfObject, Function, SymSource};
 pub use crate::target::ObjectRef;
 
+pub use build::{build, PlanRequest, TreeRequest};
 pub use describe::checked_jumps_text;
 pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
 pub use function::{choose_entry, ExitMode, ExitSummary, Unprobeable};
 pub use golang::NOT_URETPROBE;
+pub use nodes::Node;
 pub use sites::{Drill, Imported, SiteNode};
 
 /// What one pass through an indirect jump checked at run time costs, in
@@ -259,6 +263,8 @@ pub struct Plan {
     /// (`unwind::process_cannot_unwind`): a uretprobe is safe on any
     /// function whose entry probe stands where SP holds the return address.
     pub process_cannot_unwind: bool,
+    /// Each node's sites and each site's root, set by `finish`.
+    tree: nodes::Tree,
 }
 
 /// The functions a traced function can reach by tail jumps, directly or
@@ -431,8 +437,10 @@ impl Plan {
     }
 
     /// Sorts and removes duplicate probes: a `ret` shared by two traced
-    /// functions (one tail-calls the other) is probed once.
+    /// functions (one tail-calls the other) is probed once. Indexes the
+    /// tree of nodes ([`Plan::children`], [`Plan::root_of`]).
     pub fn finish(&mut self) {
+        self.tree = nodes::Tree::new(self.items.len(), &self.sites);
         self.restore_shared_rets();
         self.probes
             .sort_by_key(|p| (p.object, kind_rank(p.kind), p.offset));
