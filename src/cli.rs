@@ -166,10 +166,18 @@ const DIFF_EXAMPLES: &str = "\
 Examples:
   tachy diff before.json after.json       count, avg, p50, p90, p99, p99.9, max
   tachy diff --json before.hlog after.hlog
+  tachy diff base.json pr.json --fail-on 'p99 > +10%' --fail-on 'avg > +5%'
+  tachy diff base.hlog pr.hlog --fail-on 'max > 50ms' --fail-on 'rate < -20%'
 
 A and B are files as `tachy merge` reads them (every report in a file is
 added up first). Reports of --cpu runs also compare each part's average per
-call (on-CPU, blocked, runnable).";
+call (on-CPU, blocked, runnable).
+
+Exit status: 0; 1 when a --fail-on bound was crossed (the lines after the
+comparison name each function and bound); 2 when an input cannot be read.
+A bound is judged on the functions present in both reports; one that a side
+cannot answer (a rate where a report does not say how long it covered, a
+percent change from 0) is named as not judged and does not fail.";
 
 #[derive(Args, Debug)]
 pub struct MergeArgs {
@@ -208,6 +216,15 @@ pub struct DiffArgs {
     /// Print the comparison as one JSON object
     #[arg(long)]
     pub json: bool,
+
+    /// Exit with status 1 when a function present in both reports crosses
+    /// BOUND, `FIGURE OP LIMIT`: FIGURE is count, rate (calls/s), avg,
+    /// p50, p90, p99, p99.9, max, or a --cpu part (oncpu, blocked,
+    /// runnable); OP is >, >=, < or <=; LIMIT a change in percent (+10%,
+    /// -20%), a change in the figure's terms (+2ms, -100), or without a
+    /// sign a value B must not cross (50ms). Repeat for several bounds.
+    #[arg(long, value_name = "BOUND", value_parser = crate::gate::parse_arg)]
+    pub fail_on: Vec<crate::gate::Bound>,
 }
 
 const COMPLETIONS_EXAMPLES: &str = "\

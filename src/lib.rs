@@ -13,6 +13,7 @@ pub mod cli;
 pub mod disasm;
 pub mod docs;
 pub mod export;
+pub mod gate;
 #[cfg(test)]
 mod golden;
 pub mod kernel;

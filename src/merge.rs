@@ -6,12 +6,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
 use crate::cli::{DiffArgs, MergeArgs};
+use crate::gate::{Bound, Figure, Verdict};
 use crate::report::hist::{bucket_of, bucket_range};
 use crate::report::hlog::{self, HlogWriter};
 use crate::report::{Counts, CpuSplit, FuncReport, Hist, Report, Unit, CPU_PARTS};
@@ -52,6 +53,8 @@ struct Input {
     unit: Unit,
     start: SystemTime,
     end: SystemTime,
+    /// How long its reports covered in all (None where one does not say).
+    span: Option<Duration>,
     funcs: Vec<FuncReport>,
 }
 
@@ -143,9 +146,29 @@ fn load(path: &Path) -> Result<Input> {
     let input = if first == Some(&b'{') {
         load_json(&bytes)
     } else {
-        load_hlog(&bytes)
+        load_hlog(&bytes).or_else(|e| {
+            // A log still being written may end in half a line: the
+            // intervals before it are whole.
+            let Some(cut) = unfinished_line(&bytes) else {
+                return Err(e);
+            };
+            let input = load_hlog(&bytes[..cut]).map_err(|_| e)?;
+            eprintln!(
+                "tachy: {}: the last line is incomplete (still being written?): left out",
+                path.display()
+            );
+            Ok(input)
+        })
     };
     input.with_context(|| format!("{}", path.display()))
+}
+
+/// Where the last line begins, if the file does not end with a newline.
+fn unfinished_line(bytes: &[u8]) -> Option<usize> {
+    if matches!(bytes.last(), None | Some(b'\n')) {
+        return None;
+    }
+    Some(bytes.iter().rposition(|&b| b == b'\n').map_or(0, |k| k + 1))
 }
 
 fn load_hlog(bytes: &[u8]) -> Result<Input> {
@@ -157,6 +180,7 @@ fn load_hlog(bytes: &[u8]) -> Result<Input> {
         unit: first.report.unit,
         start: first.start,
         end: last.report.time,
+        span: None,
         funcs: Vec::new(),
     };
     for i in intervals {
@@ -166,6 +190,8 @@ fn load_hlog(bytes: &[u8]) -> Result<Input> {
             add(&mut input.funcs, f);
         }
     }
+    // A run's intervals follow each other: the log covers first to last.
+    input.span = input.end.duration_since(input.start).ok();
     Ok(input)
 }
 
@@ -203,14 +229,21 @@ fn load_json(bytes: &[u8]) -> Result<Input> {
             .filter(|t| t.is_finite() && *t >= 0.0)
             .map(|t| UNIX_EPOCH + std::time::Duration::from_secs_f64(t))
             .unwrap_or(UNIX_EPOCH);
+        let interval = v
+            .get("interval_s")
+            .and_then(Value::as_f64)
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map(Duration::from_secs_f64);
         let into = input.get_or_insert_with(|| Input {
             unit: Unit::Nsec,
             start: time,
             end: time,
+            span: Some(Duration::ZERO),
             funcs: Vec::new(),
         });
         into.start = into.start.min(time);
         into.end = into.end.max(time);
+        into.span = into.span.zip(interval).map(|(a, b)| a + b);
         for f in funcs {
             let (unit, mut func) = json_func(f).with_context(|| format!("line {}", i + 1))?;
             if into.funcs.is_empty() {
@@ -490,18 +523,28 @@ pub fn run_merge(a: MergeArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `tachy diff`.
+/// `tachy diff`: exit status 0, or 1 where a `--fail-on` bound was
+/// crossed; an input that cannot be read ends it with status 2 (as `cmp`
+/// and `diff` tell trouble from a difference).
 pub fn run_diff(a: DiffArgs) -> Result<i32> {
-    let (unit, rows) = diff(&a.a, &a.b)?;
+    let d = match diff(&a.a, &a.b) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tachy: {}", crate::cli::error_text(&e));
+            return Ok(2);
+        }
+    };
+    let verdicts = judge(&a.fail_on, &d);
     let mut out = std::io::stdout().lock();
     if a.json {
-        render_diff_json(&a.a, &a.b, unit, &rows, &mut out)
+        render_diff_json(&a.a, &a.b, &d, &a.fail_on, &verdicts, &mut out)
     } else {
-        render_diff(&a.a, &a.b, unit, &rows, &mut out)
+        render_diff(&a.a, &a.b, &d, &mut out)
+            .and_then(|_| render_verdicts(&a.fail_on, &verdicts, &mut out))
     }
     .and_then(|_| out.flush())
     .context("cannot write the comparison")?;
-    Ok(0)
+    Ok(i32::from(verdicts.iter().any(|v| v.crossed == Some(true))))
 }
 
 /// Writes the merged report as an interval log of one interval.
@@ -557,8 +600,16 @@ pub struct DiffRow {
     pub b: Option<Counts>,
 }
 
+/// A and B side by side.
+pub struct Diff {
+    pub unit: Unit,
+    pub rows: Vec<DiffRow>,
+    /// How long A and B covered, where they say.
+    pub spans: [Option<Duration>; 2],
+}
+
 /// Reads A and B (each summed over its reports) and pairs their functions.
-pub fn diff(a: &Path, b: &Path) -> Result<(Unit, Vec<DiffRow>)> {
+pub fn diff(a: &Path, b: &Path) -> Result<Diff> {
     let mut inputs = [load(a)?, load(b)?];
     common_unit(&[a.to_path_buf(), b.to_path_buf()], &mut inputs, "compare")?;
     let [ia, ib] = inputs;
@@ -584,7 +635,11 @@ pub fn diff(a: &Path, b: &Path) -> Result<(Unit, Vec<DiffRow>)> {
             }),
         }
     }
-    Ok((ia.unit, rows))
+    Ok(Diff {
+        unit: ia.unit,
+        rows,
+        spans: [ia.span, ib.span],
+    })
 }
 
 /// What `tachy diff` compares, per function: (label, value in ns or
@@ -634,16 +689,11 @@ fn change(a: Option<u64>, b: Option<u64>) -> Option<f64> {
 
 /// `tachy diff`: per function, A, B and the change of count, average and
 /// each percentile.
-pub fn render_diff(
-    a: &Path,
-    b: &Path,
-    unit: Unit,
-    rows: &[DiffRow],
-    w: &mut impl Write,
-) -> std::io::Result<()> {
+pub fn render_diff(a: &Path, b: &Path, d: &Diff, w: &mut impl Write) -> std::io::Result<()> {
+    let unit = d.unit;
     writeln!(w, "A = {}", a.display())?;
     writeln!(w, "B = {}", b.display())?;
-    for r in rows {
+    for r in &d.rows {
         writeln!(w)?;
         writeln!(w, "Function = {} [{}]", r.name, r.object.display())?;
         let (ca, cb) = match (&r.a, &r.b) {
@@ -680,10 +730,12 @@ pub fn render_diff(
 pub fn render_diff_json(
     a: &Path,
     b: &Path,
-    unit: Unit,
-    rows: &[DiffRow],
+    d: &Diff,
+    bounds: &[Bound],
+    verdicts: &[Verdict],
     w: &mut impl Write,
 ) -> std::io::Result<()> {
+    let (unit, rows) = (d.unit, &d.rows);
     let side = |c: &Option<Counts>, cpu: bool| match c {
         None => Value::Null,
         Some(c) => {
@@ -722,13 +774,124 @@ pub fn render_diff_json(
             })
         })
         .collect();
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "a": a.display().to_string(),
         "b": b.display().to_string(),
         "functions": funcs,
     });
+    if !bounds.is_empty() {
+        let judged: Vec<Value> = verdicts
+            .iter()
+            .map(|v| {
+                serde_json::json!({
+                    "function": v.function,
+                    "bound": v.bound,
+                    "a": v.a,
+                    "b": v.b,
+                    "crossed": v.crossed,
+                })
+            })
+            .collect();
+        v["fail_on"] = serde_json::json!({
+            "bounds": bounds.iter().map(|b| b.text.clone()).collect::<Vec<_>>(),
+            "failed": verdicts.iter().any(|v| v.crossed == Some(true)),
+            "verdicts": judged,
+        });
+    }
     serde_json::to_writer(&mut *w, &v)?;
     writeln!(w)
+}
+
+/// Every bound judged on every function present in both A and B: those
+/// crossed, and those that could not be judged (a figure a side lacks).
+/// Functions in one side only are judged on nothing.
+pub fn judge(bounds: &[Bound], d: &Diff) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    let rate = |c: &Counts, span: Option<Duration>| {
+        span.filter(|s| !s.is_zero())
+            .map(|s| c.count as f64 / s.as_secs_f64())
+    };
+    for r in &d.rows {
+        let (Some(ca), Some(cb)) = (&r.a, &r.b) else {
+            continue;
+        };
+        let cpu = ca.cpu.is_some() || cb.cpu.is_some();
+        let (fa, fb) = (figures(ca, d.unit, cpu), figures(cb, d.unit, cpu));
+        let of = |fs: &[(&str, Option<u64>)], label: &str| {
+            fs.iter()
+                .find(|(l, _)| *l == label)
+                .and_then(|(_, v)| v.map(|n| n as f64))
+        };
+        for bound in bounds {
+            let (va, vb) = match bound.figure {
+                Figure::Count => (Some(ca.count as f64), Some(cb.count as f64)),
+                Figure::Rate => (rate(ca, d.spans[0]), rate(cb, d.spans[1])),
+                Figure::Time(label) => (of(&fa, label), of(&fb, label)),
+            };
+            let crossed = bound.crossed(va, vb);
+            if crossed != Some(false) {
+                out.push(Verdict {
+                    function: format!("{} [{}]", r.name, r.object.display()),
+                    bound: bound.text.clone(),
+                    a: va,
+                    b: vb,
+                    crossed,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// After the comparison: which functions crossed which bound, and which
+/// bound could not be judged where.
+fn render_verdicts(
+    bounds: &[Bound],
+    verdicts: &[Verdict],
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    if bounds.is_empty() {
+        return Ok(());
+    }
+    let figure = |b: &str, v: Option<f64>| match v {
+        None => "-".to_string(),
+        Some(n) if Bound::parse(b).is_ok_and(|b| matches!(b.figure, Figure::Time(_))) => {
+            crate::report::tree::human(n)
+        }
+        Some(n) if n.fract() == 0.0 => format!("{n}"),
+        Some(n) => format!("{n:.1}"),
+    };
+    let crossed: Vec<&Verdict> = verdicts
+        .iter()
+        .filter(|v| v.crossed == Some(true))
+        .collect();
+    writeln!(w)?;
+    let list: Vec<&str> = bounds.iter().map(|b| b.text.as_str()).collect();
+    if crossed.is_empty() {
+        writeln!(w, "fail-on: passed ({})", list.join(", "))?;
+    } else {
+        writeln!(w, "fail-on: FAILED ({})", list.join(", "))?;
+    }
+    for v in verdicts {
+        let change = match (v.a, v.b) {
+            (Some(a), Some(b)) if a != 0.0 => format!(" ({:+.1}%)", (b - a) / a * 100.0),
+            _ => String::new(),
+        };
+        let what = if v.crossed == Some(true) {
+            "crossed"
+        } else {
+            "not judged (a side lacks the figure)"
+        };
+        writeln!(
+            w,
+            "  {}: {what} {}: {} -> {}{change}",
+            v.function,
+            v.bound,
+            figure(&v.bound, v.a),
+            figure(&v.bound, v.b),
+        )?;
+    }
+    Ok(())
 }
 
 /// A figure's name in `change_percent`: a `--cpu` part as the JSON report

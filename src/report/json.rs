@@ -109,5 +109,9 @@ pub fn value(r: &Report) -> Value {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    json!({ "time": ts, "functions": funcs })
+    let mut v = json!({ "time": ts, "functions": funcs });
+    if let Some(span) = r.span {
+        v["interval_s"] = json!(span.as_secs_f64());
+    }
+    v
 }

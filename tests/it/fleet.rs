@@ -1367,3 +1367,160 @@ fn comm_and_pgrep_find_processes_by_name() {
         assert_eq!(calls, [40, 80], "{flag}\n{rep}");
     }
 }
+
+/// A report of function f: `count` calls over `interval_s` seconds, in the
+/// given nanosecond buckets.
+fn gate_report(interval_s: u64, total_ns: u64, max_ns: u64, buckets: &str) -> String {
+    format!(
+        r#"{{"time": 1.0, "interval_s": {interval_s}, "functions": [{{"name": "f", "raw_name": "f", "object": "/x", "count": 100, "total_ns": {total_ns}, "min_ns": 1000, "max_ns": {max_ns}, "log2_unit": "nsec", "buckets": {buckets}, "unwound": 0, "filtered": 0, "overflow": 0, "indirect_tail": 0}}]}}"#
+    ) + "\n"
+}
+
+/// `diff --fail-on`: exit 1 and a line per crossed bound; 0 when none is
+/// crossed; 2 when an input cannot be read; a bound that cannot be judged
+/// is named and does not fail.
+#[test]
+fn diff_fail_on_names_each_crossed_bound() {
+    let dir = scratch("gate");
+    let write = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    // 100 calls of 1 us; then 10 of them 4.1 us; then the first at half
+    // the rate.
+    let a = write("a.json", gate_report(10, 100_000, 1000, "[[1000, 100]]"));
+    let b = write(
+        "b.json",
+        gate_report(10, 130_000, 4100, "[[1000, 90], [4096, 10]]"),
+    );
+    let slow = write("slow.json", gate_report(20, 100_000, 1000, "[[1000, 100]]"));
+    let bounds = |args: &[&str]| -> Vec<String> {
+        args.iter()
+            .flat_map(|b| ["--fail-on".to_string(), b.to_string()])
+            .collect()
+    };
+    let run = |x: &str, y: &str, b: &[&str]| {
+        let mut args = vec!["diff".to_string(), x.to_string(), y.to_string()];
+        args.extend(bounds(b));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        tachy(&args)
+    };
+    let verdict = |out: &Outcome| -> Vec<String> {
+        out.stdout
+            .split("\nfail-on: ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{out}"))
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+
+    let out = run(
+        &a,
+        &b,
+        &["p99 > +10%", "avg > +20%", "max > 4us", "p50 > +1%"],
+    );
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(
+        verdict(&out),
+        [
+            "FAILED (p99 > +10%, avg > +20%, max > 4us, p50 > +1%)",
+            "  f [/x]: crossed p99 > +10%: 1.0 us -> 4.1 us (+310.0%)",
+            "  f [/x]: crossed avg > +20%: 1.0 us -> 1.3 us (+30.0%)",
+            "  f [/x]: crossed max > 4us: 1.0 us -> 4.1 us (+310.0%)",
+        ],
+        "{out}"
+    );
+
+    let out = run(&a, &a, &["p99 > +10%", "avg >= +0.1%"]);
+    assert_eq!(out.code(), Some(0), "{out}");
+    assert_eq!(verdict(&out), ["passed (p99 > +10%, avg >= +0.1%)"]);
+
+    // Rates from each report's interval: 10 calls/s, then 5.
+    let out = run(&a, &slow, &["rate < -25%", "count < -1%"]);
+    assert_eq!(out.code(), Some(1), "{out}");
+    assert_eq!(
+        verdict(&out),
+        [
+            "FAILED (rate < -25%, count < -1%)",
+            "  f [/x]: crossed rate < -25%: 10 -> 5 (-50.0%)",
+        ]
+    );
+
+    // A report that does not say how long it covered has no rate.
+    let no_span = write(
+        "no_span.json",
+        gate_report(10, 100_000, 1000, "[[1000, 100]]").replace("\"interval_s\": 10, ", ""),
+    );
+    let out = run(&a, &no_span, &["rate < -25%"]);
+    assert_eq!(out.code(), Some(0), "{out}");
+    assert_eq!(
+        verdict(&out),
+        [
+            "passed (rate < -25%)",
+            "  f [/x]: not judged (a side lacks the figure) rate < -25%: 10 -> -",
+        ]
+    );
+
+    // JSON carries the verdicts.
+    let js = tachy(&["diff", "--json", &a, &b, "--fail-on", "p99 > +10%"]);
+    assert_eq!(js.code(), Some(1), "{js}");
+    let v: Value = serde_json::from_str(js.stdout.trim()).unwrap();
+    assert_eq!(v["fail_on"]["failed"], true, "{js}");
+    assert_eq!(v["fail_on"]["verdicts"][0]["bound"], "p99 > +10%");
+    assert_eq!(v["fail_on"]["verdicts"][0]["crossed"], true);
+    assert_eq!(v["fail_on"]["verdicts"][0]["a"], 1000.0);
+    assert_eq!(v["fail_on"]["verdicts"][0]["b"], 4100.0);
+
+    // Trouble is 2; a bad bound is a usage error (2), one line.
+    let out = tachy(&["diff", &a, "/nonexistent.json", "--fail-on", "p99 > +10%"]);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(
+        out.stderr.contains("cannot read /nonexistent.json"),
+        "{out}"
+    );
+    let out = tachy(&["diff", &a, &b, "--fail-on", "p98 > +10%"]);
+    assert_eq!(out.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("unknown figure \"p98\""), "{out}");
+}
+
+/// A log still being written ends in half a line: merge and diff read the
+/// whole intervals before it and say that the last line was left out.
+#[test]
+fn an_unfinished_last_log_line_is_left_out_with_a_warning() {
+    let dir = scratch("unfinished");
+    let json = dir.join("b.json");
+    std::fs::write(
+        &json,
+        gate_report(10, 130_000, 4100, "[[1000, 90], [4096, 10]]"),
+    )
+    .unwrap();
+    let log = dir.join("b.hlog");
+    tachy(&[
+        "merge",
+        "--hlog",
+        log.to_str().unwrap(),
+        json.to_str().unwrap(),
+    ])
+    .assert_success();
+    let whole = std::fs::read_to_string(&log).unwrap();
+    let last = whole.lines().last().unwrap();
+    let growing = dir.join("growing.hlog");
+    std::fs::write(&growing, format!("{whole}{}", &last[..30])).unwrap();
+    let out = tachy(&["merge", "--json", growing.to_str().unwrap()]);
+    out.assert_success();
+    assert_eq!(
+        out.stderr.trim(),
+        format!(
+            "tachy: {}: the last line is incomplete (still being written?): left out",
+            growing.display()
+        )
+    );
+    assert_eq!(num(func(&out.single_report(), "f"), "count"), 100);
+    // A whole file that ends without a newline is still read whole.
+    std::fs::write(&growing, whole.trim_end()).unwrap();
+    let out = tachy(&["merge", "--json", growing.to_str().unwrap()]);
+    out.assert_success();
+    assert_eq!(out.stderr, "");
+}

@@ -1128,10 +1128,19 @@ fn interval_reports_add_up() {
     let reps = reports(&out);
     assert!(reps.len() >= 2, "expected interval reports\n{out}");
     let mut total = 0;
-    for rep in &reps {
+    for (k, rep) in reps.iter().enumerate() {
         let f = func(rep, "slow_sum");
         check_durations(f, 300_000, AVG_CEILING_NS);
         total += num(f, "count");
+        // Each says how long it covered: a whole interval but the last.
+        let span = rep["interval_s"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{rep}"));
+        if k + 1 < reps.len() {
+            assert!((0.9..1.5).contains(&span), "interval_s {span}: {rep}");
+        } else {
+            assert!(span > 0.0 && span < 1.5, "interval_s {span}: {rep}");
+        }
     }
     // Each report covers only its own interval.
     assert_eq!(total, it, "{out}");
