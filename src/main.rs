@@ -1,15 +1,15 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::{CommandFactory, Parser};
-use tachy::{cli, docs, merge, session};
+use tachy::{cli, docs, merge, trace};
 
 fn main() {
     let cli = cli::Cli::parse();
     let name = cli.cmd.name();
     let result = match cli.cmd {
-        cli::Command::Latency(a) => a.validate().and_then(session::latency),
-        cli::Command::Nested(a) => a.validate().and_then(session::latency),
-        cli::Command::List(a) => a.validate().and_then(session::list),
+        cli::Command::Latency(a) => a.validate().and_then(trace::latency),
+        cli::Command::Nested(a) => a.validate().and_then(trace::latency),
+        cli::Command::List(a) => a.validate().and_then(trace::list),
         cli::Command::Completions(a) => {
             docs::completions(a.shell, &mut std::io::stdout().lock()).map(|_| 0)
         }

@@ -3,7 +3,8 @@
 //! `sites`, with `unwind` deciding where a uretprobe is safe); printed by
 //! `--dry-run`/`--verbose` (`describe`); encoded for the BPF side
 //! (`encode`) and turned into links by `probe`.
-//! Nothing here touches the kernel.
+//! Nothing here attaches probes or loads BPF; `args` reads the kernel's
+//! tracefs for the arguments of system calls.
 
 pub mod args;
 mod build;

@@ -464,14 +464,18 @@ fn node_json(n: &TreeNode) -> Value {
 }
 
 pub fn render_json(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *w, &json_value(r))?;
+    writeln!(w)
+}
+
+/// The report as one JSON object.
+pub fn json_value(r: &TreeReport) -> serde_json::Value {
     let ts = r
         .time
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let v = json!({ "time": ts, "roots": r.roots.iter().map(node_json).collect::<Vec<_>>() });
-    serde_json::to_writer(&mut *w, &v)?;
-    writeln!(w)
+    json!({ "time": ts, "roots": r.roots.iter().map(node_json).collect::<Vec<_>>() })
 }
 
 /// Folded stacks (`root;site;site weight`), weighted by self nanoseconds.

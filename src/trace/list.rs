@@ -1,0 +1,137 @@
+//! `tachy list`: the functions a pattern matches, how each would be
+//! probed, and with `--sites` its call sites; system calls and kernel
+//! functions by name.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+
+use crate::callsites;
+use crate::cli::ListSettings;
+use crate::disasm::ProbeCost;
+use crate::kernel;
+use crate::plan::{self, ItemKind, Plan};
+use crate::report::list as listing;
+use crate::resolve::{self, Objects, Scope};
+use crate::symbols::Function;
+use crate::target;
+
+/// Lists what the patterns of `a` match; 1 when one of several matched
+/// nothing.
+pub fn list(a: ListSettings) -> Result<i32> {
+    let scope = match a.pid {
+        Some(pid) => Scope::Process(target::process_maps(pid)?),
+        // A bare name: a kernel function, if the kernel has one.
+        None => Scope::Files,
+    };
+    let mut out = std::io::stdout().lock();
+    let mut calls: Vec<(String, u32)> = Vec::new();
+    for spec in a.specs.iter().filter(|s| s.is_syscall()) {
+        for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
+            if !calls.iter().any(|(_, n)| *n == nr) {
+                calls.push((name.to_string(), nr));
+            }
+        }
+    }
+    if !calls.is_empty() {
+        listing::render_syscalls(&calls, &mut out)?;
+    }
+    if a.specs.iter().all(|s| s.is_syscall()) {
+        return Ok(0);
+    }
+    // Never freed, as in `latency`.
+    let mut objects = std::mem::ManuallyDrop::new(Objects::default());
+    // Each pattern on its own: what matched is listed, then what did not
+    // is said, and the exit status is 1.
+    let mut resolved = resolve::Resolution::default();
+    let mut misses: Vec<anyhow::Error> = Vec::new();
+    for spec in a.specs.iter().filter(|s| !s.is_syscall()) {
+        let one = if spec.is_kernel() {
+            // Listing is not tracing: no limit on how many.
+            kernel::match_kernel_functions(spec.pattern.as_str()).map(|names| {
+                let mut r = resolve::Resolution::default();
+                r.kernel.push((spec.pattern.as_str().to_string(), names));
+                r
+            })
+        } else {
+            resolve::resolve(std::slice::from_ref(spec), &scope, &mut objects)
+        };
+        match one {
+            Ok(r) => resolved.add(r),
+            Err(e) if a.specs.len() > 1 => misses.push(e),
+            Err(e) => return Err(e),
+        }
+    }
+    let kernel: Vec<String> = resolved.kernel.into_iter().flat_map(|(_, n)| n).collect();
+    listing::render_kernel(&kernel, &mut out)?;
+    for r in &resolved.user {
+        listing::render_object(&r.obj.display, &r.obj.describe_source(r.source), &mut out)?;
+        for f in &r.funcs {
+            let sites = match a.sites {
+                true => {
+                    let decoded = plan::decode_function(&r.obj, f)?;
+                    Some(
+                        callsites::sites(&decoded, &r.obj)
+                            .into_iter()
+                            .map(|st| listing::ListedSite {
+                                addr: st.addr,
+                                kind: st.kind.as_str().to_string(),
+                                location: st.location,
+                                name: st.name,
+                            })
+                            .collect(),
+                    )
+                }
+                false => None,
+            };
+            let listed = listing::ListedFunc {
+                name: f.display_name(),
+                lang: f.names.lang.as_str().to_string(),
+                addr: f.addr,
+                size: f.size,
+                probes: probing(r, f),
+                sites,
+                ifunc: f.ifunc.as_ref().map(|i| i.describe()),
+            };
+            listing::render_func(&listed, &mut out)?;
+        }
+    }
+    if misses.is_empty() {
+        return Ok(0);
+    }
+    out.flush()
+        .context("cannot write the list to standard output")?;
+    for e in &misses {
+        eprintln!("tachy: {e:#}");
+    }
+    Ok(1)
+}
+
+/// How `tachy latency` would probe `f`, planned alone.
+fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::Probing, String> {
+    let mut p = Plan::default();
+    let id = p
+        .add_function(&r.obj, f, r.source)
+        .map_err(|e| format!("{e:#}"))?;
+    p.finish();
+    let ItemKind::Function(t) = &p.items[id as usize].kind else {
+        return Err("not a function of the object".into());
+    };
+    Ok(listing::Probing {
+        fragments: t.fragments,
+        entry_offset: t.entry_addr - t.addr,
+        entry_insn: t.entry_insn.clone(),
+        entry_emulated: t.entry_cost == ProbeCost::Emulated,
+        returns: t.exits.describe(),
+        rets: t.exits.rets,
+        early_rets: t.exits.early_rets,
+        early_points: t.exits.early_points,
+        early_stepped: t.exits.early_stepped,
+        tail_callees: t.exits.tail_callees.clone(),
+        unknown_tails: t.exits.unknown_tails,
+        internal_jumps: t.exits.internal_jumps,
+        checked_jumps: t.exits.checked_jumps,
+        unchecked_jumps: t.exits.unchecked_jumps,
+        unnamed_fragments: t.exits.unnamed_fragments,
+    })
+}

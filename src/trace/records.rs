@@ -1,0 +1,148 @@
+//! The slow-call records of `--record-slower-than`: read from the kernel's
+//! ring buffer as they arrive, named by the plan, handed to the sinks.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::Result;
+
+use super::sink::Sink;
+use crate::plan::args::FuncArgs;
+use crate::plan::Plan;
+use crate::probe;
+use crate::report::records::{self, Record, RecordSite};
+
+/// Prints the records of `--record-slower-than` as they arrive.
+pub struct Recorder {
+    reader: probe::RecordReader,
+    /// Per call site (index in plan.sites): its place in the tree, depth
+    /// first, which orders a record's sites.
+    rank: Vec<usize>,
+}
+
+impl Recorder {
+    pub fn new(plan: &Plan, reader: probe::RecordReader) -> Recorder {
+        let mut rank = vec![usize::MAX; plan.sites.len()];
+        let mut next = 0;
+        let mut stack: Vec<u32> = (0..plan.items.len() as u32).rev().collect();
+        while let Some(id) = stack.pop() {
+            if let Some(r) = plan.site_index(id).and_then(|i| rank.get_mut(i)) {
+                *r = next;
+                next += 1;
+            }
+            stack.extend(plan.children(id).iter().rev());
+        }
+        Recorder { reader, rank }
+    }
+
+    /// Prints the records that arrived; returns how many.
+    pub fn print(&mut self, plan: &Plan, sink: &mut dyn Sink) -> Result<u64> {
+        let got = self.reader.read()?;
+        if got.is_empty() {
+            return Ok(0);
+        }
+        let offset = realtime_offset();
+        let records: Vec<Record> = got.iter().map(|k| self.record(plan, k, offset)).collect();
+        sink.records(&records)?;
+        Ok(records.len() as u64)
+    }
+
+    fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
+        let wall = u64::try_from(i128::from(k.end_ns) + offset).unwrap_or(0);
+        let sites = k.sites.as_ref().map(|list| {
+            let mut v: Vec<(usize, RecordSite)> = list
+                .iter()
+                .filter_map(|&(node, count, ns)| {
+                    let x = plan.site(node)?;
+                    Some((
+                        *self.rank.get(plan.site_index(node)?)?,
+                        RecordSite {
+                            name: x.site.name.clone(),
+                            location: x.site.location.clone(),
+                            level: x.level,
+                            count,
+                            ns,
+                        },
+                    ))
+                })
+                .collect();
+            v.sort_by_key(|e| e.0);
+            v.into_iter().map(|e| e.1).collect()
+        });
+        Record {
+            time: UNIX_EPOCH + Duration::from_nanos(wall),
+            pid: k.pid,
+            tid: k.tid,
+            comm: k.comm.clone(),
+            function: plan
+                .items
+                .get(k.id as usize)
+                .map_or_else(|| format!("#{}", k.id), |i| i.name.clone()),
+            duration_ns: k.dur_ns,
+            cpu: k
+                .parts
+                .map(|(blocked, runq)| [k.dur_ns.saturating_sub(blocked + runq), blocked, runq]),
+            args: record_args(plan, k),
+            sites,
+            more_sites: k.more_sites,
+        }
+    }
+}
+
+/// A record's arguments as its function's plan says to show them (the
+/// first three registers for an item the plan says nothing of).
+fn record_args(plan: &Plan, k: &probe::KernelRecord) -> Vec<records::Arg> {
+    use crate::plan::args::{Fetch, RecordArg, Shown};
+    use records::ArgValue;
+    let fallback;
+    let list = match plan.record_args.get(&k.id) {
+        Some(l) => l,
+        None => {
+            fallback = FuncArgs::for_syscall("").record_args();
+            &fallback
+        }
+    };
+    let value = |a: &RecordArg| {
+        let v = match a.fetch {
+            Fetch::Saved(i) => *k.args.get(i as usize)?,
+            Fetch::Const(c) => c as u64,
+            Fetch::Unavailable(_) => return None,
+        };
+        Some(match a.shown {
+            Shown::Int { size, signed } => ArgValue::int(v, size, signed),
+            Shown::Pointer => ArgValue::Pointer(v),
+            Shown::Register => ArgValue::Register(v),
+        })
+    };
+    list.iter()
+        .map(|a| records::Arg {
+            name: a.name.clone(),
+            value: value(a),
+        })
+        .collect()
+}
+
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC (the clock of the kernel's
+/// bpf_ktime_get_ns) in ns, from the closest of three reads of the pair.
+/// Read again for each batch of records, so a step of the wall clock
+/// (NTP, an administrator) is followed.
+fn realtime_offset() -> i128 {
+    let read = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes only into the timespec we pass.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+    };
+    let mut best = (i128::MAX, 0);
+    for _ in 0..3 {
+        let r1 = read(libc::CLOCK_REALTIME);
+        let m = read(libc::CLOCK_MONOTONIC);
+        let r2 = read(libc::CLOCK_REALTIME);
+        if r2 - r1 < best.0 {
+            best = (r2 - r1, (r1 + r2) / 2 - m);
+        }
+    }
+    best.1
+}
