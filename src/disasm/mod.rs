@@ -1,13 +1,70 @@
 //! Machine-code decoding: the exits (`ret`s, tail jumps) and call sites of a
 //! function, and the instruction boundaries probes may be placed on. Behind
-//! this small interface sits one decoder per architecture (x86-64 for now).
+//! this small interface sits one decoder per architecture (x86-64 and
+//! AArch64), picked by the object's ELF machine ([`Arch`]).
 //! Pure: bytes in, addresses out.
 
+pub mod arm64;
 mod flow;
 pub mod refusal;
 mod x86;
 
-pub use x86::{decode, decode_in, refused_text, rip_lea_targets, written_registers};
+pub use x86::{decode, decode_in, rip_lea_targets};
+
+/// The instruction set of an object's code (its ELF `e_machine`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Arch {
+    #[default]
+    X86_64,
+    Arm64,
+}
+
+impl Arch {
+    /// The name users know it by, as `uname -m` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Arm64 => "aarch64",
+        }
+    }
+
+    /// The architecture this tachy runs on and attaches probes in.
+    pub fn host() -> Arch {
+        if cfg!(target_arch = "aarch64") {
+            Arch::Arm64
+        } else {
+            Arch::X86_64
+        }
+    }
+}
+
+/// Decodes the ranges of one function of an object of architecture `arch`
+/// (see [`x86::decode_in`], [`arm64::decode_in`]).
+pub fn decode_arch(arch: Arch, ranges: &[Range<'_>], image: &dyn Image) -> anyhow::Result<Decoded> {
+    match arch {
+        Arch::X86_64 => x86::decode_in(ranges, image),
+        Arch::Arm64 => arm64::decode_in(ranges, image),
+    }
+}
+
+/// The instruction at the start of `code` (decoded at `addr`) as users read
+/// it, with why the kernel will not probe it.
+pub fn refused_text(arch: Arch, code: &[u8], addr: u64) -> String {
+    match arch {
+        Arch::X86_64 => x86::refused_text(code, addr),
+        Arch::Arm64 => arm64::refused_text(code, addr),
+    }
+}
+
+/// The general-purpose registers that the instructions of `code`, decoded
+/// from `addr`, may write (bit N: register N as `arch` numbers them: the x86
+/// encoding number, or xN).
+pub fn written_registers(arch: Arch, code: &[u8], addr: u64) -> u16 {
+    match arch {
+        Arch::X86_64 => x86::written_registers(code, addr),
+        Arch::Arm64 => arm64::written_registers(code),
+    }
+}
 
 /// A map keyed by code address, hashed with one multiplication (FxHash's)
 /// rather than SipHash: the keys are addresses of the code being decoded,
@@ -229,6 +286,8 @@ pub struct EntryCandidate {
 /// What decoding a function (and its fragments) found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decoded {
+    /// The instruction set decoded.
+    pub arch: Arch,
     pub first: Option<Insn>,
     pub rets: Vec<u64>,
     pub tails: Vec<TailJump>,
@@ -375,6 +434,14 @@ impl Decoded {
     pub fn early_exits(&self) -> std::collections::BTreeMap<u64, Vec<EarlyExit>> {
         use std::collections::BTreeMap;
         let mut out = BTreeMap::new();
+        // A `ret` the kernel will not probe (arm64's `retaa`) is seen on
+        // the instruction that falls into it, unless the cheaper ways in
+        // below are found.
+        for &r in &self.rets {
+            if let Some(e) = self.before_unprobeable_ret(r) {
+                out.insert(r, vec![e]);
+            }
+        }
         if self.computed_jump {
             return out;
         }
@@ -398,6 +465,11 @@ impl Decoded {
         };
         for &r in &self.rets {
             let Some(&k0) = pos.get(&r) else { continue };
+            // A `ret` the kernel emulates (arm64 simulates it) is as cheap
+            // as any early exit.
+            if self.insns[k0].cost == ProbeCost::Emulated && self.insns[k0].probeable {
+                continue;
+            }
             // A `jcc` runs each time round a loop it is in, whichever way it
             // goes: one probe hit per turn would cost more than the `ret`'s
             // one. A `jmp` to the epilogue runs once.
@@ -409,6 +481,29 @@ impl Decoded {
             }
         }
         out
+    }
+
+    /// For a `ret` the kernel refuses to probe, the instruction that falls
+    /// into it, where nothing else leads to the `ret`: it runs once on each
+    /// way out, with SP as at the `ret` less its own change.
+    fn before_unprobeable_ret(&self, r: u64) -> Option<EarlyExit> {
+        let k = self.insns.iter().position(|i| i.addr == r)?;
+        if self.insns[k].probeable
+            || self.computed_jump
+            || self.branch_targets.contains(&r)
+            || self.other_targets.contains(&r)
+        {
+            return None;
+        }
+        let p = &self.insns[k.checked_sub(1)?];
+        let ok = p.addr + u64::from(p.len) == r && p.falls_through && p.probeable;
+        let sp_adjust = p.sp_change.filter(|d| (0..=MAX_SP_OFFSET).contains(d))?;
+        ok.then_some(EarlyExit {
+            addr: p.addr,
+            sp_adjust,
+            cond: None,
+            stepped: true,
+        })
     }
 
     /// The address ranges that loops may cover, merged and sorted: each

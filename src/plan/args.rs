@@ -178,6 +178,8 @@ enum Convention {
     Syscall,
     /// Go's register ABI: not read.
     Go,
+    /// AArch64 code (arguments in x0-x7): not read yet.
+    Arm64,
 }
 
 /// What one traced function (or system call) knows of its arguments.
@@ -206,13 +208,16 @@ impl FuncArgs {
             .iter()
             .map(|(f, entry)| {
                 let clobbered = if *entry > f.addr {
-                    obj.code(f.addr, entry - f.addr)
-                        .map_or(u16::MAX, |c| crate::disasm::written_registers(c, f.addr))
+                    obj.code(f.addr, entry - f.addr).map_or(u16::MAX, |c| {
+                        crate::disasm::written_registers(obj.arch, c, f.addr)
+                    })
                 } else {
                     0
                 };
                 let params = found.remove(&f.addr);
-                let convention = if f.names.lang == crate::symbols::demangle::Lang::Go {
+                let convention = if obj.arch != crate::disasm::Arch::X86_64 {
+                    Convention::Arm64
+                } else if f.names.lang == crate::symbols::demangle::Lang::Go {
                     Convention::Go
                 } else if !f.names.suffix.is_empty() {
                     Convention::Own(format!("clone {}", f.names.suffix))
@@ -277,6 +282,9 @@ impl FuncArgs {
             (ArgRef::Pid, _) => return Ok(Operand::plain(Source::Pid, "pid".into())),
             (_, Convention::Go) => {
                 bail!("{name}: arguments of Go functions cannot be read yet (Go passes them in its own registers)")
+            }
+            (_, Convention::Arm64) => {
+                bail!("{name}: arguments of aarch64 code cannot be read yet")
             }
             _ => {}
         }

@@ -10,7 +10,7 @@ use super::encode::jump_cookie;
 use super::{
     unwind, Item, ItemKind, Plan, ProbeKind, TailReach, TracedFunc, TAIL_CONDITIONAL, TAIL_INDIRECT,
 };
-use crate::disasm::{Decoded, EntryCandidate, Internal, ProbeCost, Target};
+use crate::disasm::{Arch, Decoded, EntryCandidate, Internal, ProbeCost, Target};
 use crate::symbols::{ElfObject, Function, SymSource};
 
 /// Tail-called functions whose returns are followed, per traced function.
@@ -142,6 +142,9 @@ impl Plan {
         // would cost as much as the single-stepped `ret` it replaces.
         let uret = if self.settings.uretprobe {
             Ok(ExitMode::UretprobeForced)
+        } else if decoded.arch == Arch::Arm64 {
+            // arch/arm64/kernel/probes/simulate-insn.c: `ret` is simulated.
+            Err("on arm64 the kernel simulates ret: as cheap as a uretprobe".to_string())
         } else if entry.sp_offset != 0 {
             Err(format!(
                 "the entry probe stands after the stack pointer moved ({} bytes)",
@@ -166,7 +169,11 @@ impl Plan {
                 // meet its trampoline. It must stand where SP is at the
                 // return address: on the entry probe when that is so,
                 // sharing its trap.
-                let at = if entry.sp_offset == 0 {
+                // On arm64 the return address is in x30 until the
+                // prologue saves (or signs) it: only the first instruction
+                // is sure to see it.
+                let lr_intact = decoded.arch != Arch::Arm64 || entry.addr == f.addr;
+                let at = if entry.sp_offset == 0 && lr_intact {
                     entry.addr
                 } else {
                     f.addr
@@ -526,7 +533,7 @@ pub fn entry_of(
         None => {
             let first = obj
                 .code(f.addr, f.size.min(15))
-                .map(|b| crate::disasm::refused_text(b, f.addr))
+                .map(|b| crate::disasm::refused_text(obj.arch, b, f.addr))
                 .unwrap_or_else(|| "?".to_string());
             Err(Unprobeable(format!(
                 "{} (at {:#x} in {}): the kernel cannot probe its first instruction, {first} at offset 0, and no later instruction runs exactly once per call",

@@ -321,7 +321,7 @@ pub fn decode_function(obj: &ElfObject, f: &Function) -> Result<Decoded> {
         }
     }
     let image = crate::symbols::code::ObjectImage::new(obj);
-    disasm::decode_in(&ranges, &image)
+    disasm::decode_arch(obj.arch, &ranges, &image)
         .with_context(|| format!("cannot decode {}", f.display_name()))
 }
 

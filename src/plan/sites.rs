@@ -107,7 +107,7 @@ impl Plan {
                 .unwrap_or_else(|| format!("{:#x}", site.addr));
             let text = obj
                 .code_from(site.addr, 15)
-                .map(|b| crate::disasm::refused_text(b, site.addr))
+                .map(|b| crate::disasm::refused_text(obj.arch, b, site.addr))
                 .unwrap_or_default();
             self.left_out.push(format!(
                 "the call site of {} at {within} in {}: the kernel cannot probe {text}",

@@ -16,6 +16,7 @@ use super::golang::{self, GLayout, GoInfo};
 use super::imports::Imports;
 use super::index::SymbolIndex;
 use super::lines::LineTable;
+use crate::disasm::Arch;
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::read::ReadCache;
@@ -123,6 +124,8 @@ struct Load {
 
 /// A mapped ELF object.
 pub struct ElfObject {
+    /// The instruction set of its code (its ELF machine).
+    pub arch: Arch,
     /// The path users know it by (as in /proc/PID/maps).
     pub display: PathBuf,
     /// The path tachy opened, and the kernel attaches probes to.
@@ -188,7 +191,8 @@ impl std::fmt::Debug for ElfObject {
 }
 
 impl ElfObject {
-    /// Maps and checks an object: a 64-bit little-endian x86-64 ELF file.
+    /// Maps and checks an object: a 64-bit little-endian x86-64 or AArch64
+    /// ELF file.
     pub fn open(display: &Path, open_path: &Path) -> Result<ElfObject> {
         let file = crate::target::open_file(open_path)
             .with_context(|| format!("cannot open {}", display.display()))?;
@@ -209,7 +213,7 @@ impl ElfObject {
         }
         if ident.len() < 20 || ident[4] != elf::ELFCLASS64 {
             bail!(
-                "{} is a 32-bit ELF file; tachy traces 64-bit x86-64 code",
+                "{} is a 32-bit ELF file; tachy traces 64-bit x86-64 and aarch64 code",
                 display.display()
             );
         }
@@ -219,13 +223,15 @@ impl ElfObject {
             .endian()
             .with_context(|| format!("{} is a malformed ELF file", display.display()))?;
         let machine = header.e_machine(endian);
-        if machine != elf::EM_X86_64 {
-            bail!(
-                "{} is an ELF file for {}; tachy decodes x86-64 code only",
+        let arch = match machine {
+            elf::EM_X86_64 => Arch::X86_64,
+            elf::EM_AARCH64 if endian == Endianness::Little => Arch::Arm64,
+            _ => bail!(
+                "{} is an ELF file for {}; tachy decodes x86-64 and aarch64 code only",
                 display.display(),
                 machine_name(machine)
-            );
-        }
+            ),
+        };
         let phdrs = header
             .program_headers(endian, &data)
             .with_context(|| format!("{} has malformed program headers", display.display()))?;
@@ -241,6 +247,7 @@ impl ElfObject {
             })
             .collect();
         Ok(ElfObject {
+            arch,
             display: display.to_path_buf(),
             open_path: open_path.to_path_buf(),
             data,

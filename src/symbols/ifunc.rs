@@ -112,6 +112,10 @@ pub fn candidates(obj: &ElfObject, f: &Function) -> Vec<Function> {
     let Ok(index) = obj.symbols() else {
         return Vec::new();
     };
+    // The resolvers' address idioms are read for x86-64 only.
+    if obj.arch != disasm::Arch::X86_64 {
+        return Vec::new();
+    }
     let Some(code) = obj.code(f.addr, f.size) else {
         return Vec::new();
     };
@@ -137,7 +141,8 @@ fn entering(obj: &ElfObject, cands: &[Function]) -> Vec<(usize, usize)> {
         let Some(bytes) = obj.code(g.addr, g.size) else {
             continue;
         };
-        let Ok(d) = disasm::decode_in(
+        let Ok(d) = disasm::decode_arch(
+            obj.arch,
             &[Range {
                 addr: g.addr,
                 bytes,

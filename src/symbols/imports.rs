@@ -54,6 +54,17 @@ impl Imports {
                 continue;
             }
             let Ok(data) = sec.data() else { continue };
+            if obj.arch == crate::disasm::Arch::Arm64 {
+                // AArch64 stubs are 16 bytes, after a 32-byte header.
+                for k in (0..data.len()).step_by(4) {
+                    let at = sec.address() + k as u64;
+                    let slot = crate::disasm::arm64::plt_slot(&data[k..], at);
+                    if let Some(n) = slot.and_then(|s| import(name, s)) {
+                        plt.insert(at, n);
+                    }
+                }
+                continue;
+            }
             let mut dec = Decoder::with_ip(64, data, sec.address(), DecoderOptions::NONE);
             let mut prev: Option<Instruction> = None;
             let mut insn = Instruction::default();
