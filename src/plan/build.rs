@@ -399,7 +399,9 @@ fn keep_registers(
 /// entry probe at `entry` may write.
 fn written_before(obj: &ElfObject, func: &Function, entry: u64) -> u16 {
     match obj.code(func.addr, entry.saturating_sub(func.addr)) {
-        Some(code) if entry > func.addr => crate::disasm::written_registers(obj.arch, code, func.addr),
+        Some(code) if entry > func.addr => {
+            crate::disasm::written_registers(obj.arch, code, func.addr)
+        }
         _ => 0,
     }
 }

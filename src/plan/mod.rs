@@ -264,6 +264,9 @@ pub struct Plan {
     /// (`unwind::process_cannot_unwind`): a uretprobe is safe on any
     /// function whose entry probe stands where SP holds the return address.
     pub process_cannot_unwind: bool,
+    /// The first object of another architecture than this tachy's, with
+    /// its architecture: such a plan can be printed, not attached.
+    pub foreign: Option<(std::path::PathBuf, disasm::Arch)>,
     /// Each node's sites and each site's root, set by `finish`.
     tree: nodes::Tree,
 }
@@ -334,6 +337,22 @@ impl Plan {
         }
     }
 
+    /// Refuses a plan with probes in code of another architecture than
+    /// this tachy's: listing and planning read any supported object, but
+    /// only the kernel of the code's own architecture can probe it.
+    pub fn check_host_arch(&self) -> Result<()> {
+        match &self.foreign {
+            Some((path, arch)) => anyhow::bail!(
+                "cannot attach to {}: it is {} code and this tachy runs on {} (list and --dry-run work; run an {} build of tachy where the code runs)",
+                path.display(),
+                arch.name(),
+                disasm::Arch::host().name(),
+                arch.name()
+            ),
+            None => Ok(()),
+        }
+    }
+
     fn object_index(&mut self, obj: &ElfObject) -> usize {
         if let Some(i) = self
             .objects
@@ -341,6 +360,9 @@ impl Plan {
             .position(|o| o.display == obj.display && o.open_path == obj.open_path)
         {
             return i;
+        }
+        if obj.arch != disasm::Arch::host() && self.foreign.is_none() {
+            self.foreign = Some((obj.display.clone(), obj.arch));
         }
         self.objects.push(ObjectRef {
             display: obj.display.clone(),

@@ -52,6 +52,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     if s.verbose {
         eprint!("{}", plan.describe());
     }
+    plan.check_host_arch()?;
     check_thread(&s)?;
     if s.record.is_some() {
         probe::record_buffer_size()?;
