@@ -9,7 +9,7 @@
  * --by: calls grouped by key (tachy.h). The key kinds, in the order of the
  * group key's values; TACHY_BY_NONE past the last.
  */
-const volatile __u32 by_kind[TACHY_BY_KEYS] = {};
+const volatile enum tachy_by_kind by_kind[TACHY_BY_KEYS] = {};
 /* Some kind is read at entry (kept per frame in by_frames). */
 const volatile bool by_entry = false;
 /* Some kind is TACHY_BY_ARG, read where by_args says. */

@@ -55,15 +55,22 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "kernel.h"
 #include "sched.h"
 
-/* uprobe_multi links (kernel 6.6+), one per object and probe kind. */
-SEC("uprobe.multi")
-int tachy_entry_m(struct pt_regs *ctx)
+/*
+ * The uprobe programs, one per probe kind. Their sections say "uprobe":
+ * where the kernel has uprobe_multi links, user space sets the attach type
+ * of those it loads to BPF_TRACE_UPROBE_MULTI before load (as libbpf does
+ * for USDT probes), and attaches them one link per object and kind; else
+ * one link per probe. The kernel binds bpf_get_attach_cookie() to the link
+ * type at load, so one loaded program serves one link type.
+ */
+SEC("uprobe")
+int tachy_entry(struct pt_regs *ctx)
 {
 	return do_entry(ctx);
 }
 
-SEC("uprobe.multi")
-int tachy_exit_m(struct pt_regs *ctx)
+SEC("uprobe")
+int tachy_exit(struct pt_regs *ctx)
 {
 	return do_exit_probe(ctx);
 }
@@ -75,113 +82,52 @@ int tachy_exit_m(struct pt_regs *ctx)
  * through the frame meets the kernel's trampoline address and aborts the
  * process.
  */
-SEC("uretprobe.multi")
-int tachy_uret_m(struct pt_regs *ctx)
-{
-	return do_exit(PT_REGS_SP(ctx) - 8, PT_REGS_IP(ctx));
-}
-
-SEC("uprobe.multi")
-int tachy_tail_m(struct pt_regs *ctx)
-{
-	return do_tail(ctx);
-}
-
-SEC("uprobe.multi")
-int tachy_ijmp_m(struct pt_regs *ctx)
-{
-	return do_jump(ctx);
-}
-
-SEC("uprobe.multi")
-int tachy_site_m(struct pt_regs *ctx)
-{
-	return do_site(ctx);
-}
-
-SEC("uprobe.multi")
-int tachy_send_m(struct pt_regs *ctx)
-{
-	return do_site_end(ctx);
-}
-
-/* Single uprobe links, for kernels without uprobe_multi. */
-SEC("uprobe")
-int tachy_entry_s(struct pt_regs *ctx)
-{
-	return do_entry(ctx);
-}
-
-SEC("uprobe")
-int tachy_exit_s(struct pt_regs *ctx)
-{
-	return do_exit_probe(ctx);
-}
-
-SEC("uprobe")
-int tachy_site_s(struct pt_regs *ctx)
-{
-	return do_site(ctx);
-}
-
-SEC("uprobe")
-int tachy_send_s(struct pt_regs *ctx)
-{
-	return do_site_end(ctx);
-}
-
 SEC("uretprobe")
-int tachy_uret_s(struct pt_regs *ctx)
+int tachy_uret(struct pt_regs *ctx)
 {
 	return do_exit(PT_REGS_SP(ctx) - 8, PT_REGS_IP(ctx));
 }
 
-SEC("uprobe.multi")
-int tachy_gsite_m(struct pt_regs *ctx)
-{
-	return do_gsite(ctx, false);
-}
-
-SEC("uprobe.multi")
-int tachy_gsend_m(struct pt_regs *ctx)
-{
-	return do_gsite(ctx, true);
-}
-
 SEC("uprobe")
-int tachy_gsite_s(struct pt_regs *ctx)
-{
-	return do_gsite(ctx, false);
-}
-
-SEC("uprobe")
-int tachy_gsend_s(struct pt_regs *ctx)
-{
-	return do_gsite(ctx, true);
-}
-
-SEC("uprobe.multi")
-int tachy_go_m(struct pt_regs *ctx)
-{
-	return do_go(ctx);
-}
-
-SEC("uprobe")
-int tachy_go_s(struct pt_regs *ctx)
-{
-	return do_go(ctx);
-}
-
-SEC("uprobe")
-int tachy_tail_s(struct pt_regs *ctx)
+int tachy_tail(struct pt_regs *ctx)
 {
 	return do_tail(ctx);
 }
 
 SEC("uprobe")
-int tachy_ijmp_s(struct pt_regs *ctx)
+int tachy_ijmp(struct pt_regs *ctx)
 {
 	return do_jump(ctx);
+}
+
+SEC("uprobe")
+int tachy_site(struct pt_regs *ctx)
+{
+	return do_site(ctx);
+}
+
+SEC("uprobe")
+int tachy_send(struct pt_regs *ctx)
+{
+	return do_site_end(ctx);
+}
+
+SEC("uprobe")
+int tachy_go(struct pt_regs *ctx)
+{
+	return do_go(ctx);
+}
+
+SEC("uprobe")
+int tachy_gsite(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, false);
+}
+
+SEC("uprobe")
+int tachy_gsend(struct pt_regs *ctx)
+{
+	return do_gsite(ctx, true);
 }
 
 SEC("tp_btf/sys_enter")

@@ -296,9 +296,12 @@ struct tachy_corr {
 #define TACHY_REC_ARGS	6
 #define TACHY_REC_SITES 64
 
-#define TACHY_REC_CPU	  0x1 /* blocked_ns and runq_ns are measured */
-#define TACHY_REC_SYSCALL 0x2 /* a system call: args are its arguments */
-#define TACHY_REC_SITESOK 0x4 /* sites hold the whole call's breakdown */
+/* tachy_record.flags: an enum, which the skeleton gives Rust, as a type. */
+enum tachy_rec_flag {
+	TACHY_REC_CPU = 0x1,	 /* blocked_ns and runq_ns are measured */
+	TACHY_REC_SYSCALL = 0x2, /* a system call: args are its arguments */
+	TACHY_REC_SITESOK = 0x4, /* sites hold the whole call's breakdown */
+};
 
 struct tachy_rec_site {
 	__u64 ns;
@@ -315,7 +318,8 @@ struct tachy_record {
 	__u32 pid;
 	__u32 tid;
 	__u32 id;
-	__u32 flags;	  /* TACHY_REC_* */
+	/* TACHY_REC_* (enum tachy_rec_flag values or'd together) */
+	enum tachy_rec_flag flags;
 	__u32 nsites;	  /* entries of sites[] sent */
 	__u32 more_sites; /* sites of the call beyond TACHY_REC_SITES */
 	char comm[16];
@@ -399,16 +403,21 @@ struct tachy_filter {
  * (an argument) is kept per open frame in struct tachy_by_frames, a
  * task-local storage of its own, so struct tachy_thread does not grow and
  * runs without --by pay nothing. A new kind plugs in at three places: a
- * number here, by_entry_values() (read at entry) or by_close_value() (known
- * at the close) in groups.h, and the Rust side's plan::by::ByKey.
+ * number in enum tachy_by_kind, by_entry_values() (read at entry) or
+ * by_close_value() (known at the close) in groups.h, and the Rust side's
+ * plan::by::ByKey (its number in probe.rs's by_kind).
  */
-#define TACHY_BY_KEYS	2
-#define TACHY_BY_NONE	0
-#define TACHY_BY_CALLER 1 /* the return address, read at the return */
-#define TACHY_BY_TID	2
-#define TACHY_BY_PID	3
-#define TACHY_BY_ARG	4 /* an integer argument, read at entry */
-#define TACHY_BY_GOID	5 /* a Go goroutine's id, read from g at its ret */
+#define TACHY_BY_KEYS 2
+
+/* Key kinds (rodata by_kind): an enum, which the skeleton gives Rust. */
+enum tachy_by_kind {
+	TACHY_BY_NONE = 0,
+	TACHY_BY_CALLER = 1, /* the return address, read at the return */
+	TACHY_BY_TID = 2,
+	TACHY_BY_PID = 3,
+	TACHY_BY_ARG = 4,  /* an integer argument, read at entry */
+	TACHY_BY_GOID = 5, /* a Go goroutine's id, read from g at its ret */
+};
 
 /* Groups the map holds unless user space sizes it otherwise. */
 #define TACHY_BY_GROUPS 4096

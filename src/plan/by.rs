@@ -1,10 +1,11 @@
 //! `--by`: the keys a traced function's calls are grouped by, as the user
-//! names them, checked against what is traced, and their numbers on the
-//! BPF side (TACHY_BY_* in tachy.h).
+//! names them, checked against what is traced. Their numbers on the BPF
+//! side are tachy.h's `enum tachy_by_kind`, which `probe` reads from the
+//! skeleton.
 //!
 //! A new kind of key (say the CPU) is one variant here with its name in
-//! `parse` and `name`, its number in `kind` (and tachy.h), what it means
-//! for each kind of traced item in `check`, the BPF side's value for it
+//! `parse` and `name`, its number in tachy.h (and `probe::by_kind`), what
+//! it means for each kind of traced item in `check`, the BPF side's value for it
 //! (`by_entry_values` when it is read at the function's entry,
 //! `by_close_value` when it is known at the call's end), and how the
 //! report names a value of it (`report::groups::KeyValue`, made in
@@ -41,14 +42,6 @@ pub enum ByKey {
 /// Keys at most, as the BPF side keeps them (TACHY_BY_KEYS).
 pub const MAX_KEYS: usize = 2;
 
-/// TACHY_BY_* of tachy.h.
-pub const KIND_NONE: u32 = 0;
-pub const KIND_CALLER: u32 = 1;
-pub const KIND_TID: u32 = 2;
-pub const KIND_PID: u32 = 3;
-pub const KIND_ARG: u32 = 4;
-pub const KIND_GOID: u32 = 5;
-
 impl ByKey {
     /// Parses a key as `--by` takes it.
     pub fn parse(s: &str) -> Result<ByKey, String> {
@@ -66,17 +59,6 @@ impl ByKey {
                     "{other:?} is not a key to group by: use caller, tid, pid, goroutine, argN or a parameter name"
                 )),
             },
-        }
-    }
-
-    /// The key's number on the BPF side.
-    pub fn kind(&self) -> u32 {
-        match self {
-            ByKey::Caller => KIND_CALLER,
-            ByKey::Tid => KIND_TID,
-            ByKey::Pid => KIND_PID,
-            ByKey::Arg(_) => KIND_ARG,
-            ByKey::Goroutine => KIND_GOID,
         }
     }
 

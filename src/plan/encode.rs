@@ -51,9 +51,12 @@ pub const GO_MORESTACK: u64 = 2;
 pub const GO_GOEXIT: u64 = 3;
 /// Nodes of a nested tree, traced functions included (TACHY_MAX_NODES).
 pub const MAX_NODES: usize = 4096;
+/// `--by`: groups the kernel keeps unless TACHY_BY_GROUPS says otherwise
+/// (TACHY_BY_GROUPS of tachy.h).
+pub const BY_GROUPS: u32 = 4096;
 
-/// The BPF program a probe runs (each exists as a single-uprobe and as a
-/// uprobe_multi program).
+/// The BPF program a probe runs: one uprobe program per kind, attached by
+/// uprobe_multi links or single uprobes (tachy.bpf.c).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Program {
     Entry,
@@ -74,6 +77,35 @@ pub enum Program {
 }
 
 impl Program {
+    pub const ALL: [Program; 10] = [
+        Program::Entry,
+        Program::Exit,
+        Program::Tail,
+        Program::Uret,
+        Program::Site,
+        Program::SiteEnd,
+        Program::Jump,
+        Program::Go,
+        Program::GoSite,
+        Program::GoSiteEnd,
+    ];
+
+    /// Its name in the BPF object (tachy.bpf.c).
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::Entry => "tachy_entry",
+            Program::Exit => "tachy_exit",
+            Program::Tail => "tachy_tail",
+            Program::Uret => "tachy_uret",
+            Program::Site => "tachy_site",
+            Program::SiteEnd => "tachy_send",
+            Program::Jump => "tachy_ijmp",
+            Program::Go => "tachy_go",
+            Program::GoSite => "tachy_gsite",
+            Program::GoSiteEnd => "tachy_gsend",
+        }
+    }
+
     /// Whether the probe is a return probe.
     pub fn is_return(self) -> bool {
         self == Program::Uret
@@ -523,6 +555,9 @@ mod tests {
             ("TACHY_TAIL_CONDITIONAL", TAIL_CONDITIONAL),
             ("TACHY_TAIL_INDIRECT", TAIL_INDIRECT),
             ("TACHY_MAX_NODES", MAX_NODES as u64),
+            ("TACHY_BY_GROUPS", BY_GROUPS.into()),
+            ("TACHY_BY_KEYS", crate::plan::by::MAX_KEYS as u64),
+            ("TACHY_SUB_BITS", crate::report::hist::SUB_BITS.into()),
             ("TACHY_JUMP_MEM", JUMP_MEM),
             ("TACHY_JUMP_INDEX", JUMP_INDEX),
             ("TACHY_JUMP_RIP", JUMP_RIP),

@@ -1400,34 +1400,58 @@ fn syscall_latency_counts_exactly() {
 /// entry probe and probes on its `ret`s needs the entry and exit programs
 /// (and the thread-exit watch), not those of tail jumps, uretprobes, call
 /// sites, forks, system calls or kernel functions. (slow_sum's `ret`s are
-/// probed in a process that may unwind: libstdc++ preloaded.)
+/// probed in a process that may unwind: libstdc++ preloaded.) The same
+/// programs serve uprobe_multi links and single uprobes.
 #[test]
 fn loads_only_the_programs_the_plan_uses() {
     let _lock = common::needs_root!();
     let exe = common::build("plain");
-    let out = run(
-        &[
-            "latency",
-            "-v",
-            "slow_sum",
-            "--",
-            exe.to_str().unwrap(),
-            "1",
-            "1",
-        ],
-        &[NO_WAIT[0], ("LD_PRELOAD", "libstdc++.so.6")],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let line = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("BPF programs loaded: "))
-        .unwrap_or_else(|| panic!("{out:?}"));
-    let mut progs: Vec<&str> = line["BPF programs loaded: ".len()..].split(", ").collect();
-    progs.sort();
-    assert_eq!(
-        progs,
-        ["tachy_entry_m", "tachy_exit_m", "tachy_thread_exit"],
-        "{out:?}"
-    );
+    // Their attach type is set at load: both kinds of link count alike.
+    let mut counts = Vec::new();
+    for links in ["uprobe_multi", "uprobe"] {
+        let mut envs = vec![NO_WAIT[0], ("LD_PRELOAD", "libstdc++.so.6")];
+        if links == "uprobe" {
+            envs.push(("TACHY_NO_UPROBE_MULTI", "1"));
+        }
+        let out = run(
+            &[
+                "latency",
+                "-v",
+                "slow_sum",
+                "--",
+                exe.to_str().unwrap(),
+                "1",
+                "1",
+            ],
+            &envs,
+        );
+        assert!(out.status.success(), "{out:?}");
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("BPF programs loaded: "))
+            .unwrap_or_else(|| panic!("{out:?}"));
+        let mut progs: Vec<&str> = line["BPF programs loaded: ".len()..].split(", ").collect();
+        progs.sort();
+        assert_eq!(
+            progs,
+            ["tachy_entry", "tachy_exit", "tachy_thread_exit"],
+            "{out:?}"
+        );
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.starts_with("attached ") && l.ends_with(&format!(" {links} link(s)"))),
+            "{out:?}"
+        );
+        let count = out
+            .stdout
+            .lines()
+            .find_map(|l| l.split("count: ").nth(1))
+            .unwrap_or_else(|| panic!("{out:?}"))
+            .trim()
+            .to_string();
+        counts.push(count);
+    }
+    assert_eq!(counts[0], counts[1], "{counts:?}");
 }

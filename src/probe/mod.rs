@@ -12,18 +12,24 @@ use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{KprobeOpts, Link, MapCore, MapFlags, OpenObject, UprobeMultiOpts, UprobeOpts};
 
+use crate::plan::by::ByKey;
 use crate::plan::encode::{self, LinkGroup, Program};
 use crate::plan::{Plan, MAX_NODES};
 use crate::report::groups::{FilePlace, RawGroup};
 use crate::report::hist::NBUCKETS;
 use crate::report::{Counts, CpuSplit, Hist};
 
+mod error;
+
+use error::KernelError;
+pub use error::{ProcessGone, Refusal};
+
 mod skel {
     #![allow(clippy::all, dead_code, unused_imports, non_camel_case_types)]
     include!(concat!(env!("OUT_DIR"), "/tachy.skel.rs"));
 }
 
-use skel::{types, OpenTachyProgs, TachyProgs, TachySkel, TachySkelBuilder};
+use skel::{types, TachySkel, TachySkelBuilder};
 
 // SAFETY: tachy_stats is plain old data generated from tachy.h: integers
 // only, no padding-sensitive invariants, valid for any bit pattern.
@@ -85,6 +91,7 @@ unsafe impl plain::Plain for types::tachy_record {}
 // side: these do not compile otherwise.
 const _: fn(&types::tachy_stats) -> &[u64; NBUCKETS] = |s| &s.buckets;
 const _: fn(&types::tachy_thread) -> &[u16; MAX_NODES] = |t| &t.pend_of;
+const _: fn(&types::tachy_group_key) -> &[u64; crate::plan::by::MAX_KEYS] = |k| &k.val;
 
 /// One record of `--record-slower-than` as the kernel sent it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -128,14 +135,14 @@ impl KernelRecord {
         Some(KernelRecord {
             end_ns: r.end_ns,
             dur_ns: r.dur_ns,
-            parts: (r.flags & REC_CPU != 0).then_some((r.blocked_ns, r.runq_ns)),
+            parts: (r.flags.0 & REC_CPU != 0).then_some((r.blocked_ns, r.runq_ns)),
             args: r.args,
-            syscall: r.flags & REC_SYSCALL != 0,
+            syscall: r.flags.0 & REC_SYSCALL != 0,
             pid: r.pid,
             tid: r.tid,
             id: r.id,
             comm: String::from_utf8_lossy(&comm).into_owned(),
-            sites: (r.flags & REC_SITESOK != 0).then(|| {
+            sites: (r.flags.0 & REC_SITESOK != 0).then(|| {
                 r.sites[..nsites]
                     .iter()
                     .map(|s| (s.node, s.cnt, s.ns))
@@ -146,10 +153,10 @@ impl KernelRecord {
     }
 }
 
-// TACHY_REC_* of tachy.h.
-const REC_CPU: u32 = 0x1;
-const REC_SYSCALL: u32 = 0x2;
-const REC_SITESOK: u32 = 0x4;
+// enum tachy_rec_flag of tachy.h, as the skeleton has it.
+const REC_CPU: u32 = types::tachy_rec_flag::TACHY_REC_CPU.0;
+const REC_SYSCALL: u32 = types::tachy_rec_flag::TACHY_REC_SYSCALL.0;
+const REC_SITESOK: u32 = types::tachy_rec_flag::TACHY_REC_SITESOK.0;
 
 /// Reads the records of `--record-slower-than` from the ring buffer.
 pub struct RecordReader {
@@ -484,7 +491,7 @@ impl<'obj> Tracer<'obj> {
         let mut storage = MaybeUninit::uninit();
         let mut open = TachySkelBuilder::default()
             .open(&mut storage)
-            .map_err(|e| FentryError::of(&e, "cannot open the BPF program: "))?;
+            .map_err(|e| FentryError::of(e, "cannot open the BPF program: "))?;
         configure(&mut open, plan, id).map_err(|e| FentryError {
             text: format!("{e:#}"),
             refuses_all: false,
@@ -503,7 +510,7 @@ impl<'obj> Tracer<'obj> {
             (&mut m.bss, shared.bss.as_fd()),
         ] {
             map.reuse_fd(from)
-                .map_err(|e| FentryError::of(&e, "cannot share the BPF maps: "))?;
+                .map_err(|e| FentryError::of(e, "cannot share the BPF maps: "))?;
         }
         // Kernel functions make no records (refused with the option).
         skip_record_maps(&mut open).map_err(|e| FentryError {
@@ -516,14 +523,14 @@ impl<'obj> Tracer<'obj> {
         for p in [&mut open.progs.tachy_fentry, &mut open.progs.tachy_fexit] {
             p.set_autoload(true);
             p.set_attach_target(0, Some(name.to_string()))
-                .map_err(|e| FentryError::of(&e, ""))?;
+                .map_err(|e| FentryError::of(e, ""))?;
         }
-        let skel = open.load().map_err(|e| FentryError::of(&e, ""))?;
+        let skel = open.load().map_err(|e| FentryError::of(e, ""))?;
         // Exit first: a call already under way when the entry attaches
         // then leaves no frame behind. Both or neither are kept.
         let mut links = Vec::with_capacity(2);
         for p in [&skel.progs.tachy_fexit, &skel.progs.tachy_fentry] {
-            let link = p.attach_trace().map_err(|e| FentryError::of(&e, ""))?;
+            let link = p.attach_trace().map_err(|e| FentryError::of(e, ""))?;
             links.push(link);
         }
         self.links.extend(links);
@@ -754,7 +761,7 @@ impl<'obj> Tracer<'obj> {
                 .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
             let path = fd_path.as_deref().unwrap_or(&object.open_path);
             let what = || format!("cannot attach probes to {display}");
-            let prog = uprobe_program(&self.skel.progs, g.program, self.multi);
+            let prog = uprobe_program(&self.skel, g.program)?;
             if self.multi {
                 let attach = |sites: &[(u64, u64)]| {
                     let opts = UprobeMultiOpts {
@@ -764,6 +771,7 @@ impl<'obj> Tracer<'obj> {
                         ..Default::default()
                     };
                     prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+                        .map_err(KernelError::last)
                 };
                 let mut refused = Vec::new();
                 let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
@@ -780,7 +788,10 @@ impl<'obj> Tracer<'obj> {
                         retprobe: g.program.is_return(),
                         ..Default::default()
                     };
-                    match prog.attach_uprobe_with_opts(link_pid, path, offset as usize, opts) {
+                    let link = prog
+                        .attach_uprobe_with_opts(link_pid, path, offset as usize, opts)
+                        .map_err(KernelError::last);
+                    match link {
                         Ok(link) => {
                             self.links.push(link);
                             attached.fetch_add(1, Ordering::Relaxed);
@@ -1113,11 +1124,15 @@ fn load<'obj>(
     } else {
         skip_record_maps(&mut open)?;
     }
+    // The uprobe programs the plan uses, with the attach type of the links
+    // they will have (tachy.bpf.c): set before load, since the kernel binds
+    // the cookie helper to it then.
     for mut prog in open.open_object_mut().progs_mut() {
-        prog.set_autoload(false);
-    }
-    for g in groups {
-        open_uprobe_program(&mut open.progs, g.program, multi).set_autoload(true);
+        let used = groups.iter().any(|g| prog.name() == g.program.name());
+        prog.set_autoload(used);
+        if used && multi {
+            prog.set_attach_type(libbpf_rs::ProgramAttachType::TraceUprobeMulti);
+        }
     }
     let kfuncs = plan.kernel_functions().next().is_some();
     let syscalls = plan.syscalls().next().is_some();
@@ -1154,68 +1169,16 @@ fn skip_record_maps(open: &mut skel::OpenTachySkel<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The program that runs probes of `p`, before loading.
-fn open_uprobe_program<'a, 'obj>(
-    progs: &'a mut OpenTachyProgs<'obj>,
-    p: Program,
-    multi: bool,
-) -> &'a mut libbpf_rs::OpenProgramMut<'obj> {
-    match (p, multi) {
-        (Program::Entry, true) => &mut progs.tachy_entry_m,
-        (Program::Exit, true) => &mut progs.tachy_exit_m,
-        (Program::Tail, true) => &mut progs.tachy_tail_m,
-        (Program::Uret, true) => &mut progs.tachy_uret_m,
-        (Program::Site, true) => &mut progs.tachy_site_m,
-        (Program::SiteEnd, true) => &mut progs.tachy_send_m,
-        (Program::Jump, true) => &mut progs.tachy_ijmp_m,
-        (Program::Go, true) => &mut progs.tachy_go_m,
-        (Program::GoSite, true) => &mut progs.tachy_gsite_m,
-        (Program::GoSiteEnd, true) => &mut progs.tachy_gsend_m,
-        (Program::Entry, false) => &mut progs.tachy_entry_s,
-        (Program::Exit, false) => &mut progs.tachy_exit_s,
-        (Program::Tail, false) => &mut progs.tachy_tail_s,
-        (Program::Uret, false) => &mut progs.tachy_uret_s,
-        (Program::Site, false) => &mut progs.tachy_site_s,
-        (Program::SiteEnd, false) => &mut progs.tachy_send_s,
-        (Program::Jump, false) => &mut progs.tachy_ijmp_s,
-        (Program::Go, false) => &mut progs.tachy_go_s,
-        (Program::GoSite, false) => &mut progs.tachy_gsite_s,
-        (Program::GoSiteEnd, false) => &mut progs.tachy_gsend_s,
-    }
-}
-
-/// The program that runs probes of `p`, loaded.
-fn uprobe_program<'a, 'obj>(
-    progs: &'a TachyProgs<'obj>,
-    p: Program,
-    multi: bool,
-) -> &'a libbpf_rs::ProgramMut<'obj> {
-    match (p, multi) {
-        (Program::Entry, true) => &progs.tachy_entry_m,
-        (Program::Exit, true) => &progs.tachy_exit_m,
-        (Program::Tail, true) => &progs.tachy_tail_m,
-        (Program::Uret, true) => &progs.tachy_uret_m,
-        (Program::Site, true) => &progs.tachy_site_m,
-        (Program::SiteEnd, true) => &progs.tachy_send_m,
-        (Program::Jump, true) => &progs.tachy_ijmp_m,
-        (Program::Go, true) => &progs.tachy_go_m,
-        (Program::GoSite, true) => &progs.tachy_gsite_m,
-        (Program::GoSiteEnd, true) => &progs.tachy_gsend_m,
-        (Program::Entry, false) => &progs.tachy_entry_s,
-        (Program::Exit, false) => &progs.tachy_exit_s,
-        (Program::Tail, false) => &progs.tachy_tail_s,
-        (Program::Uret, false) => &progs.tachy_uret_s,
-        (Program::Site, false) => &progs.tachy_site_s,
-        (Program::SiteEnd, false) => &progs.tachy_send_s,
-        (Program::Jump, false) => &progs.tachy_ijmp_s,
-        (Program::Go, false) => &progs.tachy_go_s,
-        (Program::GoSite, false) => &progs.tachy_gsite_s,
-        (Program::GoSiteEnd, false) => &progs.tachy_gsend_s,
-    }
+/// The loaded program that runs probes of `p`.
+fn uprobe_program<'a>(skel: &'a TachySkel<'_>, p: Program) -> Result<libbpf_rs::ProgramMut<'a>> {
+    skel.object()
+        .progs_mut()
+        .find(|prog| prog.name() == p.name())
+        .with_context(|| format!("the BPF object has no program {}", p.name()))
 }
 
 /// Groups the kernel keeps for --by (besides each function's "other"):
-/// TACHY_BY_GROUPS, or TACHY_BY_GROUPS from the environment (a smaller map
+/// `encode::BY_GROUPS`, or TACHY_BY_GROUPS from the environment (a smaller map
 /// shows what happens when it fills). Each takes ~7.8 KiB, allocated when
 /// the group first counts a call.
 fn groups_max() -> u32 {
@@ -1223,23 +1186,26 @@ fn groups_max() -> u32 {
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())
         .filter(|&n| (1..=1 << 20).contains(&n))
-        .unwrap_or(4096)
+        .unwrap_or(encode::BY_GROUPS)
 }
 
-/// uprobe_multi links arrived in Linux 6.6.
+/// Whether the kernel has uprobe_multi links (Linux 6.6, or a kernel they
+/// were backported to): its BTF then has their link type. Read from the
+/// kernel rather than from its version, which backports make lie.
+/// TACHY_NO_UPROBE_MULTI turns them off.
 fn uprobe_multi_supported() -> bool {
     if std::env::var_os("TACHY_NO_UPROBE_MULTI").is_some() {
         return false;
     }
-    let Ok(rel) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
-        return false;
-    };
-    let mut it = rel
-        .trim()
-        .split(['.', '-'])
-        .map(|x| x.parse::<u32>().unwrap_or(0));
-    let (maj, min) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    (maj, min) >= (6, 6)
+    kernel_has_struct("bpf_uprobe_multi_link")
+}
+
+/// Whether the running kernel's BTF defines `struct name`.
+fn kernel_has_struct(name: &str) -> bool {
+    libbpf_rs::btf::Btf::from_vmlinux().is_ok_and(|btf| {
+        btf.type_by_name::<libbpf_rs::btf::types::Struct<'_>>(name)
+            .is_some()
+    })
 }
 
 /// Writes the plan's settings into the program's read-only data; `kfunc_id`
@@ -1275,20 +1241,27 @@ fn configure(open: &mut skel::OpenTachySkel<'_>, plan: &Plan, kfunc_id: u32) -> 
         ro.go_stack_hi = l.stack_hi;
     }
     for (slot, key) in ro.by_kind.iter_mut().zip(&plan.settings.by) {
-        *slot = key.kind();
+        *slot = by_kind(key);
     }
     ro.by_entry = plan.settings.by.iter().any(|k| k.read_at_entry());
     ro.by_arg = !plan.by_args.is_empty();
-    if plan
-        .settings
-        .by
-        .contains(&crate::plan::by::ByKey::Goroutine)
-    {
+    if plan.settings.by.contains(&ByKey::Goroutine) {
         ro.go_goid = plan.go_layout.and_then(|l| l.goid).unwrap_or(0);
     }
     ro.record = plan.settings.record_min_ns.is_some();
     ro.record_min_ns = plan.settings.record_min_ns.unwrap_or(0);
     Ok(())
+}
+
+/// A `--by` key's number on the BPF side.
+fn by_kind(key: &ByKey) -> types::tachy_by_kind {
+    match key {
+        ByKey::Caller => types::tachy_by_kind::TACHY_BY_CALLER,
+        ByKey::Tid => types::tachy_by_kind::TACHY_BY_TID,
+        ByKey::Pid => types::tachy_by_kind::TACHY_BY_PID,
+        ByKey::Arg(_) => types::tachy_by_kind::TACHY_BY_ARG,
+        ByKey::Goroutine => types::tachy_by_kind::TACHY_BY_GOID,
+    }
 }
 
 /// Why fentry/fexit is not even tried, if it is not: it needs the kernel's
@@ -1312,17 +1285,12 @@ struct FentryError {
 }
 
 impl FentryError {
-    fn of(e: &libbpf_rs::Error, context: &str) -> FentryError {
-        use libbpf_rs::ErrorKind;
-        // EOPNOTSUPP has no error kind of its own (it is `Other`): only the
-        // message tells it apart.
-        let refuses_all = matches!(
-            e.kind(),
-            ErrorKind::PermissionDenied | ErrorKind::Unsupported
-        ) || e.to_string().contains("not supported");
+    /// The error of the libbpf-rs call that just failed.
+    fn of(e: libbpf_rs::Error, context: &str) -> FentryError {
+        let e = KernelError::last(e);
         FentryError {
-            text: format!("{context}{}", short_errno(e)),
-            refuses_all,
+            text: format!("{context}{}", short_errno(e.libbpf())),
+            refuses_all: e.refusal() == Refusal::NotSupported,
         }
     }
 }
@@ -1351,19 +1319,14 @@ fn load_error(e: libbpf_rs::Error) -> anyhow::Error {
     }
 }
 
-/// Whether the kernel refused a probe for the instruction under it
-/// (ENOTSUPP, 524, from the x86 uprobe decoder; ENOEXEC when it cannot
-/// decode it; EINVAL for an address it will not patch) rather than for the
-/// process or the caller.
-fn kernel_refused(e: &libbpf_rs::Error) -> bool {
-    let msg = e.to_string();
-    ["524", "os error 8)", "os error 22)", "ENOTSUPP", "ENOEXEC"]
-        .iter()
-        .any(|m| msg.contains(m))
+/// Whether the kernel refused a probe for the instruction under it rather
+/// than for the process or the caller.
+fn kernel_refused(e: &KernelError) -> bool {
+    e.refusal() == Refusal::Instruction
 }
 
 /// Attaches a batch of (file offset, cookie) sites as one link.
-type AttachBatch<'a, L> = dyn Fn(&[(u64, u64)]) -> libbpf_rs::Result<L> + 'a;
+type AttachBatch<'a, L> = dyn Fn(&[(u64, u64)]) -> Result<L, KernelError> + 'a;
 
 /// Attaches `sites` as one link; if the kernel refuses one of them, which
 /// fails the whole link, attaches each half the same way, so that only the
@@ -1375,7 +1338,7 @@ fn attach_dropping_refused<L>(
     attach: &AttachBatch<'_, L>,
     sites: &[(u64, u64)],
     refused: &mut Vec<u64>,
-) -> libbpf_rs::Result<Vec<L>> {
+) -> Result<Vec<L>, KernelError> {
     let first = match attach(sites) {
         Ok(link) => return Ok(vec![link]),
         Err(e) if kernel_refused(&e) && sites.len() > 1 => e,
@@ -1397,7 +1360,7 @@ fn bisect<L>(
     attach: &AttachBatch<'_, L>,
     sites: &[(u64, u64)],
     refused: &mut Vec<u64>,
-) -> libbpf_rs::Result<Vec<L>> {
+) -> Result<Vec<L>, KernelError> {
     if sites.is_empty() {
         return Ok(Vec::new());
     }
@@ -1417,14 +1380,10 @@ fn bisect<L>(
     }
 }
 
-fn attach_error(e: libbpf_rs::Error) -> anyhow::Error {
-    // ESRCH has no error kind of its own (it is `Other`): only the message
-    // tells it apart.
-    let msg = e.to_string();
-    if msg.contains("No such process") || msg.contains("ESRCH") {
-        anyhow!("the process exited while probes were being attached")
-    } else {
-        anyhow!("{msg}")
+fn attach_error(e: KernelError) -> anyhow::Error {
+    match e.refusal() {
+        Refusal::ProcessGone => anyhow::Error::new(ProcessGone),
+        _ => anyhow!("{e}"),
     }
 }
 
@@ -1486,9 +1445,9 @@ mod tests {
     #[test]
     fn refused_sites_are_found_by_halving() {
         let refuse = |bad: Vec<u64>| {
-            move |sites: &[(u64, u64)]| -> libbpf_rs::Result<Vec<u64>> {
+            move |sites: &[(u64, u64)]| -> Result<Vec<u64>, KernelError> {
                 if sites.iter().any(|s| bad.contains(&s.0)) {
-                    Err(std::io::Error::from_raw_os_error(524).into())
+                    Err(KernelError::of_errno(524))
                 } else {
                     Ok(sites.iter().map(|s| s.0).collect())
                 }
@@ -1509,8 +1468,8 @@ mod tests {
         assert!(attach_dropping_refused(&all, &sites[..10], &mut refused).is_err());
         assert!(refused.is_empty());
 
-        let gone = |_: &[(u64, u64)]| -> libbpf_rs::Result<()> {
-            Err(std::io::Error::from_raw_os_error(libc::ESRCH).into())
+        let gone = |_: &[(u64, u64)]| -> Result<(), KernelError> {
+            Err(KernelError::of_errno(libc::ESRCH))
         };
         assert!(attach_dropping_refused(&gone, &sites, &mut refused).is_err());
     }
@@ -1520,6 +1479,39 @@ mod tests {
         let mut refused = Vec::new();
         let links = attach_dropping_refused(attach, sites, &mut refused).unwrap();
         links.len() <= 2 * refused.len() * 10
+    }
+
+    /// Every probe kind has its program in the BPF object, a uprobe (its
+    /// attach type is chosen at load).
+    #[test]
+    fn every_probe_kind_has_its_program() {
+        let mut storage = MaybeUninit::uninit();
+        let open = TachySkelBuilder::default().open(&mut storage).unwrap();
+        for p in Program::ALL {
+            let prog = open
+                .open_object()
+                .progs()
+                .find(|prog| prog.name() == p.name())
+                .unwrap_or_else(|| panic!("no program {}", p.name()));
+            assert_eq!(
+                prog.prog_type(),
+                libbpf_rs::ProgramType::Kprobe,
+                "{}",
+                p.name()
+            );
+        }
+    }
+
+    /// This kernel has uprobe_multi links (DESIGN.md: 6.18), found in its
+    /// BTF; a type it does not have is not found.
+    #[test]
+    fn kernel_btf_tells_uprobe_multi() {
+        if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+            eprintln!("skipped: kernel_btf_tells_uprobe_multi: the kernel has no BTF");
+            return;
+        }
+        assert!(kernel_has_struct("bpf_uprobe_multi_link"));
+        assert!(!kernel_has_struct("tachy_no_such_struct"));
     }
 
     /// The sizes tachy.h states, in the comments that justify its limits.
