@@ -12,6 +12,8 @@ use clap::{Args, Parser, Subcommand};
 use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
 use crate::report::Unit;
+use crate::resolve::FuncSpec;
+use crate::scope::Scoping;
 use crate::symbols::Pattern;
 
 const LATENCY_EXAMPLES: &str = "\
@@ -103,9 +105,7 @@ Examples:
   tachy list 'k:vfs_*'                             kernel functions
   tachy list 'syscall:*read*'                      system calls";
 
-/// The package version and, where tachy was built from a git checkout, the
-/// commit (set by build.rs).
-pub const VERSION: &str = env!("TACHY_VERSION");
+pub use crate::version::VERSION;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -456,7 +456,7 @@ pub struct TraceArgs {
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
     /// Functions to trace: FUNC, LIB:FUNC, PATH:FUNC, k:FUNC or syscall:NAME
-    #[arg(required = true, value_name = "FUNC", value_parser = Quoted(FuncSpec::parse_arg))]
+    #[arg(required = true, value_name = "FUNC", value_parser = Quoted(parse_func_spec))]
     pub funcs: Vec<FuncSpec>,
 
     /// Print each report as one JSON object per line
@@ -521,7 +521,7 @@ pub struct LatencyArgs {
 #[derive(Args, Debug)]
 pub struct NestedArgs {
     /// The function to break down: FUNC, LIB:FUNC or PATH:FUNC
-    #[arg(value_name = "FUNC", value_parser = Quoted(FuncSpec::parse_arg))]
+    #[arg(value_name = "FUNC", value_parser = Quoted(parse_func_spec))]
     pub func: FuncSpec,
 
     /// Levels of call sites to time: 1 is the function's own
@@ -606,16 +606,75 @@ pub struct NestedOpts {
     pub all_sites: bool,
 }
 
+/// What `tachy latency` and `tachy nested` time.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    /// Each traced function.
+    Latency,
+    /// Each traced function and the tree of its call sites.
+    Nested(NestedOpts),
+}
+
+impl Mode {
+    /// The tree of `tachy nested`, if that is the mode.
+    pub fn nested(&self) -> Option<&NestedOpts> {
+        match self {
+            Mode::Nested(n) => Some(n),
+            Mode::Latency => None,
+        }
+    }
+
+    pub fn is_nested(&self) -> bool {
+        matches!(self, Mode::Nested(_))
+    }
+}
+
+/// Whom `tachy latency` and `tachy nested` trace.
+#[derive(Clone, Debug)]
+pub enum Traced {
+    /// Every process that maps the files named (`PATH:FUNC`), or the
+    /// kernel.
+    Files,
+    /// One running process (`-p PID`).
+    Process(u32),
+    /// Several processes, a cgroup, or processes by name.
+    Processes(Scoping),
+    /// A command tachy starts (after `--`), never empty.
+    Command(Vec<String>),
+}
+
+impl Traced {
+    /// The one process of `-p PID`.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            Traced::Process(pid) => Some(*pid),
+            _ => None,
+        }
+    }
+
+    /// The processes other than one `-p PID`.
+    pub fn scoping(&self) -> Option<&Scoping> {
+        match self {
+            Traced::Processes(sc) => Some(sc),
+            _ => None,
+        }
+    }
+
+    /// The command to start; empty for none.
+    pub fn command(&self) -> &[String] {
+        match self {
+            Traced::Command(c) => c,
+            _ => &[],
+        }
+    }
+}
+
 /// Validated settings of `tachy latency` and `tachy nested`.
 #[derive(Clone, Debug)]
 pub struct TraceSettings {
     pub specs: Vec<FuncSpec>,
-    /// One `-p PID`.
-    pub pid: Option<u32>,
-    /// Several processes, a cgroup, or processes by name.
-    pub scoping: Option<Scoping>,
-    /// The command to start (after `--`); empty for none.
-    pub command: Vec<String>,
+    /// Whom to trace.
+    pub traced: Traced,
     pub tid: Option<u32>,
     pub unit: Unit,
     pub interval: Option<Duration>,
@@ -641,8 +700,8 @@ pub struct TraceSettings {
     pub verbose: bool,
     /// `--hlog`: the HdrHistogram interval log to write.
     pub hlog: Option<PathBuf>,
-    /// `tachy nested`: the tree to time.
-    pub nested: Option<NestedOpts>,
+    /// What is timed: the functions, or the tree of their call sites.
+    pub mode: Mode,
     /// `--filter`: which calls to time, by their arguments.
     pub filter: Option<Filter>,
     /// `--prometheus`, `--textfile`: metrics for Prometheus.
@@ -653,32 +712,6 @@ pub struct TraceSettings {
     pub top: Option<usize>,
     /// `--all`: the text report shows functions never called too.
     pub all: bool,
-}
-
-/// Processes to trace other than one `-p PID`: found when tracing starts
-/// (and, for a cgroup, as they come).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scoping {
-    /// Several `-p`.
-    Pids(Vec<u32>),
-    /// `--cgroup PATH`.
-    Cgroup(PathBuf),
-    /// `--comm NAME`.
-    Comm(String),
-    /// `--pgrep PATTERN`.
-    Pgrep(String),
-}
-
-impl Scoping {
-    /// The option, as typed.
-    pub fn flag(&self) -> &'static str {
-        match self {
-            Scoping::Pids(_) => "-p with several processes",
-            Scoping::Cgroup(_) => "--cgroup",
-            Scoping::Comm(_) => "--comm",
-            Scoping::Pgrep(_) => "--pgrep",
-        }
-    }
 }
 
 /// Where metrics for Prometheus go, and their user labels.
@@ -696,18 +729,7 @@ pub struct ExportSettings {
 /// How often `--textfile` is rewritten without `-i`.
 pub const TEXTFILE_EVERY: Duration = Duration::from_secs(15);
 
-/// Bad usage found after clap parsed the arguments (arguments that do
-/// not go together): printed as clap prints its own, and exit status 2.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use crate::usage::UsageError;
 
 /// An error and its causes as one message, `outer: inner: …`, worded as
 /// tachy's own: no `(os error N)` tails, the system's messages lowercase
@@ -820,7 +842,7 @@ impl NestedArgs {
         let mut s = self.trace.validate(vec![self.func], format, svg)?;
         s.hlog = self.hlog;
         s.cpu_hist = s.cpu && self.hist;
-        s.nested = Some(NestedOpts {
+        s.mode = Mode::Nested(NestedOpts {
             depth: self.depth,
             expand: self.expand,
             hist: self.hist,
@@ -933,9 +955,12 @@ impl TraceArgs {
         }
         Ok(TraceSettings {
             specs,
-            pid,
-            scoping,
-            command: self.command,
+            traced: match (pid, scoping) {
+                (Some(pid), _) => Traced::Process(pid),
+                (None, Some(sc)) => Traced::Processes(sc),
+                (None, None) if !self.command.is_empty() => Traced::Command(self.command),
+                (None, None) => Traced::Files,
+            },
             tid: self.tid,
             unit: if self.microseconds {
                 Unit::Usec
@@ -964,7 +989,7 @@ impl TraceArgs {
             dry_run: self.dry_run,
             verbose: self.verbose,
             hlog: None,
-            nested: None,
+            mode: Mode::Latency,
             filter: self.filter,
             export,
             by: Vec::new(),
@@ -1063,59 +1088,9 @@ impl ListArgs {
     }
 }
 
-/// A function spec: `FUNC`, `LIB:FUNC`, `PATH:FUNC`, `k:FUNC`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FuncSpec {
-    pub object: Option<String>,
-    pub pattern: Pattern,
-}
-
-impl FuncSpec {
-    /// `syscall:NAME` (or `sys:NAME`): a system call, timed enter to exit.
-    pub fn is_syscall(&self) -> bool {
-        matches!(self.object.as_deref(), Some("syscall" | "sys"))
-    }
-
-    /// `k:FUNC` (or `kernel:FUNC`): a kernel function, timed with fentry/fexit
-    /// or kprobes.
-    pub fn is_kernel(&self) -> bool {
-        matches!(self.object.as_deref(), Some("k" | "kernel" | "kprobe"))
-    }
-
-    /// Splits at the first `:` that is not part of a C++ `::`.
-    pub fn parse(s: &str) -> Result<FuncSpec> {
-        let b = s.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            if b[i] == b':' {
-                if b.get(i + 1) == Some(&b':') {
-                    i += 2;
-                    continue;
-                }
-                let (obj, pat) = (&s[..i], &s[i + 1..]);
-                if obj.is_empty() {
-                    bail!("{s:?}: nothing before ':' (expected LIB:FUNC or PATH:FUNC)");
-                }
-                if pat.trim().is_empty() {
-                    bail!("{s:?}: no function after ':'");
-                }
-                return Ok(FuncSpec {
-                    object: Some(obj.to_string()),
-                    pattern: Pattern::parse(pat)?,
-                });
-            }
-            i += 1;
-        }
-        Ok(FuncSpec {
-            object: None,
-            pattern: Pattern::parse(s)?,
-        })
-    }
-
-    /// [`FuncSpec::parse`] as a clap value parser.
-    fn parse_arg(s: &str) -> std::result::Result<FuncSpec, String> {
-        FuncSpec::parse(s).map_err(|e| format!("{e:#}"))
-    }
+/// [`FuncSpec::parse`] as a clap value parser.
+fn parse_func_spec(s: &str) -> std::result::Result<FuncSpec, String> {
+    FuncSpec::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 /// `--by KEY` as clap parses it: with [`ByKey::parse`], naming the keys

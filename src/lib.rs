@@ -32,3 +32,5 @@ pub mod stop;
 pub mod symbols;
 pub mod target;
 pub mod trace;
+pub mod usage;
+pub mod version;

@@ -8,9 +8,58 @@ use std::rc::Rc;
 
 use anyhow::{bail, Result};
 
-use crate::cli::FuncSpec;
 use crate::symbols::{self, dwarf, ifunc, ElfObject, Function, Pattern, SymSource};
 use crate::target::{self, ObjectRef, ProcessMaps};
+
+/// A function spec: `FUNC`, `LIB:FUNC`, `PATH:FUNC`, `k:FUNC`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FuncSpec {
+    pub object: Option<String>,
+    pub pattern: Pattern,
+}
+
+impl FuncSpec {
+    /// `syscall:NAME` (or `sys:NAME`): a system call, timed enter to exit.
+    pub fn is_syscall(&self) -> bool {
+        matches!(self.object.as_deref(), Some("syscall" | "sys"))
+    }
+
+    /// `k:FUNC` (or `kernel:FUNC`): a kernel function, timed with fentry/fexit
+    /// or kprobes.
+    pub fn is_kernel(&self) -> bool {
+        matches!(self.object.as_deref(), Some("k" | "kernel" | "kprobe"))
+    }
+
+    /// Splits at the first `:` that is not part of a C++ `::`.
+    pub fn parse(s: &str) -> Result<FuncSpec> {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b':' {
+                if b.get(i + 1) == Some(&b':') {
+                    i += 2;
+                    continue;
+                }
+                let (obj, pat) = (&s[..i], &s[i + 1..]);
+                if obj.is_empty() {
+                    bail!("{s:?}: nothing before ':' (expected LIB:FUNC or PATH:FUNC)");
+                }
+                if pat.trim().is_empty() {
+                    bail!("{s:?}: no function after ':'");
+                }
+                return Ok(FuncSpec {
+                    object: Some(obj.to_string()),
+                    pattern: Pattern::parse(pat)?,
+                });
+            }
+            i += 1;
+        }
+        Ok(FuncSpec {
+            object: None,
+            pattern: Pattern::parse(s)?,
+        })
+    }
+}
 
 /// Where objects come from.
 pub enum Scope {

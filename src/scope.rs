@@ -9,7 +9,31 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use crate::cli::Scoping;
+/// Processes to trace other than one `-p PID`: found when tracing starts
+/// (and, for a cgroup, as they come).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scoping {
+    /// Several `-p`.
+    Pids(Vec<u32>),
+    /// `--cgroup PATH`.
+    Cgroup(PathBuf),
+    /// `--comm NAME`.
+    Comm(String),
+    /// `--pgrep PATTERN`.
+    Pgrep(String),
+}
+
+impl Scoping {
+    /// The option, as typed.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            Scoping::Pids(_) => "-p with several processes",
+            Scoping::Cgroup(_) => "--cgroup",
+            Scoping::Comm(_) => "--comm",
+            Scoping::Pgrep(_) => "--pgrep",
+        }
+    }
+}
 
 /// A cgroup v2 directory as the BPF side tells it: its id (the inode of
 /// the directory) and its level below the root of the hierarchy (0).

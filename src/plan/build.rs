@@ -15,11 +15,12 @@ use super::args::{FuncArgs, Operand, Source};
 use super::by::ByKey;
 use super::filter::Filter;
 use super::{Drill, Imported, ItemKind, Plan, Settings};
-use crate::cli::{FuncSpec, UsageError};
 use crate::kernel;
+use crate::resolve::FuncSpec;
 use crate::resolve::{self, Objects, Scope};
 use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
 use crate::target::ObjectRef;
+use crate::usage::UsageError;
 
 /// What to trace and how: everything planning needs to know, decided
 /// before it starts.

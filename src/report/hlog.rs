@@ -136,7 +136,7 @@ impl<W: Write> HlogWriter<W> {
             .add_comment("[Histogram log format version 1.3]")
             .add_comment(&format!(
                 "tachy {}: function latency in nanoseconds, one histogram per function (and call site of tachy nested) and interval, tagged OBJECT/FUNCTION (OBJECT/FUNCTION;SITE [FILE:LINE];... for a site)",
-                crate::cli::VERSION
+                crate::version::VERSION
             ))
             .add_comment(&format!("tachy unit={}", unit.label()))
             .with_start_time(base)

@@ -251,3 +251,26 @@ pub fn with_contributors(mut v: serde_json::Value, who: &[Contributor]) -> serde
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_processes_line_says_it_counts_calls_entered() {
+        let who = [
+            super::Contributor {
+                pid: 4242,
+                comm: "kvd".into(),
+                calls: 812,
+            },
+            super::Contributor {
+                pid: 4250,
+                comm: "kvd".into(),
+                calls: 1,
+            },
+        ];
+        assert_eq!(
+            super::contributors_line(&who),
+            "processes, by calls entered (timed or not: also those left by exception, filtered out or still running, which count leaves out): 4242 (kvd) 812, 4250 (kvd) 1"
+        );
+    }
+}

@@ -14,7 +14,7 @@ use super::options::ReportOptions;
 use super::run::{self, RunLimits};
 use super::sink::{self, MetricsOutput, Sink};
 use super::target::{check_thread, exited, suggest_follow, wait_for_command, TraceTarget};
-use crate::cli::TraceSettings;
+use crate::cli::{Mode, TraceSettings};
 use crate::plan::{self, ItemKind, Plan};
 use crate::probe::{self, Tracer};
 use crate::report::tree::human;
@@ -78,7 +78,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         sinks.0.push(Box::new(m));
     }
     warn_uretprobes(&s, &plan);
-    if s.nested.is_some() {
+    if s.mode.is_nested() {
         nested::warn_many_sites(&plan);
     }
     let mut spawned = match &target.exe {
@@ -86,7 +86,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         // stderr, so the two never mix.
         Some(exe) => Some(Spawned::start(
             exe,
-            &s.command,
+            s.traced.command(),
             s.output.machine_on_stdout(),
         )?),
         None => None,
@@ -100,7 +100,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     }
     let mut storage = MaybeUninit::uninit();
     let mut tracer = attach(&mut storage, &plan, s.verbose).map_err(|e| exited(&s, e))?;
-    if let Some(pid) = s.pid {
+    if let Some(pid) = s.traced.pid() {
         if !target::process_alive(pid) {
             bail!("process {pid} exited before its probes were attached");
         }
@@ -120,7 +120,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     let limits = RunLimits {
         interval: s.interval,
         duration: s.duration,
-        pid: s.pid,
+        pid: s.traced.pid(),
         follow: s.follow,
     };
     let end = run::run(
@@ -150,14 +150,14 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     }
     Ok(match end.status {
         Some(code) => code,
-        None if end.stopped => wait_for_command(sp, &s.command),
+        None if end.stopped => wait_for_command(sp, s.traced.command()),
         // The command runs on untraced, as tachy said; its status is
         // tachy's.
         None if end.unwind_loaded => sp.wait(),
         None => {
             eprintln!(
                 "tachy: tracing stopped after -d; {} (pid {}) runs on",
-                s.command.join(" "),
+                s.traced.command().join(" "),
                 sp.pid
             );
             0
@@ -263,9 +263,9 @@ fn warn_uretprobes(s: &TraceSettings, plan: &Plan) {
 
 /// The header: the "Tracing ..." line, and what records print.
 fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
-    let line = match s.nested {
-        Some(_) => nested::tracing_line(plan, &names_line(plan), whom),
-        None => {
+    let line = match s.mode {
+        Mode::Nested(_) => nested::tracing_line(plan, &names_line(plan), whom),
+        Mode::Latency => {
             let n = plan.items.len();
             format!(
                 "Tracing {n} function{} {whom}: {}. Hit Ctrl-C to end.",
@@ -279,7 +279,7 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
             "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, arguments{}.",
             human(ns as f64),
             if s.cpu { ", on-CPU/blocked/runnable" } else { "" },
-            if s.nested.is_some() { "; below it, its call sites" } else { "" }
+            if s.mode.is_nested() { "; below it, its call sites" } else { "" }
         ),
         None => line,
     }

@@ -52,7 +52,7 @@ impl ReportOptions {
             all: s.all,
             by: s.by.clone(),
             top: s.top,
-            tree: s.nested.as_ref().map(|n| TreeOptions {
+            tree: s.mode.nested().map(|n| TreeOptions {
                 hist: n.hist,
                 all_sites: n.all_sites,
                 filter,

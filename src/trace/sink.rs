@@ -156,9 +156,12 @@ pub fn open(
         }));
     }
     sinks.push(match format {
-        Format::Text => Box::new(TextOutput { dest }),
+        Format::Text => Box::new(TextOutput {
+            dest,
+            folded: false,
+        }),
         Format::Json => Box::new(JsonOutput { dest }),
-        Format::Folded => Box::new(FoldedOutput { dest }),
+        Format::Folded => Box::new(TextOutput { dest, folded: true }),
         Format::Svg => Box::new(SvgOutput {
             dest,
             whole: vec![Counts::default(); ids],
@@ -226,14 +229,17 @@ fn text_records(records: &[Record], mut w: &mut dyn Write) -> std::io::Result<()
         .try_for_each(|r| records::render_text(r, &mut w))
 }
 
-/// funclatency's table, or the nested tree, as text.
+/// funclatency's table or the nested tree as text, or (`tachy nested
+/// --folded`) the tree as folded stacks weighted by self time; records as
+/// lines of text either way.
 struct TextOutput {
     dest: Dest,
+    folded: bool,
 }
 
 impl Sink for TextOutput {
     fn header(&mut self, line: &str) -> Result<()> {
-        self.dest.header(line, true)
+        self.dest.header(line, !self.folded)
     }
     fn records(&mut self, records: &[Record]) -> Result<()> {
         self.dest.records(false, |w| text_records(records, w))
@@ -243,12 +249,17 @@ impl Sink for TextOutput {
             .records(false, |mut w| records::render_lost_text(lost, &mut w))
     }
     fn report(&mut self, snap: &Snapshot<'_>) -> Result<()> {
-        self.dest.report(|mut w| {
-            text_report(snap, &mut w)?;
-            match snap.who {
-                Some(who) => writeln!(w, "{}", assemble::contributors_line(who)),
-                None => Ok(()),
+        let folded = self.folded;
+        self.dest.report(|mut w| match (&snap.opts.tree, snap.who) {
+            (Some(t), _) if folded => {
+                let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
+                tree::render_folded(&report, &mut w)
             }
+            (_, Some(who)) if !folded => {
+                text_report(snap, &mut w)?;
+                writeln!(w, "{}", assemble::contributors_line(who))
+            }
+            _ => text_report(snap, w),
         })
     }
 }
@@ -304,33 +315,6 @@ impl Sink for JsonOutput {
         self.dest.report(|w| {
             serde_json::to_writer(&mut *w, &value)?;
             writeln!(w)
-        })
-    }
-}
-
-/// Folded stacks weighted by self time (`tachy nested --folded`).
-struct FoldedOutput {
-    dest: Dest,
-}
-
-impl Sink for FoldedOutput {
-    fn header(&mut self, line: &str) -> Result<()> {
-        self.dest.header(line, false)
-    }
-    fn records(&mut self, records: &[Record]) -> Result<()> {
-        self.dest.records(false, |w| text_records(records, w))
-    }
-    fn records_lost(&mut self, lost: u64) -> Result<()> {
-        self.dest
-            .records(false, |mut w| records::render_lost_text(lost, &mut w))
-    }
-    fn report(&mut self, snap: &Snapshot<'_>) -> Result<()> {
-        self.dest.report(|mut w| match &snap.opts.tree {
-            Some(t) => {
-                let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
-                tree::render_folded(&report, &mut w)
-            }
-            None => text_report(snap, w),
         })
     }
 }

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 
-use crate::cli::{Scoping, TraceSettings};
+use crate::cli::{TraceSettings, Traced};
 use crate::plan::{self, Plan, PlanRequest, Settings, TreeRequest};
 use crate::resolve::{Objects, Scope};
 use crate::scope;
+use crate::scope::Scoping;
 use crate::stop;
 use crate::target::{self, Spawned};
 
@@ -29,27 +30,29 @@ pub struct TraceTarget {
 
 impl TraceTarget {
     pub fn new(s: &TraceSettings) -> Result<TraceTarget> {
-        if let Some(sc) = &s.scoping {
-            return TraceTarget::scoped(s, sc);
-        }
-        if let Some(pid) = s.pid {
-            if let Some(tgid) = target::thread_group(pid).filter(|&t| t != pid) {
-                bail!("{pid} is a thread of process {tgid}: use -p {tgid} -t {pid}");
+        let cmd = match &s.traced {
+            Traced::Processes(sc) => return TraceTarget::scoped(s, sc),
+            Traced::Process(pid) => {
+                let pid = *pid;
+                if let Some(tgid) = target::thread_group(pid).filter(|&t| t != pid) {
+                    bail!("{pid} is a thread of process {tgid}: use -p {tgid} -t {pid}");
+                }
+                return Ok(TraceTarget {
+                    scope: Scope::Process(target::process_maps(pid)?),
+                    exe: None,
+                    pids: Vec::new(),
+                    cgroup: None,
+                });
             }
-            return Ok(TraceTarget {
-                scope: Scope::Process(target::process_maps(pid)?),
-                exe: None,
-                pids: Vec::new(),
-                cgroup: None,
-            });
-        }
-        let Some(cmd) = s.command.first() else {
-            return Ok(TraceTarget {
-                scope: Scope::Files,
-                exe: None,
-                pids: Vec::new(),
-                cgroup: None,
-            });
+            Traced::Files => {
+                return Ok(TraceTarget {
+                    scope: Scope::Files,
+                    exe: None,
+                    pids: Vec::new(),
+                    cgroup: None,
+                })
+            }
+            Traced::Command(command) => &command[0],
         };
         let exe = target::which(cmd)?;
         target::check_runnable(&exe)?;
@@ -121,13 +124,13 @@ impl TraceTarget {
                 by: s.by.clone(),
                 record_min_ns: s.record,
                 cgroup: self.cgroup.as_ref().map(|(c, _)| (c.id, c.level)),
-                count_procs: s.scoping.is_some(),
+                count_procs: s.traced.scoping().is_some(),
             },
-            pid: s.pid,
+            pid: s.traced.pid(),
             pids: self.pids.clone(),
             force: s.force,
             filter: s.filter.clone(),
-            tree: s.nested.as_ref().map(|n| TreeRequest {
+            tree: s.mode.nested().map(|n| TreeRequest {
                 depth: n.depth,
                 expand: n.expand.clone(),
             }),
@@ -192,11 +195,11 @@ impl TraceTarget {
                 .collect();
             return format!("in pids {}", named.join(", "));
         }
-        match (&s.pid, spawned, &self.scope) {
+        match (s.traced.pid(), spawned, &self.scope) {
             (Some(pid), _, Scope::Process(m)) => {
                 format!("in pid {pid} ({})", m.exe.display.display())
             }
-            (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.command.join(" ")),
+            (None, Some(sp), _) => format!("in pid {} ({})", sp.pid, s.traced.command().join(" ")),
             _ => {
                 let objs: Vec<String> = plan
                     .objects
@@ -216,7 +219,7 @@ impl TraceTarget {
 /// `-t TID` must name a thread that exists (of the process, with `-p`).
 pub fn check_thread(s: &TraceSettings) -> Result<()> {
     let Some(tid) = s.tid else { return Ok(()) };
-    match s.pid {
+    match s.traced.pid() {
         Some(pid) if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {
             bail!("-t {tid}: process {pid} has no thread {tid}")
         }
@@ -230,7 +233,7 @@ pub fn check_thread(s: &TraceSettings) -> Result<()> {
 /// An error of planning or attaching for `-p PID`, said as what caused
 /// it when the process has exited since tracing began.
 pub fn exited(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
-    match s.pid {
+    match s.traced.pid() {
         Some(pid) if !target::process_alive(pid) => {
             anyhow!("process {pid} exited before its probes were attached")
         }
@@ -300,7 +303,7 @@ pub fn suggest_follow(s: &TraceSettings, plan: &Plan, target: &TraceTarget) {
         eprintln!(
             "tachy: nothing was counted: {} is {}; if it starts {} as a new process or by exec, \
              trace with --follow",
-            s.command[0],
+            s.traced.command()[0],
             if wrapper {
                 "a shell or wrapper".to_string()
             } else {
