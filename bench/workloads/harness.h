@@ -17,6 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The ready line, as the test fixtures print it; the go signal here is one
+ * byte, without FIXTURE_NO_WAIT. */
+#include "../../tests/fixtures/fixture.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,8 +41,7 @@ int main(int argc, char **argv)
 	long n = argc > 1 ? atol(argv[1]) : 100000;
 	long warm = argc > 2 ? atol(argv[2]) : 1000;
 	char go;
-	printf("ready %d\n", (int)getpid());
-	fflush(stdout);
+	fixture_ready();
 	if (read(0, &go, 1) != 1)
 		return 3;
 	for (long i = 0; i < warm; i++)

@@ -12,9 +12,9 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::report::num;
 use common::run::{Outcome, Tachy};
 use common::{counts, expected_counts, tagged};
-use serde_json::Value;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 const ITERATIONS: u64 = 10;
@@ -231,12 +231,6 @@ fn a_forced_uretprobe_on_a_throwing_function_kills_the_process() {
     assert!(out.stderr.contains("terminate called"), "{out}");
     // tachy passes on the command's death by SIGABRT.
     assert_eq!(out.code(), Some(128 + libc::SIGABRT), "{out}");
-}
-
-fn num(f: &Value, key: &str) -> u64 {
-    f[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
 }
 
 /// Rust calls the code of other crates linked in through `.got` slots: the

@@ -18,6 +18,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::run::{Outcome, Tachy};
+// Each function of these reports is there once, and asserted to be.
+use common::report::{num, only_func as func};
 use common::{counts, Fixture};
 use serde_json::Value;
 
@@ -62,22 +64,6 @@ fn attach(pid: u32, funcs: &[&str]) -> Tachy {
 // ---------------------------------------------------------------------------
 // Reports
 // ---------------------------------------------------------------------------
-
-/// The one function of the report named exactly `name`.
-fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    let all = rep["functions"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no functions array in {rep}"));
-    let hits: Vec<&Value> = all.iter().filter(|f| f["name"] == name).collect();
-    assert_eq!(hits.len(), 1, "expected one function {name:?} in:\n{rep:#}");
-    hits[0]
-}
-
-fn num(f: &Value, key: &str) -> u64 {
-    f[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
-}
 
 /// (count, unwound, overflow, filtered) of one function.
 fn tally(rep: &Value, name: &str) -> (u64, u64, u64, u64) {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use base64::Engine;
+use common::report::{func, num};
 use common::run::{json_lines, Outcome, Tachy};
 use common::{counts, Fixture};
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
@@ -37,21 +38,6 @@ fn trace_plain(opts: &[&str], iterations: u64) -> Outcome {
     let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT);
     out.assert_success();
     out
-}
-
-fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    rep["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in {rep}"))
-}
-
-fn num(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
 }
 
 /// The kernel's bucket of a value (see src/report/hist.rs): 16 exact

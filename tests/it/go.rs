@@ -177,6 +177,7 @@ fn the_goroutine_layout_comes_from_dwarf() {
 // Tracing Go programs (root)
 // ---------------------------------------------------------------------------
 
+use common::report::{func, num};
 use common::run::{Outcome, Tachy};
 use serde_json::Value;
 use std::time::Duration;
@@ -199,22 +200,6 @@ fn trace(fixture: &str, funcs: &[&str], mode: &str, n: u64) -> (Outcome, Value) 
     (out, rep)
 }
 
-/// The function named `name` in a report.
-fn func<'a>(rep: &'a Value, name: &str, out: &Outcome) -> &'a Value {
-    rep["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("no {name} in the report\n{out}"))
-}
-
-fn num(f: &Value, key: &str) -> u64 {
-    f[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
-}
-
 /// Asserts a function's calls: `count` timed, `left` left by panic, none
 /// lost to overflow, its fastest call at least `min_ns` less the probe time
 /// subtracted from each call (measured once at start-up, it can take off
@@ -229,7 +214,7 @@ fn assert_calls(
     min_ns: u64,
     p50_max_ns: u64,
 ) {
-    let f = func(rep, name, out);
+    let f = func(rep, name);
     let what = format!("{name}: {f}\n{out}");
     assert_eq!(num(f, "count"), count, "count of {what}");
     assert_eq!(num(f, "unwound"), left, "left by panic of {what}");
@@ -282,7 +267,7 @@ fn goroutines_sleeping_and_spinning_are_counted_exactly() {
         100 * MS,
     );
     assert_calls(&rep, &out, "main.spin", 100, 0, 500 * US, 20 * MS);
-    let handle = func(&rep, "main.(*Server).handle", &out);
+    let handle = func(&rep, "main.(*Server).handle");
     assert!(num(handle, "max_ns") < 2_000 * MS, "{out}");
 }
 
@@ -306,7 +291,7 @@ fn stack_growth_under_a_traced_frame_keeps_every_call() {
     assert_calls(&rep, &out, "main.grow", 50, 0, MS, 2_000 * MS);
     assert_calls(&rep, &out, "main.deep", 50 * 41, 0, 0, 2_000 * MS);
     // The stacks did grow under the open frames.
-    let copies = num(func(&rep, "runtime.copystack", &out), "count");
+    let copies = num(func(&rep, "runtime.copystack"), "count");
     assert!(copies >= 50, "{copies} stack copies\n{out}");
 }
 
@@ -322,7 +307,7 @@ fn calls_past_the_deepest_frame_are_counted_once_through_stack_growth() {
     }
     let (out, rep) = trace("gowork", &["main.deep"], "deepgrow", 20);
     assert_eq!(fixture_count(&out, "main.deep"), 20 * 151);
-    let f = func(&rep, "main.deep", &out);
+    let f = func(&rep, "main.deep");
     assert_eq!(num(f, "count"), 20 * 64, "{f}\n{out}");
     assert_eq!(num(f, "overflow"), 20 * (151 - 64), "{f}\n{out}");
     assert_eq!(num(f, "unwound"), 0, "{f}\n{out}");
@@ -474,7 +459,7 @@ fn merged_go_reports_say_left_by_panic() {
     let mut files = Vec::new();
     for k in 0..2 {
         let (out, rep) = trace("gowork", &["main.mayPanic"], "panic", 20);
-        assert_eq!(func(&rep, "main.mayPanic", &out)["go"], true, "{out}");
+        assert_eq!(func(&rep, "main.mayPanic")["go"], true, "{out}");
         let path = dir.join(format!("run{k}.json"));
         std::fs::write(&path, &out.stdout).unwrap();
         files.push(path.to_str().unwrap().to_string());
@@ -744,8 +729,8 @@ fn outermost_counts_each_goroutines_outer_call() {
     assert_calls(&rep, &out, "main.deep", 50, 0, 0, 2_000 * MS);
     assert_calls(&rep, &out, "main.grow", 50, 0, MS, 2_000 * MS);
     // The outer call holds the 40 below it.
-    let deep = func(&rep, "main.deep", &out);
-    let grow = func(&rep, "main.grow", &out);
+    let deep = func(&rep, "main.deep");
+    let grow = func(&rep, "main.grow");
     assert!(num(deep, "total_ns") <= num(grow, "total_ns"), "{out}");
 }
 
@@ -764,7 +749,7 @@ fn calls_group_by_goroutine() {
         "sched",
         30,
     );
-    let f = func(&rep, "main.yielder", &out);
+    let f = func(&rep, "main.yielder");
     assert_eq!(f["by"], serde_json::json!(["goroutine"]), "{out}");
     let groups = f["groups"].as_array().unwrap();
     let mut ids: Vec<u64> = groups
@@ -821,8 +806,8 @@ fn by_keys_go_refuses() {
 
 /// The p50 of the one function of a latency report, and the probe time
 /// subtracted from each call (0: none).
-fn p50_and_probe(rep: &Value, name: &str, out: &Outcome) -> (f64, u64) {
-    let f = func(rep, name, out);
+fn p50_and_probe(rep: &Value, name: &str) -> (f64, u64) {
+    let f = func(rep, name);
     (
         num(&f["percentiles_ns"], "p50") as f64,
         f["probe_ns_per_call"].as_u64().unwrap_or(0),
@@ -848,7 +833,7 @@ fn go_frames_subtract_the_probes_own_time() {
     };
     let (out, rep) = trace("gowork", &["main.tick"], "tick", 2000);
     let want = untraced(&out);
-    let (got, probe) = p50_and_probe(&rep, "main.tick", &out);
+    let (got, probe) = p50_and_probe(&rep, "main.tick");
     assert!(probe > 0, "no probe time subtracted\n{out}");
     assert_calls(&rep, &out, "main.tick", 2000, 0, 0, 20 * MS);
     assert!(
@@ -857,7 +842,7 @@ fn go_frames_subtract_the_probes_own_time() {
     );
     let (out, rep) = trace("gowork", &["--raw", "main.tick"], "tick", 2000);
     let want = untraced(&out);
-    let (raw, none) = p50_and_probe(&rep, "main.tick", &out);
+    let (raw, none) = p50_and_probe(&rep, "main.tick");
     assert_eq!(none, 0, "{out}");
     assert!(
         raw - want >= 0.5 * probe as f64,

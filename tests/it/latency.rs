@@ -11,6 +11,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::run::{Outcome, Tachy};
+// Each function of these reports is there once, and asserted to be.
+use common::node::name as fname;
+use common::report::{functions, num, only_func as func};
 use common::{counts, expected_counts, expected_unwinds, tagged, Fixture, CPP_LOOKUP_STR};
 use serde_json::Value;
 
@@ -75,35 +78,6 @@ fn single_report(out: &Outcome) -> Value {
     let rep = r.pop().unwrap();
     assert!(rep["time"].as_f64().is_some_and(|t| t > 1e9), "{rep}");
     rep
-}
-
-fn functions(rep: &Value) -> &Vec<Value> {
-    rep["functions"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no functions array in {rep}"))
-}
-
-fn fname(f: &Value) -> &str {
-    f["name"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no name in {f}"))
-}
-
-/// The one function of the report named exactly `name`.
-fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    let hits: Vec<&Value> = functions(rep).iter().filter(|f| fname(f) == name).collect();
-    assert_eq!(
-        hits.len(),
-        1,
-        "expected one function named {name:?} in the report:\n{rep:#}"
-    );
-    hits[0]
-}
-
-fn num(f: &Value, key: &str) -> u64 {
-    f[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {f}"))
 }
 
 /// floor(log2(v)), with 0 for 0 and 1: funclatency's slot of `v`.

@@ -14,6 +14,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::node::{children, name, num};
+use common::report::func;
 use common::run::{run_fixture, Outcome, Tachy};
 use common::{counts, Fixture};
 use serde_json::Value;
@@ -25,11 +26,6 @@ fn report(sub: &str, opts: &[&str], fixture: &str, args: &[&str]) -> (Value, Out
     let out = run_fixture(sub, opts, fixture, args, &[]);
     let rep = out.success_report();
     (rep, out)
-}
-
-/// The function `name` of a `latency --json` report.
-fn func<'a>(rep: &'a Value, fname: &str) -> &'a Value {
-    common::report::func(rep, fname)
 }
 
 /// The site named `n` among the children of `v`.

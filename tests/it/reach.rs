@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::report::{func, num};
 use common::Fixture;
 use serde_json::Value;
 
@@ -144,29 +145,20 @@ fn trace_pid(args: &[&str], mut fx: Fixture) -> (Value, String) {
     (json.into_iter().next().unwrap(), fx_out)
 }
 
-fn function<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    rep["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == name)
-        .unwrap_or_else(|| panic!("{name} not in {rep:#}"))
-}
-
-fn n(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
-}
-
 /// 6 iterations x 2 threads: risky returns on even iterations, throws on odd.
 fn check_counts(rep: &Value) {
     assert_eq!(
-        n(function(rep, "shop::Store::lookup(int)"), "count"),
+        num(func(rep, "shop::Store::lookup(int)"), "count"),
         12,
         "{rep:#}"
     );
-    let risky = function(rep, "shop::risky(int)");
-    assert_eq!((n(risky, "count"), n(risky, "unwound")), (6, 6), "{risky}");
-    assert!(n(risky, "min_ns") >= 250_000, "{risky}");
+    let risky = func(rep, "shop::risky(int)");
+    assert_eq!(
+        (num(risky, "count"), num(risky, "unwound")),
+        (6, 6),
+        "{risky}"
+    );
+    assert!(num(risky, "min_ns") >= 250_000, "{risky}");
 }
 
 const FUNCS: &[&str] = &[
@@ -371,7 +363,11 @@ fn stripped_binary_in_its_own_mount_namespace() {
     let (rep, _) = trace_pid(&["nested", "--json", "shop::risky"], fx);
     let root = &rep["roots"][0];
     assert_eq!(root["name"], "shop::risky(int)", "{rep:#}");
-    assert_eq!((n(root, "count"), n(root, "unwound")), (6, 6), "{rep:#}");
+    assert_eq!(
+        (num(root, "count"), num(root, "unwound")),
+        (6, 6),
+        "{rep:#}"
+    );
     let throw = root["children"]
         .as_array()
         .unwrap()
@@ -380,7 +376,11 @@ fn stripped_binary_in_its_own_mount_namespace() {
         .unwrap_or_else(|| panic!("{rep:#}"));
     // The breakdown covers the 6 calls that returned; in each, maybe_throw
     // returned too (the other 6 calls left by exception, with their sites).
-    assert_eq!((n(throw, "count"), n(throw, "unwound")), (6, 0), "{throw}");
+    assert_eq!(
+        (num(throw, "count"), num(throw, "unwound")),
+        (6, 0),
+        "{throw}"
+    );
 }
 
 /// A path target covers processes that start after tachy attached: two
@@ -425,7 +425,7 @@ fn path_target_covers_processes_started_later() {
     let rep: Value =
         serde_json::from_str(out.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
     assert_eq!(
-        n(function(&rep, "shop::Store::lookup(int)"), "count"),
+        num(func(&rep, "shop::Store::lookup(int)"), "count"),
         12,
         "{rep:#}"
     );

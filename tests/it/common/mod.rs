@@ -12,42 +12,20 @@
 //!
 //! Arguments of every fixture: `<iterations> [threads]`.
 //!
-//! Fixture names accepted by [`build`] and [`Fixture::spawn`]:
-//!
-//! | name            | source                      | build                                   |
-//! |-----------------|-----------------------------|-----------------------------------------|
-//! | `libfixture.so` | libfixture.c, libfixture.h  | gcc -O2 -g -fPIC -shared                |
-//! | `cpp_o2`        | workload.cpp (+ lib)        | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
-//! | `cpp_o0`        | workload.cpp (+ lib)        | g++ -std=c++17 -O0 -g, rpath `$ORIGIN`  |
-//! | `nested_o2`     | nested.cpp (+ lib)          | g++ -std=c++17 -O2 -g, rpath `$ORIGIN`  |
-//! | `plain`         | plain.c                     | gcc -O2 -g                              |
-//! | `faults`        | faults.c                    | gcc -O2 -g (modes: see the source)      |
-//! | `libcold.so`    | libcold.c                   | gcc -O2 -fPIC -shared, then strip --strip-all |
-//! | `shapes`        | shapes.c (+ libcold.so)     | gcc -O2 -g, rpath `$ORIGIN`             |
-//! | `calls`         | calls.c                     | gcc -O2 -g                              |
-//! | `calls_unwind`  | calls.c                     | gcc -O2 -g -DWITH_UNWIND (ret probes)   |
-//! | `seams`         | seams.c (modes: see the source) | gcc -O2 -g                          |
-//! | `exits`         | exits.cpp                   | g++ -O2 -g -fcf-protection=none         |
-//! | `wide`          | wide.c                      | gcc -O2 -g                              |
-//! | `ijump`         | ijump.c                     | gcc -O2 -g -pthread                     |
-//! | `why`           | why.c (modes: see the source) | gcc -O2 -g -pthread                   |
-//! | `args`          | args.cpp                    | g++ -std=c++17 -O2 -g                   |
-//! | `args_nodebug`  | args.cpp                    | g++ -std=c++17 -O2 (no DWARF)           |
-//! | `by`            | by.cpp                      | g++ -std=c++17 -O2 -g -pthread          |
-//! | `rust_app`      | rust_app.rs                 | rustc -O -g -C panic=unwind (legacy)    |
-//! | `rust_app_v0`   | rust_app.rs                 | same + -C symbol-mangling-version=v0    |
-//! | `rust_names`    | rust_names.rs               | rustc -O -g (legacy)                    |
-//! | `rust_names_v0` | rust_names.rs               | same + -C symbol-mangling-version=v0    |
-//! | `gowork`        | gowork.go                   | go build (Debian's golang-go)           |
-//! | `gowork_stripped` | gowork.go                 | go build -ldflags='-s -w'               |
+//! The fixtures, what they are built from and how, are listed once, in
+//! `FIXTURES` of [`fixtures`]; [`build`] and [`Fixture::spawn`] take their
+//! names.
 //!
 //! The expected call counts for given arguments are in [`expected_counts`].
-//! Each test binary uses only part of this module, hence the blanket
+//! Some helpers serve tests of one kind of machine only, hence the blanket
 //! `dead_code` allowance.
 
 #![allow(dead_code)]
 
+mod fixtures;
 pub mod run;
+
+pub use fixtures::{build, fixtures_out_dir, fixtures_src_dir};
 
 /// Accessors of the nodes of `tachy nested --json` reports.
 pub mod node {
@@ -72,7 +50,8 @@ pub mod node {
     }
 }
 
-/// Accessors of the reports of `tachy latency --json`.
+/// Accessors of the reports of `tachy latency --json`: every test file
+/// reads reports through these.
 pub mod report {
     use serde_json::Value;
 
@@ -81,42 +60,52 @@ pub mod report {
         super::node::num(v, key)
     }
 
-    /// The function named `name` in a report.
-    pub fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+    /// The functions of a report, in its order.
+    pub fn functions(rep: &Value) -> &Vec<Value> {
         rep["functions"]
             .as_array()
-            .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+            .unwrap_or_else(|| panic!("no functions array in {rep}"))
+    }
+
+    /// The function named `name` in a report (the first, if several are).
+    pub fn func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+        functions(rep)
+            .iter()
+            .find(|f| f["name"] == name)
             .unwrap_or_else(|| panic!("no function {name} in {rep}"))
+    }
+
+    /// The one function of a report named exactly `name`: panics unless
+    /// exactly one is.
+    pub fn only_func<'a>(rep: &'a Value, name: &str) -> &'a Value {
+        let hits: Vec<&Value> = functions(rep)
+            .iter()
+            .filter(|f| f["name"] == name)
+            .collect();
+        assert_eq!(
+            hits.len(),
+            1,
+            "expected one function named {name:?} in the report:\n{rep:#}"
+        );
+        hits[0]
     }
 }
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// How long [`Fixture::spawn`] waits for the `ready <pid>` line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`Fixture::wait`] waits for the fixture to finish.
 pub const WAIT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Directory holding the fixture sources.
-pub fn fixtures_src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
-
-/// Directory the fixtures are built into.
-pub fn fixtures_out_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("fixtures")
-}
 
 /// Path of the tachy binary under test.
 pub fn tachy() -> PathBuf {
@@ -223,409 +212,10 @@ macro_rules! needs_root {
 }
 pub(crate) use needs_root;
 
-// ---------------------------------------------------------------------------
-// Building
-// ---------------------------------------------------------------------------
-
-/// Recipe for one fixture output.
-struct Recipe {
-    /// Files (relative to `tests/fixtures/`) the output depends on.
-    sources: &'static [&'static str],
-    /// Other fixture outputs that must be built first.
-    deps: &'static [&'static str],
-}
-
-fn recipe(name: &str) -> Recipe {
-    match name {
-        "libfixture.so" => Recipe {
-            sources: &["libfixture.c", "libfixture.h"],
-            deps: &[],
-        },
-        "cpp_o2" | "cpp_o0" => Recipe {
-            sources: &["workload.cpp", "libfixture.h"],
-            deps: &["libfixture.so"],
-        },
-        "nested_o2" => Recipe {
-            sources: &["nested.cpp", "libfixture.h"],
-            deps: &["libfixture.so"],
-        },
-        "plain" => Recipe {
-            sources: &["plain.c"],
-            deps: &[],
-        },
-        "ifunc" => Recipe {
-            sources: &["ifunc.c"],
-            deps: &[],
-        },
-        "faults" => Recipe {
-            sources: &["faults.c"],
-            deps: &[],
-        },
-        "libcold.so" => Recipe {
-            sources: &["libcold.c"],
-            deps: &[],
-        },
-        "shapes" => Recipe {
-            sources: &["shapes.c"],
-            deps: &["libcold.so"],
-        },
-        "calls" | "calls_unwind" => Recipe {
-            sources: &["calls.c"],
-            deps: &[],
-        },
-        "seams" => Recipe {
-            sources: &["seams.c"],
-            deps: &[],
-        },
-        "exits" => Recipe {
-            sources: &["exits.cpp"],
-            deps: &[],
-        },
-        "wide" => Recipe {
-            sources: &["wide.c"],
-            deps: &[],
-        },
-        "ijump" => Recipe {
-            sources: &["ijump.c"],
-            deps: &[],
-        },
-        "why" => Recipe {
-            sources: &["why.c"],
-            // Its late mode dlopen()s the library.
-            deps: &["libfixture.so"],
-        },
-        "args" | "args_nodebug" => Recipe {
-            sources: &["args.cpp"],
-            deps: &[],
-        },
-        "by" => Recipe {
-            sources: &["by.cpp"],
-            deps: &[],
-        },
-        "rust_app" | "rust_app_v0" => Recipe {
-            sources: &["rust_app.rs"],
-            deps: &[],
-        },
-        "rust_names" | "rust_names_v0" => Recipe {
-            sources: &["rust_names.rs"],
-            deps: &[],
-        },
-        "gowork" | "gowork_stripped" => Recipe {
-            sources: &["gowork.go"],
-            deps: &[],
-        },
-        other => panic!(
-            "unknown fixture {other:?} (known: libfixture.so, cpp_o2, cpp_o0, nested_o2, plain, ifunc, \
-             faults, libcold.so, shapes, calls, calls_unwind, exits, wide, ijump, why, args, \
-             args_nodebug, by, rust_app, \
-             rust_app_v0, rust_names, rust_names_v0, gowork, gowork_stripped)"
-        ),
-    }
-}
-
-/// Compiler command producing fixture `name` at `tmp_out`.
-fn compile_command(name: &str, src: &Path, out_dir: &Path, tmp_out: &Path) -> Command {
-    let cc = || Command::new(env_or("FIXTURE_CC", "gcc"));
-    let cxx = || Command::new(env_or("FIXTURE_CXX", "g++"));
-    let rustc = || Command::new(env_or("RUSTC", "rustc"));
-    match name {
-        "libfixture.so" => {
-            let mut c = cc();
-            c.args([
-                "-std=c11", "-O2", "-g", "-fPIC", "-shared", "-Wall", "-Wextra",
-            ])
-            .arg("-Wl,-soname,libfixture.so")
-            .arg(src.join("libfixture.c"))
-            .arg("-o")
-            .arg(tmp_out);
-            c
-        }
-        "cpp_o2" | "cpp_o0" => {
-            let opt = if name == "cpp_o2" { "-O2" } else { "-O0" };
-            let mut c = cxx();
-            c.args(["-std=c++17", opt, "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(format!("-I{}", src.display()))
-                .arg(src.join("workload.cpp"))
-                // Linked by path; DT_NEEDED comes from the library's soname.
-                .arg(out_dir.join("libfixture.so"))
-                // Literal $ORIGIN (no shell involved): the loader finds the
-                // library next to the executable.
-                .arg("-Wl,-rpath,$ORIGIN")
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "nested_o2" => {
-            let mut c = cxx();
-            c.args(["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(format!("-I{}", src.display()))
-                .arg(src.join("nested.cpp"))
-                .arg(out_dir.join("libfixture.so"))
-                .arg("-Wl,-rpath,$ORIGIN")
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "args" | "args_nodebug" => {
-            let mut c = cxx();
-            c.args(["-std=c++17", "-O2", "-Wall", "-Wextra"]);
-            if name == "args" {
-                c.arg("-g");
-            }
-            c.arg(src.join("args.cpp")).arg("-o").arg(tmp_out);
-            c
-        }
-        "by" => {
-            let mut c = cxx();
-            c.args(["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(src.join("by.cpp"))
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "why" => {
-            let mut c = cc();
-            c.args(["-O2", "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(src.join("why.c"))
-                .arg("-ldl")
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "ifunc" => {
-            // No builtins: every memset, memcpy and strlen is a call
-            // through the PLT.
-            let mut c = cc();
-            c.args(["-std=c11", "-O2", "-g", "-fno-builtin", "-Wall", "-Wextra"])
-                .arg("-Wl,-z,now")
-                .arg(src.join("ifunc.c"))
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "plain" | "faults" | "wide" | "ijump" => {
-            let mut c = cc();
-            c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"])
-                .arg(src.join(format!("{name}.c")))
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "libcold.so" => {
-            // Built, then stripped to its dynamic symbols in place (as
-            // distributions ship libraries): its `.cold` parts lose theirs.
-            let mut c = Command::new("sh");
-            c.arg("-c")
-                .arg(
-                    "\"$0\" -std=c11 -O2 -g -fPIC -shared -Wall -Wextra -Wl,-soname,libcold.so \
-                     \"$1\" -o \"$2\" && strip --strip-all \"$2\"",
-                )
-                .arg(env_or("FIXTURE_CC", "gcc"))
-                .arg(src.join("libcold.c"))
-                .arg(tmp_out);
-            c
-        }
-        "shapes" => {
-            let mut c = cc();
-            c.args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra"])
-                .arg(src.join("shapes.c"))
-                .arg(out_dir.join("libcold.so"))
-                .arg("-Wl,-rpath,$ORIGIN")
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "seams" => {
-            let mut c = cc();
-            c.args(["-std=c11", "-O2", "-g", "-Wall", "-Wextra"])
-                .arg(src.join("seams.c"))
-                .arg("-o")
-                .arg(tmp_out);
-            c
-        }
-        "calls" | "calls_unwind" => {
-            let mut c = cc();
-            c.args(["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra"]);
-            if name == "calls_unwind" {
-                c.arg("-DWITH_UNWIND");
-            }
-            c.arg(src.join("calls.c")).arg("-o").arg(tmp_out);
-            c
-        }
-        "exits" => {
-            // Without CET's `endbr64` (as Debian's g++ builds by default),
-            // every traced function starts with `push`.
-            let mut c = cxx();
-            c.args([
-                "-std=c++17",
-                "-O2",
-                "-g",
-                "-fcf-protection=none",
-                "-Wall",
-                "-Wextra",
-            ])
-            .arg(src.join("exits.cpp"))
-            .arg("-o")
-            .arg(tmp_out);
-            c
-        }
-        "rust_app" | "rust_app_v0" => {
-            let mut c = rustc();
-            c.args([
-                "--edition",
-                "2021",
-                "--crate-name",
-                "rust_app",
-                "--crate-type",
-                "bin",
-            ])
-            .args(["-O", "-g", "-C", "panic=unwind"]);
-            if name == "rust_app_v0" {
-                c.args(["-C", "symbol-mangling-version=v0"]);
-            }
-            c.arg(src.join("rust_app.rs")).arg("-o").arg(tmp_out);
-            c
-        }
-        "rust_names" | "rust_names_v0" => {
-            let mut c = rustc();
-            c.args(["--edition", "2021", "--crate-name", "rust_names"])
-                .args(["--crate-type", "bin", "-O", "-g"]);
-            if name == "rust_names_v0" {
-                c.args(["-C", "symbol-mangling-version=v0"]);
-            }
-            c.arg(src.join("rust_names.rs")).arg("-o").arg(tmp_out);
-            c
-        }
-        "gowork" | "gowork_stripped" => {
-            // A file outside any module builds as `command-line-arguments`;
-            // the build cache goes with the fixtures, not into $HOME.
-            let mut c = Command::new(env_or("GO", "go"));
-            c.arg("build")
-                .env("GOCACHE", out_dir.join(".gocache"))
-                .env("GOPATH", out_dir.join(".gopath"))
-                .env("GO111MODULE", "off")
-                .arg("-o")
-                .arg(tmp_out);
-            if name == "gowork_stripped" {
-                c.arg("-ldflags=-s -w");
-            }
-            c.arg(src.join("gowork.go"));
-            c
-        }
-        other => unreachable!("no compile command for {other}"),
-    }
-}
-
 fn env_or(var: &str, default: &str) -> OsString {
     std::env::var_os(var)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| default.into())
-}
-
-fn mtime(path: &Path) -> Option<SystemTime> {
-    fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-/// Builds fixture `name` (and what it depends on) unless an up-to-date copy
-/// exists, and returns the path of the output.
-///
-/// Within a test process each fixture is checked once; concurrent test
-/// processes are serialized by an flock on `fixtures/.build.lock`, and every
-/// output is compiled under a temporary name and then renamed into place, so
-/// a running fixture is never overwritten in place. Panics with the
-/// compiler's stderr if compilation fails.
-pub fn build(name: &str) -> PathBuf {
-    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
-    let mut built = BUILT.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(path) = built.get(name) {
-        return path.clone();
-    }
-    let out_dir = fixtures_out_dir();
-    fs::create_dir_all(&out_dir)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", out_dir.display()));
-    let _lock = FileLock::acquire(&out_dir.join(".build.lock"));
-    build_locked(name, &out_dir, &mut built)
-}
-
-fn build_locked(name: &str, out_dir: &Path, built: &mut BTreeMap<String, PathBuf>) -> PathBuf {
-    if let Some(path) = built.get(name) {
-        return path.clone();
-    }
-    let recipe = recipe(name);
-    let src = fixtures_src_dir();
-
-    // Inputs: the sources, the outputs depended on, and this file (it holds
-    // the compiler flags).
-    let mut inputs: Vec<PathBuf> = recipe.sources.iter().map(|s| src.join(s)).collect();
-    for dep in recipe.deps {
-        inputs.push(build_locked(dep, out_dir, built));
-    }
-    inputs.push(PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/it/common/mod.rs"
-    )));
-
-    let out = out_dir.join(name);
-    let newest_input = inputs
-        .iter()
-        .map(|p| mtime(p).unwrap_or_else(|| panic!("missing fixture input {}", p.display())))
-        .max()
-        .expect("fixture has inputs");
-    let up_to_date = matches!(mtime(&out), Some(t) if t > newest_input);
-
-    if !up_to_date {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let tmp = out_dir.join(format!(
-            ".{name}.tmp.{}.{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut cmd = compile_command(name, &src, out_dir, &tmp);
-        let output = cmd
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run compiler for fixture {name}: {cmd:?}: {e}"));
-        if !output.status.success() {
-            let _ = fs::remove_file(&tmp);
-            panic!(
-                "building fixture {name} failed ({}):\n{cmd:?}\n--- stderr ---\n{}\n--- stdout ---\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr),
-                String::from_utf8_lossy(&output.stdout),
-            );
-        }
-        fs::rename(&tmp, &out).unwrap_or_else(|e| {
-            let _ = fs::remove_file(&tmp);
-            panic!("cannot move {} to {}: {e}", tmp.display(), out.display())
-        });
-    }
-
-    built.insert(name.to_string(), out.clone());
-    out
-}
-
-/// Exclusive flock held until dropped (closing the file releases it).
-struct FileLock(File);
-
-impl FileLock {
-    fn acquire(path: &Path) -> FileLock {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-        loop {
-            // SAFETY: the descriptor is valid for the lifetime of `file`.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return FileLock(file);
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                panic!("flock {}: {err}", path.display());
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
