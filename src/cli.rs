@@ -6,7 +6,7 @@ use std::time::Duration;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use crate::plan::by::ByKey;
@@ -1279,31 +1279,7 @@ fn parse_interval(s: &str) -> std::result::Result<Duration, String> {
 
 const POSITIVE: &str = "needs a positive time (e.g. 5, 0.5, 500ms)";
 
-/// Parses `250us`, `1.5ms`, `2s`, `100ns`, `1m` into nanoseconds.
-pub fn parse_duration(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let per: f64 = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" => 1e3,
-        "ms" => 1e6,
-        "s" => 1e9,
-        "m" | "min" => 60e9,
-        "" => bail!("duration {s:?} needs a unit: ns, us, ms, s or m (e.g. 250us)"),
-        u => bail!("duration {s:?} has an unknown unit {u:?}: use ns, us, ms, s or m"),
-    };
-    let n: f64 = num
-        .parse()
-        .with_context(|| format!("{s:?} is not a duration (e.g. 250us, 1ms, 2s)"))?;
-    let ns = n * per;
-    if !ns.is_finite() || ns > u64::MAX as f64 / 2.0 {
-        bail!("duration {s:?} is too large");
-    }
-    Ok(ns.round() as u64)
-}
+pub use crate::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {

@@ -158,7 +158,7 @@ fn parse_limit(t: &str, figure: Figure) -> Result<Limit> {
         return Ok(Limit::Percent(sign * n));
     }
     let n = match figure {
-        Figure::Time(_) => crate::cli::parse_duration(body)? as f64,
+        Figure::Time(_) => crate::duration::parse_duration(body)? as f64,
         Figure::Count | Figure::Rate => body
             .parse::<f64>()
             .ok()

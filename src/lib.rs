@@ -16,6 +16,7 @@ pub mod callsites;
 pub mod cli;
 pub mod disasm;
 pub mod docs;
+pub mod duration;
 pub mod export;
 pub mod gate;
 #[cfg(test)]
