@@ -5,6 +5,7 @@
 mod common;
 
 mod args;
+mod arm64;
 mod by;
 mod errors;
 mod exits;
