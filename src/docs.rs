@@ -331,7 +331,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with(".ie \\n(.g .ds Aq"), "{}", &text[..40]);
         assert!(text.contains(".TH tachy 1"));
-        assert!(text.contains(crate::cli::VERSION));
+        assert!(text.contains(crate::version::VERSION));
         assert!(text.contains("tachy\\-latency(1)"));
         assert!(!text.contains("tachy\\-help(1)"));
     }

@@ -651,7 +651,7 @@ fn figures(c: &Counts, unit: Unit, cpu: bool) -> Vec<(&'static str, Option<u64>)
         ("avg", c.total_ns.checked_div(c.count)),
     ];
     let pct = crate::report::json::percentiles_ns(c, unit);
-    for ((_, name), v) in crate::report::text::PERCENTILES.iter().zip(pct) {
+    for ((_, name), v) in crate::report::fmt::PERCENTILES.iter().zip(pct) {
         out.push((name, v));
     }
     out.push(("max", (c.count > 0).then_some(c.max_ns)));
@@ -712,7 +712,7 @@ pub fn render_diff(a: &Path, b: &Path, d: &Diff, w: &mut impl Write) -> std::io:
             let show = |v: Option<u64>| match (v, label) {
                 (None, _) => "-".to_string(),
                 (Some(n), "count") => n.to_string(),
-                (Some(n), _) => crate::report::tree::human(n as f64),
+                (Some(n), _) => crate::report::fmt::human(n as f64),
             };
             let ch = match change(va, vb) {
                 Some(c) => format!("{c:+.1}%"),
@@ -856,7 +856,7 @@ fn render_verdicts(
     let figure = |b: &str, v: Option<f64>| match v {
         None => "-".to_string(),
         Some(n) if Bound::parse(b).is_ok_and(|b| matches!(b.figure, Figure::Time(_))) => {
-            crate::report::tree::human(n)
+            crate::report::fmt::human(n)
         }
         Some(n) if n.fract() == 0.0 => format!("{n}"),
         Some(n) => format!("{n:.1}"),

@@ -11,8 +11,8 @@ use std::rc::Rc;
 
 use crate::plan::args::Operand;
 use crate::plan::by::ByKey;
+use crate::report::fmt::ArgValue;
 use crate::report::groups::{FilePlace, KeyValue, RawGroup};
-use crate::report::records::ArgValue;
 use crate::symbols::ElfObject;
 use crate::target::{self, Mapping, ObjectRef};
 

@@ -15,7 +15,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use tachy::report::hist::{self, bucket_of, bucket_range, round_to_precision, NBUCKETS};
 use tachy::report::tree::{self, TreeNode, TreeReport};
-use tachy::report::{json, text, Counts, FuncReport, Hist, Report, Unit};
+use tachy::report::{fmt, json, text, Counts, FuncReport, Hist, Report, Unit};
 
 /// Counts stay below this: a kernel counter does not reach 2^40 events.
 const MAX_COUNT: u64 = (1 << 40) - 1;
@@ -374,8 +374,8 @@ fuzz_target!(|input: Input| {
         let _ = tree::render_svg(&tr, &mut out);
     }
     for r in &tr.roots {
-        let _ = tree::compact(&r.name, 20);
-        let _ = tree::human(r.total_ns as f64);
+        let _ = fmt::compact(&r.name, 20);
+        let _ = fmt::human(r.total_ns as f64);
     }
     let _ = hist::SUB;
 });

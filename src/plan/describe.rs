@@ -1,12 +1,14 @@
-//! The plan as people read it (`--dry-run`, `--verbose`).
+//! The plan as people read it (`--dry-run`, `--verbose`, and how `tachy
+//! list` says a function would be probed).
 
 use std::fmt::Write as _;
 
-use super::{GoProbe, ItemKind, Plan, ProbeKind, CHECKED_JUMP_US, TAIL_INDIRECT};
+use super::{GoProbe, ItemKind, Plan, ProbeKind, TracedFunc, CHECKED_JUMP_US, TAIL_INDIRECT};
+use crate::disasm::ProbeCost;
 
 /// What the indirect jumps checked at run time cost, in words: the kernel
 /// single-steps an indirect `jmp` under a probe, on every pass.
-pub fn checked_jumps_text(n: usize) -> String {
+fn checked_jumps_text(n: usize) -> String {
     format!(
         "{n} indirect jump(s) checked at run time (single-stepped, ~{CHECKED_JUMP_US} us per pass)"
     )
@@ -54,7 +56,7 @@ impl Plan {
             let _ = writeln!(
                 s,
                 "  --record-slower-than: a record of each call of at least {} through a BPF ring buffer",
-                crate::report::tree::human(ns as f64)
+                crate::report::fmt::human(ns as f64)
             );
         }
         for (i, item) in self.items.iter().enumerate() {
@@ -194,6 +196,80 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             GoProbe::Morestack => format!("go morestack [{id}]"),
             GoProbe::Goexit => "go goroutine end".to_string(),
         },
+    }
+}
+
+impl TracedFunc {
+    /// How the function is probed, as `tachy list` says it: its split
+    /// parts, the entry probe and the instruction under it, how the return
+    /// is timed, and every way out of the function.
+    pub fn describe_probes(&self) -> String {
+        let x = &self.exits;
+        let mut s = String::new();
+        if self.fragments > 0 {
+            let _ = write!(s, "fragments {}  ", self.fragments);
+        }
+        if x.unnamed_fragments > 0 {
+            let _ = write!(s, "{} part(s) without a symbol  ", x.unnamed_fragments);
+        }
+        s.push_str("entry");
+        if self.entry_addr != self.addr {
+            let _ = write!(s, " at +{:#x}", self.entry_addr - self.addr);
+        }
+        let cost = match self.entry_cost {
+            ProbeCost::Emulated => "emulated",
+            ProbeCost::SingleStepped => "single-stepped",
+        };
+        let _ = write!(
+            s,
+            " `{}` ({cost})  return: {}  exits: {} ret",
+            self.entry_insn,
+            x.describe(),
+            x.rets
+        );
+        if x.early_rets > 0 {
+            let _ = write!(
+                s,
+                " ({} timed at {} emulated jump(s) into the epilogue",
+                x.early_rets, x.early_points
+            );
+            if x.early_stepped > 0 {
+                let _ = write!(
+                    s,
+                    " and {} single-stepped instruction(s) of it",
+                    x.early_stepped
+                );
+            }
+            s.push(')');
+        }
+        for c in &x.tail_callees {
+            let _ = write!(s, ", tail call to {c}");
+        }
+        if x.unknown_tails > 0 {
+            let _ = write!(
+                s,
+                ", {} tail jump(s) to unknown code (timed up to the jump)",
+                x.unknown_tails
+            );
+        }
+        if x.internal_jumps > 0 {
+            let _ = write!(
+                s,
+                "; {} indirect jump(s) stay inside (not probed)",
+                x.internal_jumps
+            );
+        }
+        if x.checked_jumps > 0 {
+            let _ = write!(s, "; {}", checked_jumps_text(x.checked_jumps));
+        }
+        if x.unchecked_jumps > 0 {
+            let _ = write!(
+                s,
+                "; {} indexed jump(s) taken to stay inside without a check (operand too wide to check)",
+                x.unchecked_jumps
+            );
+        }
+        s
     }
 }
 

@@ -29,7 +29,6 @@ use crate::symbols::{ElfObject, Function, SymSource};
 pub use crate::target::ObjectRef;
 
 pub use build::{build, PlanRequest, TreeRequest};
-pub use describe::checked_jumps_text;
 pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
 pub use function::{choose_entry, ExitMode, ExitSummary, Unprobeable};
 pub use golang::NOT_URETPROBE;

@@ -9,9 +9,8 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::fmt::{ArgValue, PERCENTILES};
 use super::hist::round_to_precision;
-use super::records::ArgValue;
-use super::text::PERCENTILES;
 use super::{Counts, Unit};
 
 /// One group of one function as the kernel counted it in an interval.

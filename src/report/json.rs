@@ -4,30 +4,9 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::fmt::{cpu_json, PERCENTILES};
 use super::hist::bucket_range;
-use super::text::PERCENTILES;
-use super::{Counts, CpuSplit, Report, Unit, CPU_PARTS};
-
-/// `--cpu`: each part in ns and its share of the calls' time; with
-/// `--hist`, the log2 slots of each part per call.
-pub fn cpu_json(split: &CpuSplit) -> Value {
-    let parts = split.parts();
-    let sum: u64 = parts.iter().sum();
-    let mut m = Map::new();
-    for ((_, key), ns) in CPU_PARTS.iter().zip(parts) {
-        m.insert(format!("{key}_ns"), json!(ns));
-        let share = (sum > 0).then(|| ns as f64 / sum as f64);
-        m.insert(format!("{key}_share"), json!(share));
-    }
-    if let Some(hist) = &split.hist {
-        let mut h = Map::new();
-        for ((_, key), slots) in CPU_PARTS.iter().zip(hist) {
-            h.insert(key.to_string(), json!(slots));
-        }
-        m.insert("log2_buckets".into(), Value::Object(h));
-    }
-    Value::Object(m)
-}
+use super::{Counts, Report, Unit};
 
 /// The percentiles of the text report (p50, p90, p99, p99.9) in ns: the
 /// midpoint of the bucket holding each, within the exact min and max.

@@ -34,44 +34,13 @@ pub struct ListedFunc {
     pub lang: String,
     pub addr: u64,
     pub size: u64,
-    /// How it would be probed, or why it cannot be.
-    pub probes: Result<Probing, String>,
+    /// How it would be probed, in the plan's words, or why it cannot be.
+    pub probes: Result<String, String>,
     /// Its call sites, with `--sites`.
     pub sites: Option<Vec<ListedSite>>,
     /// For the implementation of an IFUNC symbol: how it was found, in
     /// words.
     pub ifunc: Option<String>,
-}
-
-/// How a function would be probed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Probing {
-    /// `.cold` and other split parts.
-    pub fragments: usize,
-    /// Split parts found without a symbol (stripped libraries).
-    pub unnamed_fragments: usize,
-    /// The entry probe's distance from the function's start.
-    pub entry_offset: u64,
-    /// The instruction under the entry probe.
-    pub entry_insn: String,
-    /// Whether the kernel emulates that instruction or single-steps it.
-    pub entry_emulated: bool,
-    /// How returns are timed, in words.
-    pub returns: String,
-    pub rets: usize,
-    /// `ret`s timed at the emulated jumps into their epilogue, and those
-    /// jumps.
-    pub early_rets: usize,
-    pub early_points: usize,
-    pub early_stepped: usize,
-    pub tail_callees: Vec<String>,
-    pub unknown_tails: usize,
-    /// Indirect jumps proven to stay inside the function (not probed).
-    pub internal_jumps: usize,
-    /// Indirect jumps whose target is checked at run time.
-    pub checked_jumps: usize,
-    /// Indexed jumps taken to stay inside, unchecked.
-    pub unchecked_jumps: usize,
 }
 
 /// One call site of a listed function.
@@ -139,71 +108,7 @@ pub fn render_func(f: &ListedFunc, w: &mut impl Write) -> io::Result<()> {
     write!(w, "    address {:#x}  size {}", f.addr, f.size)?;
     match &f.probes {
         Err(why) => writeln!(w, "  cannot be traced: {why}")?,
-        Ok(p) => {
-            if p.fragments > 0 {
-                write!(w, "  fragments {}", p.fragments)?;
-            }
-            if p.unnamed_fragments > 0 {
-                write!(w, "  {} part(s) without a symbol", p.unnamed_fragments)?;
-            }
-            write!(w, "  entry")?;
-            if p.entry_offset != 0 {
-                write!(w, " at +{:#x}", p.entry_offset)?;
-            }
-            let cost = if p.entry_emulated {
-                "emulated"
-            } else {
-                "single-stepped"
-            };
-            write!(
-                w,
-                " `{}` ({cost})  return: {}  exits: {} ret",
-                p.entry_insn, p.returns, p.rets
-            )?;
-            if p.early_rets > 0 {
-                write!(
-                    w,
-                    " ({} timed at {} emulated jump(s) into the epilogue",
-                    p.early_rets, p.early_points
-                )?;
-                if p.early_stepped > 0 {
-                    write!(
-                        w,
-                        " and {} single-stepped instruction(s) of it",
-                        p.early_stepped
-                    )?;
-                }
-                write!(w, ")")?;
-            }
-            for c in &p.tail_callees {
-                write!(w, ", tail call to {c}")?;
-            }
-            if p.unknown_tails > 0 {
-                write!(
-                    w,
-                    ", {} tail jump(s) to unknown code (timed up to the jump)",
-                    p.unknown_tails
-                )?;
-            }
-            if p.internal_jumps > 0 {
-                write!(
-                    w,
-                    "; {} indirect jump(s) stay inside (not probed)",
-                    p.internal_jumps
-                )?;
-            }
-            if p.checked_jumps > 0 {
-                write!(w, "; {}", crate::plan::checked_jumps_text(p.checked_jumps))?;
-            }
-            if p.unchecked_jumps > 0 {
-                write!(
-                    w,
-                    "; {} indexed jump(s) taken to stay inside without a check (operand too wide to check)",
-                    p.unchecked_jumps
-                )?;
-            }
-            writeln!(w)?;
-        }
+        Ok(probes) => writeln!(w, "  {probes}")?,
     }
     if let Some(sites) = &f.sites {
         writeln!(
@@ -231,23 +136,13 @@ mod tests {
     use super::*;
 
     fn sample() -> Listing {
-        let probing = Probing {
-            fragments: 1,
-            entry_offset: 4,
-            entry_insn: "push rbp".into(),
-            entry_emulated: true,
-            returns: "probes on each ret: indirect call at +0x1c in db::Index::seek(long)".into(),
-            rets: 2,
-            tail_callees: vec!["db::Page::release()".into()],
-            unknown_tails: 1,
-            internal_jumps: 2,
-            checked_jumps: 3,
-            unchecked_jumps: 1,
-            early_rets: 0,
-            early_points: 0,
-            early_stepped: 0,
-            unnamed_fragments: 1,
-        };
+        let probing = "fragments 1  1 part(s) without a symbol  entry at +0x4 `push rbp` (emulated)  \
+                       return: probes on each ret: indirect call at +0x1c in db::Index::seek(long)  \
+                       exits: 2 ret, tail call to db::Page::release(), \
+                       1 tail jump(s) to unknown code (timed up to the jump); \
+                       2 indirect jump(s) stay inside (not probed); \
+                       3 indirect jump(s) checked at run time (single-stepped, ~5 us per pass); \
+                       1 indexed jump(s) taken to stay inside without a check (operand too wide to check)";
         Listing {
             syscalls: vec![("read".into(), 0), ("pread64".into(), 17)],
             kernel: vec!["vfs_read".into()],
@@ -261,7 +156,7 @@ mod tests {
                         lang: "c++".into(),
                         addr: 0x4010,
                         size: 312,
-                        probes: Ok(probing.clone()),
+                        probes: Ok(probing.into()),
                         sites: Some(vec![
                             ListedSite {
                                 addr: 0x4030,
@@ -283,23 +178,10 @@ mod tests {
                         lang: "c".into(),
                         addr: 0x5000,
                         size: 16,
-                        probes: Ok(Probing {
-                            fragments: 0,
-                            entry_offset: 0,
-                            entry_insn: "endbr64".into(),
-                            entry_emulated: false,
-                            returns: "uretprobe (a leaf: nothing can unwind through it)".into(),
-                            rets: 1,
-                            tail_callees: vec![],
-                            unknown_tails: 0,
-                            internal_jumps: 0,
-                            checked_jumps: 0,
-                            unchecked_jumps: 0,
-                            early_rets: 0,
-                            early_points: 0,
-                            early_stepped: 0,
-                            unnamed_fragments: 0,
-                        }),
+                        probes: Ok("entry `endbr64` (single-stepped)  \
+                                    return: uretprobe (a leaf: nothing can unwind through it)  \
+                                    exits: 1 ret"
+                            .into()),
                         sites: None,
                     },
                     ListedFunc {

@@ -29,7 +29,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::tree::human;
+use super::fmt::{clock_us, human, ArgValue};
 
 /// One call that took at least the threshold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,50 +65,6 @@ pub struct Arg {
     pub value: Option<ArgValue>,
 }
 
-/// An argument's value, as its type reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ArgValue {
-    Signed(i64),
-    Unsigned(u64),
-    /// An address: hex in text.
-    Pointer(u64),
-    /// A whole register of unknown type (see [`arg_text`]).
-    Register(u64),
-}
-
-impl ArgValue {
-    /// `v`, the register's 64 bits, read as an integer of `size` bytes.
-    pub fn int(v: u64, size: u8, signed: bool) -> ArgValue {
-        let bits = u32::from(size.clamp(1, 8)) * 8;
-        let low = if bits == 64 {
-            v
-        } else {
-            v & ((1u64 << bits) - 1)
-        };
-        if !signed {
-            return ArgValue::Unsigned(low);
-        }
-        let shift = 64 - bits;
-        ArgValue::Signed(((low << shift) as i64) >> shift)
-    }
-
-    pub fn text(self) -> String {
-        match self {
-            ArgValue::Signed(v) => v.to_string(),
-            ArgValue::Unsigned(v) => v.to_string(),
-            ArgValue::Pointer(v) => format!("{v:#x}"),
-            ArgValue::Register(v) => arg_text(v),
-        }
-    }
-
-    pub fn json(self) -> Value {
-        match self {
-            ArgValue::Signed(v) => json!(v),
-            ArgValue::Unsigned(v) | ArgValue::Pointer(v) | ArgValue::Register(v) => json!(v),
-        }
-    }
-}
-
 /// A call site's time within one recorded call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordSite {
@@ -118,25 +74,6 @@ pub struct RecordSite {
     pub level: u32,
     pub count: u32,
     pub ns: u64,
-}
-
-/// A register value as a number where it looks like one (small, or a
-/// small negative), in hex where it looks like an address.
-pub fn arg_text(v: u64) -> String {
-    let s = v as i64;
-    if (-(1 << 20)..(1 << 20)).contains(&s) {
-        s.to_string()
-    } else {
-        format!("{v:#x}")
-    }
-}
-
-/// Local time of day with microseconds: HH:MM:SS.uuuuuu.
-pub fn clock_us(t: SystemTime) -> String {
-    let us = t
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_micros());
-    format!("{}.{us:06}", super::text::clock(t))
 }
 
 pub fn render_text(r: &Record, w: &mut impl Write) -> io::Result<()> {
@@ -263,36 +200,11 @@ mod tests {
     use crate::golden;
     use std::time::Duration;
 
-    #[test]
-    fn arguments_read_as_numbers_or_addresses() {
-        assert_eq!(arg_text(1500), "1500");
-        assert_eq!(arg_text(0), "0");
-        assert_eq!(arg_text(-1i64 as u64), "-1");
-        assert_eq!(arg_text(0x7ffd_5e2c_1a40), "0x7ffd5e2c1a40");
-        assert_eq!(arg_text(0x404000), "0x404000");
-    }
-
     fn arg(name: &str, value: Option<ArgValue>) -> Arg {
         Arg {
             name: name.into(),
             value,
         }
-    }
-
-    #[test]
-    fn integers_read_as_their_type() {
-        assert_eq!(ArgValue::int(0xffff_ffff, 4, true), ArgValue::Signed(-1));
-        assert_eq!(
-            ArgValue::int(0xdead_0000_0005, 4, true),
-            ArgValue::Signed(5)
-        );
-        assert_eq!(ArgValue::int(u64::MAX, 1, false), ArgValue::Unsigned(255));
-        assert_eq!(
-            ArgValue::int(u64::MAX, 8, false),
-            ArgValue::Unsigned(u64::MAX)
-        );
-        assert_eq!(ArgValue::int(u64::MAX, 8, true), ArgValue::Signed(-1));
-        assert_eq!(ArgValue::Pointer(0).text(), "0x0");
     }
 
     fn sample() -> Vec<Record> {

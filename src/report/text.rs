@@ -5,12 +5,10 @@
 
 use std::io::{self, Write};
 
+use super::fmt::{clock, compact, print_log2_hist, render_split_hist, PERCENTILES};
 #[cfg(test)]
 use super::Counts;
 use super::{CpuSplit, FuncReport, Report, Unit, CPU_PARTS};
-
-pub const PERCENTILES: [(f64, &str); 4] =
-    [(50.0, "p50"), (90.0, "p90"), (99.0, "p99"), (99.9, "p99.9")];
 
 pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     if r.timestamp {
@@ -84,15 +82,7 @@ fn render_summary(
                 let (min, max) = (c.min_ns.min(c.max_ns), c.max_ns);
                 let p = c.hist.percentiles(&[50.0, 99.0]);
                 let at = |p: Option<(u64, u64)>| match p {
-                    Some((lo, hi)) => {
-                        let per = unit.ns();
-                        let lo = lo.saturating_mul(per).clamp(min, max);
-                        let hi = hi
-                            .saturating_mul(per)
-                            .saturating_add(per - 1)
-                            .clamp(min, max);
-                        value(lo, hi, unit)
-                    }
+                    Some(bucket) => bucket_value(bucket, (min, max), unit),
                     None => "-".into(),
                 };
                 cols.push(mean(c.total_ns as f64 / c.count as f64, unit));
@@ -101,7 +91,7 @@ fn render_summary(
                 cols.push(value(max, max, unit));
                 cols.push(value(c.total_ns, c.total_ns, unit));
             }
-            (super::tree::compact(&f.name, 60), cols)
+            (compact(&f.name, 60), cols)
         })
         .collect();
     let head = format!("function ({})", unit.word());
@@ -165,17 +155,12 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         write!(w, "min = {} {u}", value(min, min, unit))?;
         let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
         for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
-            if let Some((lo, hi)) = p {
-                // The bucket in ns, narrowed by the exact min and max (a
-                // call of 0 ns is kept as min 1 ns by the kernel: never let
-                // min exceed max).
-                let per = unit.ns();
-                let lo = lo.saturating_mul(per).clamp(min, max);
-                let hi = hi
-                    .saturating_mul(per)
-                    .saturating_add(per - 1)
-                    .clamp(min, max);
-                write!(w, ", {name} = {} {u}", value(lo, hi, unit))?;
+            if let Some(bucket) = p {
+                write!(
+                    w,
+                    ", {name} = {} {u}",
+                    bucket_value(bucket, (min, max), unit)
+                )?;
             }
         }
         let avg = c.total_ns as f64 / c.count as f64;
@@ -230,6 +215,19 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         super::groups::render_text(g, unit, w)?;
     }
     Ok(())
+}
+
+/// A percentile's bucket `(lo, hi)` in display units, as a value: the
+/// bucket in ns, narrowed by the exact min and max (a call of 0 ns is kept
+/// as min 1 ns by the kernel: never let min exceed max).
+fn bucket_value((lo, hi): (u64, u64), (min, max): (u64, u64), unit: Unit) -> String {
+    let per = unit.ns();
+    let lo = lo.saturating_mul(per).clamp(min, max);
+    let hi = hi
+        .saturating_mul(per)
+        .saturating_add(per - 1)
+        .clamp(min, max);
+    value(lo, hi, unit)
 }
 
 /// A duration known to lie in [lo_ns, hi_ns], in `unit`: the midpoint
@@ -307,72 +305,6 @@ pub fn render_split(
     writeln!(w, "{}", line.join(", "))
 }
 
-/// `--cpu --hist`: a log2 table of each part per call.
-pub fn render_split_hist(hist: &[Vec<u64>; 3], unit: Unit, w: &mut impl Write) -> io::Result<()> {
-    for ((name, _), slots) in CPU_PARTS.iter().zip(hist) {
-        writeln!(w, "\n{name}, per call:")?;
-        if !print_log2_hist(slots, unit.word(), w)? {
-            writeln!(w, "(no calls)")?;
-        }
-    }
-    Ok(())
-}
-
-/// BCC's `print_log2_hist`, row for row: `vals[i]` counts values in
-/// [2^i, 2^(i+1)) (slot 0 holds 0 and 1). Prints nothing when every slot
-/// is empty; says whether it printed a table.
-pub fn print_log2_hist(vals: &[u64], val_type: &str, w: &mut impl Write) -> io::Result<bool> {
-    let Some(idx_max) = vals.iter().rposition(|&v| v > 0) else {
-        return Ok(false);
-    };
-    let val_max = vals.iter().copied().max().unwrap_or(0);
-    // BCC numbers its slots from 1 (its slot 0 holds only zero) and turns
-    // to wide columns past its slot 32.
-    let narrow = idx_max < 32;
-    let (pad, label_w, width, stars) = if narrow {
-        (5, 19, 10, 40)
-    } else {
-        (15, 29, 20, 20)
-    };
-    writeln!(
-        w,
-        "{:pad$}{:<label_w$} : count     distribution",
-        "", val_type
-    )?;
-    for (i, &val) in vals.iter().enumerate().take(idx_max + 1) {
-        let high = (1u128 << (i + 1)) - 1;
-        let mut low = (1u128 << (i + 1)) >> 1;
-        if low == high {
-            low -= 1;
-        }
-        // floor(stars * val / val_max) stars, never more than `stars`.
-        let n = (val.min(val_max) as u128 * stars as u128 / val_max as u128) as usize;
-        writeln!(
-            w,
-            "{low:>width$} -> {high:<width$} : {val:<8} |{}{}|",
-            "*".repeat(n),
-            " ".repeat(stars - n)
-        )?;
-    }
-    Ok(true)
-}
-
-/// Local wall-clock time as HH:MM:SS.
-pub fn clock(t: std::time::SystemTime) -> String {
-    let secs = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as libc::time_t)
-        .unwrap_or(0);
-    // SAFETY: localtime_r writes only into the tm we pass; tm is plain data
-    // for which all-zero bytes are a valid value.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    if !ok {
-        return "??:??:??".into();
-    }
-    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,77 +319,6 @@ mod tests {
             counts,
             groups: None,
         }
-    }
-
-    /// BCC funclatency's sample in the IO Visor article (`funclatency -u
-    /// do_sys_open`), as the article prints it: each line with its first
-    /// five spaces lost. Counts 20, 125, 83, 18, 7, 2 in the slots from
-    /// "0 -> 1" up.
-    const ARTICLE: &str = "\
-usecs               : count     distribution
-    0 -> 1          : 20       |******                                  |
-    2 -> 3          : 125      |****************************************|
-    4 -> 7          : 83       |**************************              |
-    8 -> 15         : 18       |*****                                   |
-   16 -> 31         : 7        |**                                      |
-   32 -> 63         : 2        |                                        |
-";
-
-    #[test]
-    fn table_is_funclatencys() {
-        let mut out = Vec::new();
-        assert!(print_log2_hist(&[20, 125, 83, 18, 7, 2], "usecs", &mut out).unwrap());
-        let out = String::from_utf8(out).unwrap();
-        let shifted: String = out
-            .lines()
-            .map(|l| format!("{}\n", l.strip_prefix("     ").unwrap_or("?")))
-            .collect();
-        assert_eq!(shifted, ARTICLE);
-        // BCC's format strings, applied by hand to the first rows.
-        let mut lines = out.lines();
-        assert_eq!(
-            lines.next(),
-            Some("     usecs               : count     distribution")
-        );
-        assert_eq!(
-            lines.next(),
-            Some("         0 -> 1          : 20       |******                                  |")
-        );
-    }
-
-    /// Past BCC's slot 32 (durations of 2^32 units and more) the columns
-    /// widen and the bars halve, as BCC's do.
-    #[test]
-    fn wide_table() {
-        let mut vals = vec![0u64; 33];
-        vals[31] = 4;
-        let mut out = Vec::new();
-        print_log2_hist(&vals, "nsecs", &mut out).unwrap();
-        let narrow = String::from_utf8(out).unwrap();
-        assert_eq!(
-            narrow.lines().last(),
-            Some("2147483648 -> 4294967295 : 4        |****************************************|")
-        );
-        vals[32] = 2;
-        let mut out = Vec::new();
-        print_log2_hist(&vals, "nsecs", &mut out).unwrap();
-        let wide = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = wide.lines().collect();
-        assert_eq!(
-            lines[0],
-            "               nsecs                         : count     distribution"
-        );
-        assert_eq!(
-            lines[33],
-            "          4294967296 -> 8589934591           : 2        |**********          |"
-        );
-    }
-
-    #[test]
-    fn empty_table_prints_nothing() {
-        let mut out = Vec::new();
-        assert!(!print_log2_hist(&[0, 0], "nsecs", &mut out).unwrap());
-        assert!(out.is_empty());
     }
 
     /// One function's report with `calls` (in ns) bucketed in `unit`, as

@@ -7,8 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use super::json::cpu_json;
-use super::text::{print_log2_hist, render_split_hist};
+use super::fmt::{clock, compact, cpu_json, human, print_log2_hist, render_split_hist};
 use super::{CpuSplit, Hist, Unit, CPU_PARTS};
 
 /// `--cpu` on a line of the tree: each part's share of the node's time.
@@ -152,53 +151,6 @@ pub struct TreeReport {
     pub roots: Vec<TreeNode>,
 }
 
-/// Shortens a long demangled name for a column: template arguments go
-/// first (`basic_string<…>`), then parameters (`f(…)`).
-pub fn compact(name: &str, max: usize) -> String {
-    fn strip(s: &str, open: char, close: char) -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut depth = 0usize;
-        for c in s.chars() {
-            if c == open {
-                if depth == 0 {
-                    out.push(open);
-                    out.push('…');
-                }
-                depth += 1;
-            } else if c == close && depth > 0 {
-                depth -= 1;
-                if depth == 0 {
-                    out.push(close);
-                }
-            } else if depth == 0 {
-                out.push(c);
-            }
-        }
-        out
-    }
-    if name.chars().count() <= max {
-        return name.to_string();
-    }
-    let shorter = strip(name, '<', '>');
-    if shorter.chars().count() <= max {
-        return shorter;
-    }
-    strip(&shorter, '(', ')')
-}
-
-/// `1.23 ms`, `400.3 us`, `12 ns`.
-pub fn human(ns: f64) -> String {
-    if ns >= 1e9 {
-        format!("{:.2} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.2} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.1} us", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
-}
-
 fn pct(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
@@ -209,7 +161,7 @@ fn pct(part: u64, whole: u64) -> f64 {
 
 pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
     if r.timestamp {
-        writeln!(w, "{}", super::text::clock(r.time))?;
+        writeln!(w, "{}", clock(r.time))?;
     }
     for (i, root) in r.roots.iter().enumerate() {
         if i > 0 {
@@ -885,20 +837,6 @@ mod tests {
         assert!(
             text.contains("basic_string.tcc:225 (inlined from "),
             "{text}"
-        );
-    }
-
-    #[test]
-    fn compact_shortens_templates_then_parameters() {
-        assert_eq!(compact("f(int)", 60), "f(int)");
-        let long = "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_dispose()";
-        assert_eq!(
-            compact(long, 60),
-            "std::__cxx11::basic_string<…>::_M_dispose()"
-        );
-        assert_eq!(
-            compact(long, 20),
-            "std::__cxx11::basic_string<…>::_M_dispose(…)"
         );
     }
 

@@ -17,7 +17,7 @@ use super::target::{check_thread, exited, suggest_follow, wait_for_command, Trac
 use crate::cli::{Mode, TraceSettings};
 use crate::plan::{self, ItemKind, Plan};
 use crate::probe::{self, Tracer};
-use crate::report::tree::human;
+use crate::report::fmt::human;
 use crate::resolve::Objects;
 use crate::stop;
 use crate::target::{self, Spawned};

@@ -8,7 +8,6 @@ use anyhow::{Context, Result};
 
 use crate::callsites;
 use crate::cli::ListSettings;
-use crate::disasm::ProbeCost;
 use crate::kernel;
 use crate::plan::{self, ItemKind, Plan};
 use crate::report::list as listing;
@@ -107,8 +106,8 @@ pub fn list(a: ListSettings) -> Result<i32> {
     Ok(1)
 }
 
-/// How `tachy latency` would probe `f`, planned alone.
-fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::Probing, String> {
+/// How `tachy latency` would probe `f`, planned alone, in the plan's words.
+fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<String, String> {
     let mut p = Plan::default();
     let id = p
         .add_function(&r.obj, f, r.source)
@@ -117,21 +116,5 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<listing::
     let ItemKind::Function(t) = &p.items[id as usize].kind else {
         return Err("not a function of the object".into());
     };
-    Ok(listing::Probing {
-        fragments: t.fragments,
-        entry_offset: t.entry_addr - t.addr,
-        entry_insn: t.entry_insn.clone(),
-        entry_emulated: t.entry_cost == ProbeCost::Emulated,
-        returns: t.exits.describe(),
-        rets: t.exits.rets,
-        early_rets: t.exits.early_rets,
-        early_points: t.exits.early_points,
-        early_stepped: t.exits.early_stepped,
-        tail_callees: t.exits.tail_callees.clone(),
-        unknown_tails: t.exits.unknown_tails,
-        internal_jumps: t.exits.internal_jumps,
-        checked_jumps: t.exits.checked_jumps,
-        unchecked_jumps: t.exits.unchecked_jumps,
-        unnamed_fragments: t.exits.unnamed_fragments,
-    })
+    Ok(t.describe_probes())
 }

@@ -3,7 +3,7 @@
 
 use crate::cli::{Format, TraceSettings};
 use crate::plan::by::ByKey;
-use crate::report::tree::human;
+use crate::report::fmt::human;
 use crate::report::Unit;
 
 /// How reports are assembled and written.

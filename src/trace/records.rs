@@ -92,7 +92,7 @@ impl Recorder {
 /// first three registers for an item the plan says nothing of).
 fn record_args(plan: &Plan, k: &probe::KernelRecord) -> Vec<records::Arg> {
     use crate::plan::args::{Fetch, RecordArg, Shown};
-    use records::ArgValue;
+    use crate::report::fmt::ArgValue;
     let fallback;
     let list = match plan.record_args.get(&k.id) {
         Some(l) => l,
