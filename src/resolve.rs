@@ -8,7 +8,8 @@ use std::rc::Rc;
 
 use anyhow::{bail, Result};
 
-use crate::symbols::{self, dwarf, ifunc, ElfObject, Function, Pattern, SymSource};
+use crate::symbols::elf::dwarf;
+use crate::symbols::{self, ifunc, ElfObject, Function, Pattern, SymSource};
 use crate::target::{self, ObjectRef, ProcessMaps};
 
 /// A function spec: `FUNC`, `LIB:FUNC`, `PATH:FUNC`, `k:FUNC`.
@@ -503,7 +504,7 @@ fn explain_miss(pat: &Pattern, searched: &[Searched]) -> String {
         .collect();
     let inlined = with_symbols
         .iter()
-        .find_map(|obj| dwarf::inlined_only(obj, pat));
+        .find_map(|obj| dwarf::inlined_only(obj.dwarf_data(), pat));
     match inlined {
         Some(inl) => msg.push_str(&format!("; {inl}")),
         None => {

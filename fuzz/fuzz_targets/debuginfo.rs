@@ -12,8 +12,9 @@ use std::sync::Once;
 use libfuzzer_sys::fuzz_target;
 use object::read::elf::ElfFile64;
 use object::{Endianness, ReadRef};
-use tachy::symbols::debuginfo::{self, DebugData};
-use tachy::symbols::{lines::LineTable, ElfObject, SymSource};
+use tachy::symbols::elf::debuginfo::{self, DebugData};
+use tachy::symbols::elf::lines::LineTable;
+use tachy::symbols::{ElfObject, SymSource};
 
 /// The debug file `seed_c_debuglink` names (`seeds/build.sh` makes both),
 /// installed next to the input and in its `.debug/`, so the debuglink path
@@ -70,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = obj.describe_source(source);
     // Line tables come from the debug file when the object has no DWARF.
-    if let Some(lines) = LineTable::load(&obj) {
+    if let Some(lines) = LineTable::load(obj.dwarf_data()) {
         for s in syms.iter().take(8) {
             let _ = lines.locate(s.addr);
         }

@@ -10,7 +10,8 @@ use libfuzzer_sys::fuzz_target;
 use object::ReadRef;
 use tachy::callsites;
 use tachy::plan::{self, Drill, Plan};
-use tachy::symbols::{self, dwarf, ElfObject, Pattern};
+use tachy::symbols::elf::dwarf;
+use tachy::symbols::{self, ElfObject, Pattern};
 
 /// Patterns looked up in every object (the seeds define these names).
 const PATTERNS: &[&str] = &["main", "ns::*", "*", "work", "ns::S::get(int) const"];
@@ -63,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
 
     for p in INLINED {
         let pat = Pattern::parse(p).expect("the fixed patterns parse");
-        let _ = dwarf::inlined_only(&obj, &pat);
+        let _ = dwarf::inlined_only(obj.dwarf_data(), &pat);
     }
 
     let mut planned: Vec<(symbols::Function, symbols::SymSource)> = Vec::new();

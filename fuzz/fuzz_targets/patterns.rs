@@ -6,8 +6,8 @@
 use libfuzzer_sys::fuzz_target;
 use tachy::cli::{parse_duration, FuncSpec};
 use tachy::kernel::match_syscalls;
-use tachy::symbols::demangle::{part_of, split_suffix};
-use tachy::symbols::pattern::glob_match;
+use tachy::symbols::names::demangle::{part_of, split_suffix};
+use tachy::symbols::names::glob_match;
 use tachy::symbols::{demangle, Pattern};
 
 fuzz_target!(|data: &[u8]| {

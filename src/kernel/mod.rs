@@ -4,7 +4,7 @@ pub mod syscalls;
 
 use anyhow::{bail, Result};
 
-use crate::symbols::pattern::glob_match;
+use crate::symbols::names::glob_match;
 
 /// The system calls a pattern (`read`, `p*64`) names, as (name, number).
 pub fn match_syscalls(pattern: &str) -> Result<Vec<(&'static str, u32)>> {

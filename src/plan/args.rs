@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use crate::symbols::params::{self, EntryLoc, FuncParams, Param, ParamType, REG_NAMES};
+use crate::symbols::elf::params::{self, EntryLoc, FuncParams, Param, ParamType, REG_NAMES};
 use crate::symbols::{ElfObject, Function};
 
 /// Integer argument registers of the SysV x86-64 function call ABI, as

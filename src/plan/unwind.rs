@@ -31,8 +31,8 @@ use anyhow::Result;
 use object::Object;
 
 use crate::disasm::{Decoded, Target};
+use crate::symbols::elf::index::SymbolIndex;
 use crate::symbols::elf::symbol_names;
-use crate::symbols::index::SymbolIndex;
 use crate::symbols::{demangle, ElfObject, Function};
 
 /// Never runs user code (no callbacks), never unwinds and is no

@@ -98,7 +98,7 @@ fn irelative_slots(obj: &ElfObject, resolver: u64) -> Vec<u64> {
     let Ok(file) = obj.parse() else {
         return Vec::new();
     };
-    super::relocs::read_irelative(&file)
+    super::elf::relocs::read_irelative(&file)
         .into_iter()
         .filter(|&(_, r)| r == resolver)
         .map(|(slot, _)| slot)

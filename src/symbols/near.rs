@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use super::demangle::{demangle, Lang, Part};
 use super::elf::ElfObject;
-use super::pattern::{canon, rust_forms, split_params, strip_abi_tags, strip_args, tails, Pattern};
+use super::names::canon::canon;
+use super::names::syntax::{rust_forms, split_params, strip_abi_tags, strip_args, tails};
+use super::names::{demangle, Lang, Part, Pattern};
 
 /// Up to `max` names in `obj` close to the pattern, best first.
 pub fn suggest(obj: &ElfObject, pat: &Pattern, max: usize) -> Vec<String> {

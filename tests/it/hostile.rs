@@ -38,7 +38,7 @@ fn exercise(path: &Path) {
             }
         }
         let _ = symbols::suggest(&obj, &pat, 5);
-        let _ = symbols::dwarf::inlined_only(&obj, &pat);
+        let _ = symbols::elf::dwarf::inlined_only(obj.dwarf_data(), &pat);
     }
 }
 
@@ -155,7 +155,8 @@ fn a_million_symbols_and_a_64k_name_resolve_in_bounded_time() {
 fn extreme_addresses_are_answered_not_panicked_on() {
     let exe = common::build("cpp_o2");
     let obj = ElfObject::open(&exe, &exe).unwrap();
-    let lines = symbols::lines::LineTable::load(&obj).expect("the fixture has DWARF");
+    let lines =
+        symbols::elf::lines::LineTable::load(obj.dwarf_data()).expect("the fixture has DWARF");
     for a in [0, 1, u64::MAX, u64::MAX - 1, 1 << 63] {
         let _ = lines.locate(a);
         let _ = obj.vaddr_to_offset(a);
@@ -388,7 +389,7 @@ fn compressed_claims_beyond_the_deflate_ratio_are_refused() {
         lie.compressed_data().unwrap().uncompressed_size,
         536_871_034
     );
-    assert!(symbols::section_data(&lie).is_none());
+    assert!(symbols::elf::section_data(&lie).is_none());
     let info = file.section_by_name(".debug_info").unwrap();
-    assert_eq!(symbols::section_data(&info).unwrap().len(), 1009);
+    assert_eq!(symbols::elf::section_data(&info).unwrap().len(), 1009);
 }

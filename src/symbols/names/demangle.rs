@@ -166,7 +166,7 @@ pub fn go_names(raw: &str) -> Names {
         stem: raw.to_string(),
         suffix: String::new(),
         full: raw.to_string(),
-        base: super::golang::printed(raw),
+        base: super::go::printed(raw),
         lang: Lang::Go,
         part: Part::Whole,
     }

@@ -5,13 +5,15 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fs::File;
 
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian};
+use object::read::ReadCache;
 use object::Object;
 
-use super::demangle::{demangle, Lang, Names, Part};
-use super::golang::GLayout;
-use super::{ElfObject, Pattern};
+use super::section::section_data;
+use crate::symbols::golang::GLayout;
+use crate::symbols::names::{demangle, Lang, Names, Part, Pattern};
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
@@ -22,18 +24,18 @@ struct Copy {
     line: u64,
 }
 
-/// Runs `f` on the DWARF of `obj` (or of its separate debug file); `None`
-/// where there is none.
+/// Runs `f` on the DWARF in `data`, the file that holds an object's DWARF
+/// (see `ElfObject::dwarf_data`); `None` where there is none.
 pub fn with_dwarf<T>(
-    obj: &ElfObject,
+    data: &ReadCache<File>,
     f: impl FnOnce(&gimli::Dwarf<R<'_>>) -> Option<T>,
 ) -> Option<T> {
-    let file = object::File::parse(obj.dwarf_data()).ok()?;
+    let file = object::File::parse(data).ok()?;
     file.section_by_name(".debug_info")?;
     let load = |id: gimli::SectionId| -> Result<Cow<'_, [u8]>, gimli::Error> {
         Ok(file
             .section_by_name(id.name())
-            .and_then(|s| super::section_data(&s))
+            .and_then(|s| section_data(&s))
             .unwrap_or(Cow::Borrowed(&[])))
     };
     let sections = gimli::DwarfSections::load(load).ok()?;
@@ -43,8 +45,8 @@ pub fn with_dwarf<T>(
 
 /// If DWARF says the functions matching `pat` exist only as inlined copies,
 /// a sentence saying so and where the first few are.
-pub fn inlined_only(obj: &ElfObject, pat: &Pattern) -> Option<String> {
-    with_dwarf(obj, |dwarf| inlined_only_in(dwarf, pat))
+pub fn inlined_only(data: &ReadCache<File>, pat: &Pattern) -> Option<String> {
+    with_dwarf(data, |dwarf| inlined_only_in(dwarf, pat))
 }
 
 fn inlined_only_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Option<String> {
@@ -232,8 +234,8 @@ fn file_name(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, index: u64)
 /// Where Go's `runtime.g` keeps `stack.lo`, `stack.hi` and `goid`, as the
 /// DWARF of a Go binary describes them (in the unit of package `runtime`),
 /// if it has DWARF that places the stack bounds at least.
-pub fn go_g_layout(obj: &ElfObject) -> Option<GLayout> {
-    with_dwarf(obj, go_g_layout_in)
+pub fn go_g_layout(data: &ReadCache<File>) -> Option<GLayout> {
+    with_dwarf(data, go_g_layout_in)
 }
 
 fn go_g_layout_in(dwarf: &gimli::Dwarf<R<'_>>) -> Option<GLayout> {

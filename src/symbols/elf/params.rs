@@ -129,7 +129,7 @@ impl FuncParams {
 /// `obj` (or its separate debug file). None when the object has no DWARF;
 /// an address missing from the map has no subprogram DIE.
 pub fn params_at(obj: &ElfObject, addrs: &[u64]) -> Option<HashMap<u64, FuncParams>> {
-    super::dwarf::with_dwarf(obj, |dwarf| Some(scan(dwarf, addrs)))
+    super::dwarf::with_dwarf(obj.dwarf_data(), |dwarf| Some(scan(dwarf, addrs)))
 }
 
 /// One pass over every unit: the subprogram DIEs whose entry is one of

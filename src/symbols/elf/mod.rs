@@ -11,107 +11,34 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::debuginfo::{self, DebugData};
+pub mod debuginfo;
+pub mod dwarf;
+mod eh_frame;
+pub mod imports;
+pub mod index;
+pub mod lines;
+pub mod params;
+pub mod relocs;
+mod section;
+
+pub use section::section_data;
+
 use super::golang::{self, GLayout, GoInfo};
-use super::imports::Imports;
-use super::index::SymbolIndex;
-use super::lines::LineTable;
+use super::table::{SymSource, SymTable, TableSym};
 use crate::disasm::Arch;
+use debuginfo::DebugData;
+use eh_frame::{EhSearch, LoadedBytes};
+use imports::Imports;
+use index::SymbolIndex;
+use lines::LineTable;
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::read::ReadCache;
 #[cfg(test)]
 use object::ObjectSection;
 use object::ReadRef;
-use object::{Endianness, Object};
-
-/// Where an object's function symbols came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SymSource {
-    /// The full symbol table.
-    Symtab,
-    /// The symbol table of a separate debug file (build ID or debuglink).
-    DebugFile,
-    /// The symbol table in `.gnu_debugdata` (MiniDebugInfo).
-    MiniDebugInfo,
-    /// Only the dynamic symbol table: exported functions only.
-    Dynsym,
-    /// Go's function table, which stripped Go binaries keep.
-    Gopclntab,
-}
-
-impl SymSource {
-    pub fn describe(self) -> &'static str {
-        match self {
-            SymSource::Symtab => ".symtab",
-            SymSource::DebugFile => "a separate debug file",
-            SymSource::MiniDebugInfo => ".gnu_debugdata (MiniDebugInfo)",
-            SymSource::Dynsym => ".dynsym (exported functions only)",
-            SymSource::Gopclntab => ".gopclntab (Go's function table)",
-        }
-    }
-}
-
-/// A function symbol as the object stores it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawSym<'a> {
-    pub name: &'a str,
-    pub addr: u64,
-    pub size: u64,
-}
-
-/// A function symbol of a [`SymTable`]: its name is the string at `name`
-/// in the table's strings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TableSym {
-    pub name: u32,
-    pub addr: u64,
-    pub size: u64,
-}
-
-/// Function symbols with their names left in the string table they came
-/// from (NUL-terminated strings, some sharing a tail): no name is looked
-/// at until one is asked for.
-#[derive(Clone, Debug, Default)]
-pub struct SymTable<'a> {
-    pub strings: &'a [u8],
-    pub syms: Vec<TableSym>,
-    /// The addresses of the STT_GNU_IFUNC symbols among them: a resolver
-    /// the loader runs once, whose result is the function callers reach.
-    pub ifuncs: Vec<u64>,
-}
-
-impl<'a> SymTable<'a> {
-    /// The symbols with their names; those whose name is not UTF-8 are
-    /// left out.
-    pub fn iter(&self) -> impl Iterator<Item = RawSym<'a>> + '_ {
-        self.syms.iter().filter_map(|s| {
-            Some(RawSym {
-                name: name_at(self.strings, s.name)?,
-                addr: s.addr,
-                size: s.size,
-            })
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.syms.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.syms.is_empty()
-    }
-}
-
-/// The string at `off` in a table of NUL-terminated strings, if it is
-/// there, ends, is not empty and is UTF-8.
-pub fn name_at(strings: &[u8], off: u32) -> Option<&str> {
-    let tail = strings.get(off as usize..)?;
-    let end = memchr::memchr(0, tail)?;
-    std::str::from_utf8(&tail[..end])
-        .ok()
-        .filter(|n| !n.is_empty())
-}
+use object::{Endianness, Object, ObjectSymbol};
+use relocs::DynRelocs;
 
 #[derive(Clone, Copy, Debug)]
 struct Load {
@@ -152,7 +79,7 @@ pub struct ElfObject {
     parts: OnceCell<Vec<(u64, u64)>>,
     /// The search table of `.eh_frame_hdr`, if usable: then `parts` is
     /// not read.
-    eh_search: OnceCell<Option<super::code::EhSearch>>,
+    eh_search: OnceCell<Option<EhSearch>>,
     /// The same file, opened again on first use, to read without the
     /// cache what is read once and dropped (the pass over the dynamic
     /// relocations) or in small pieces on demand. Opened lazily so that
@@ -162,7 +89,7 @@ pub struct ElfObject {
     /// Device and inode of the file opened first.
     id: (u64, u64),
     /// The dynamic relocations, indexed once, when first needed.
-    relocs: OnceCell<super::relocs::DynRelocs>,
+    relocs: OnceCell<DynRelocs>,
     /// The values of the relative relocations, sorted and unique.
     pointers: OnceCell<Vec<u64>>,
     /// Where functions start (every symbol of either table), sorted.
@@ -308,15 +235,15 @@ impl ElfObject {
         let search = self.eh_search.get_or_init(|| {
             self.parse()
                 .ok()
-                .and_then(|f| super::code::eh_search(self, &f))
+                .and_then(|f| eh_frame::eh_search(self, &f))
         });
-        if let Some(hit) = search.and_then(|s| super::code::eh_lookup(self, &s, vaddr)) {
+        if let Some(hit) = search.and_then(|s| eh_frame::eh_lookup(self, &s, vaddr)) {
             return hit;
         }
         let parts = self.parts.get_or_init(|| {
             let mut v = self
                 .parse()
-                .map(|f| super::code::fde_ranges(&f))
+                .map(|f| eh_frame::fde_ranges(&f))
                 .unwrap_or_default();
             v.sort_unstable();
             v
@@ -439,13 +366,19 @@ impl ElfObject {
 
     /// Imported functions by PLT stub and GOT slot (read on first use).
     pub fn imports(&self) -> &Imports {
-        self.imports.get_or_init(|| Imports::load(self))
+        self.imports.get_or_init(|| match self.parse() {
+            Ok(file) => Imports::load(&file, &|slot| self.slot_import(slot).map(str::to_string)),
+            // An object that cannot be parsed imports nothing.
+            Err(_) => Imports::default(),
+        })
     }
 
     /// The DWARF line tables, if the object or its debug file has DWARF
     /// (read on first use).
     pub fn line_table(&self) -> Option<&LineTable> {
-        self.lines.get_or_init(|| LineTable::load(self)).as_ref()
+        self.lines
+            .get_or_init(|| LineTable::load(self.dwarf_data()))
+            .as_ref()
     }
 
     /// Whether anything can unwind through this object's code: `decide`
@@ -461,13 +394,13 @@ impl ElfObject {
     }
 
     /// The dynamic relocations (indexed on first use).
-    pub fn dyn_relocs(&self) -> &super::relocs::DynRelocs {
+    pub fn dyn_relocs(&self) -> &DynRelocs {
         self.relocs.get_or_init(|| match self.parse() {
             Ok(f) => match self.raw_file() {
-                Some(raw) => super::relocs::DynRelocs::read(&f, raw),
-                None => super::relocs::DynRelocs::from_all(&f),
+                Some(raw) => DynRelocs::read(&f, raw),
+                None => DynRelocs::from_all(&f),
             },
-            Err(_) => super::relocs::DynRelocs::default(),
+            Err(_) => DynRelocs::default(),
         })
     }
 
@@ -515,7 +448,7 @@ impl ElfObject {
         self.pointers.get_or_init(|| {
             let relative = self
                 .parse()
-                .map(|f| super::relocs::read_all_relative(&f))
+                .map(|f| relocs::read_all_relative(&f))
                 .unwrap_or_default();
             let mut v: Vec<u64> = relative.iter().map(|r| r.1).collect();
             v.sort_unstable();
@@ -527,7 +460,7 @@ impl ElfObject {
     /// The addresses where a symbol of either table starts a function,
     /// sorted (read on first use).
     pub fn function_starts(&self) -> &[u64] {
-        self.starts.get_or_init(|| super::code::read_starts(self))
+        self.starts.get_or_init(|| read_starts(self))
     }
 
     /// Times the symbol tables were read (see `symbols`).
@@ -548,7 +481,7 @@ impl ElfObject {
     pub fn go_layout(&self) -> Option<GLayout> {
         let dwarf = *self
             .go_layout
-            .get_or_init(|| super::dwarf::go_g_layout(self));
+            .get_or_init(|| dwarf::go_g_layout(self.dwarf_data()));
         dwarf.or_else(|| Some(self.go()?.known_layout()))
     }
 
@@ -639,6 +572,12 @@ impl ElfObject {
             );
         }
         Ok((dynamic, SymSource::Dynsym))
+    }
+}
+
+impl LoadedBytes for ElfObject {
+    fn bytes(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
+        ElfObject::bytes(self, vaddr, len)
     }
 }
 
@@ -749,6 +688,33 @@ fn machine_name(m: u16) -> String {
     }
 }
 
+/// Where the functions of an object start: every function symbol, and
+/// every symbol of the dynamic table too (a stripped object's full table is
+/// gone, and its exports still start functions). Sorted and unique.
+fn read_starts(obj: &ElfObject) -> Vec<u64> {
+    let mut v: Vec<u64> = match obj.symbols() {
+        Ok(index) => index.starts().collect(),
+        Err(_) => Vec::new(),
+    };
+    if let Ok(file) = obj.parse() {
+        add_dynamic_starts(&file, &mut v);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn add_dynamic_starts<'d, R: object::ReadRef<'d>>(
+    file: &ElfFile64<'d, object::Endianness, R>,
+    set: &mut Vec<u64>,
+) {
+    for s in file.dynamic_symbols() {
+        if s.kind() == object::SymbolKind::Text && s.address() != 0 {
+            set.push(s.address());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -766,8 +732,8 @@ mod tests {
         for path in objects {
             let obj = ElfObject::open(&path, &path).unwrap();
             let file = obj.parse().unwrap();
-            let search = super::super::code::eh_search(&obj, &file).expect("search table");
-            let mut all = super::super::code::fde_ranges(&file);
+            let search = super::eh_frame::eh_search(&obj, &file).expect("search table");
+            let mut all = super::eh_frame::fde_ranges(&file);
             all.sort_unstable();
             assert!(all.len() > 100);
             let walk = |a: u64| {
@@ -776,7 +742,7 @@ mod tests {
             };
             for &(start, end) in &all {
                 for a in [start, end - 1, end] {
-                    use super::super::code::{eh_lookup_general, eh_lookup_usual};
+                    use super::eh_frame::{eh_lookup_general, eh_lookup_usual};
                     let hit = eh_lookup_general(&obj, &search, a);
                     assert_eq!(hit, Some(walk(a)), "{} at {a:#x}", path.display());
                     // Both objects have the layout the short lookup reads.

@@ -2,12 +2,15 @@
 //! the inlined function an address belongs to.
 
 use std::borrow::Cow;
+use std::fs::File;
 use std::rc::Rc;
 
 use gimli::{EndianRcSlice, RunTimeEndian};
+use object::read::ReadCache;
 use object::Object;
 
-use super::{demangle, ElfObject};
+use super::section::section_data;
+use crate::symbols::names::demangle;
 
 type R = EndianRcSlice<RunTimeEndian>;
 
@@ -25,14 +28,15 @@ pub struct Location {
 }
 
 impl LineTable {
-    /// None when the object has no DWARF.
-    pub fn load(obj: &ElfObject) -> Option<LineTable> {
-        let file = object::File::parse(obj.dwarf_data()).ok()?;
+    /// The line tables of `dwarf`, the file that holds an object's DWARF
+    /// (see `ElfObject::dwarf_data`); None when it has none.
+    pub fn load(dwarf: &ReadCache<File>) -> Option<LineTable> {
+        let file = object::File::parse(dwarf).ok()?;
         file.section_by_name(".debug_info")?;
         let load = |id: gimli::SectionId| -> Result<R, gimli::Error> {
             let data: Cow<'_, [u8]> = file
                 .section_by_name(id.name())
-                .and_then(|s| super::section_data(&s))
+                .and_then(|s| section_data(&s))
                 .unwrap_or(Cow::Borrowed(&[]));
             Ok(EndianRcSlice::new(Rc::from(&*data), RunTimeEndian::Little))
         };

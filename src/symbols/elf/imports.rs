@@ -5,9 +5,8 @@
 use std::collections::HashMap;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
-use object::{Object, ObjectSection};
-
-use super::elf::ElfObject;
+use object::read::elf::ElfFile64;
+use object::{Endianness, Object, ObjectSection, ReadRef};
 
 /// Imported functions by PLT stub (by GOT slot: `ElfObject::slot_import`).
 #[derive(Debug, Default)]
@@ -16,45 +15,52 @@ pub struct Imports {
 }
 
 impl Imports {
-    /// Reads an object's imports; an object that cannot be parsed has none.
-    pub fn load(obj: &ElfObject) -> Imports {
-        Imports::read(obj, true)
+    /// Reads the imports of an object, `file`; `slot_import` names the
+    /// function a GOT slot holds, by the pass over every dynamic relocation
+    /// (see `ElfObject::slot_import`).
+    pub fn load<'d, R: ReadRef<'d>>(
+        file: &ElfFile64<'d, Endianness, R>,
+        slot_import: &dyn Fn(u64) -> Option<String>,
+    ) -> Imports {
+        Imports::read(file, slot_import, true)
     }
 
     /// `load`, naming every slot by the pass over all relocations unless
     /// `plt_table` allows the PLT's own table.
-    fn read(obj: &ElfObject, plt_table: bool) -> Imports {
-        let Ok(file) = obj.parse() else {
-            return Imports::default();
-        };
+    fn read<'d, R: ReadRef<'d>>(
+        file: &ElfFile64<'d, Endianness, R>,
+        slot_import: &dyn Fn(u64) -> Option<String>,
+        plt_table: bool,
+    ) -> Imports {
         // The slots of `.plt` and `.plt.sec` stubs are named by the PLT's
         // own small relocation table (a slot it leaves alone, such as the
         // first stub's, names nothing); those of `.plt.got`, and all where
         // that table is not the last, by the pass over every relocation.
         let table = plt_table
-            .then(|| super::relocs::plt_symbols(&file))
+            .then(|| super::relocs::plt_symbols(file))
             .flatten();
         let plt_slots: Option<HashMap<u64, &str>> = table.map(|v| {
             v.into_iter()
-                .filter_map(|(slot, sym)| Some((slot, dynamic_name(&file, sym)?)))
+                .filter_map(|(slot, sym)| Some((slot, dynamic_name(file, sym)?)))
                 .collect()
         });
         let import = |section: &str, slot: u64| -> Option<String> {
             match &plt_slots {
                 Some(slots) if section != ".plt.got" => slots.get(&slot).map(|n| n.to_string()),
-                _ => obj.slot_import(slot).map(str::to_string),
+                _ => slot_import(slot),
             }
         };
         // A PLT stub is an indirect jump through a GOT slot, with maybe an
         // `endbr64` before it; the stub starts at whichever comes first.
         let mut plt = HashMap::new();
+        let arm64 = file.architecture() == object::Architecture::Aarch64;
         for sec in file.sections() {
             let name = sec.name().unwrap_or("");
             if !matches!(name, ".plt" | ".plt.sec" | ".plt.got") {
                 continue;
             }
             let Ok(data) = sec.data() else { continue };
-            if obj.arch == crate::disasm::Arch::Arm64 {
+            if arm64 {
                 // AArch64 stubs are 16 bytes, after a 32-byte header.
                 for k in (0..data.len()).step_by(4) {
                     let at = sec.address() + k as u64;
@@ -114,6 +120,7 @@ fn dynamic_name<'a, R: object::ReadRef<'a>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::symbols::ElfObject;
 
     #[test]
     fn plt_table_names_every_stub_as_the_pass_over_all_relocations() {
@@ -128,11 +135,13 @@ mod tests {
         }
         for path in objects {
             let obj = ElfObject::open(&path, &path).unwrap();
-            let quick = Imports::read(&obj, true);
+            let file = obj.parse().unwrap();
+            let slot_import = |slot| obj.slot_import(slot).map(str::to_string);
+            let quick = Imports::read(&file, &slot_import, true);
             assert!(!quick.plt.is_empty(), "{}", path.display());
             assert_eq!(
                 quick.plt,
-                Imports::read(&obj, false).plt,
+                Imports::read(&file, &slot_import, false).plt,
                 "{}",
                 path.display()
             );

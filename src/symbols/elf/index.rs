@@ -8,10 +8,11 @@ use std::collections::HashMap;
 
 use memchr::memmem::Finder;
 
-use super::demangle::{self, demangle, Names, Part};
-use super::elf::{name_at, RawSym, SymTable, TableSym};
-use super::golang::GoInfo;
-use super::{Fragment, Function, Pattern, SymSource};
+use crate::symbols::function::{Fragment, Function};
+use crate::symbols::golang::GoInfo;
+use crate::symbols::names::demangle::{self, demangle, Names, Part};
+use crate::symbols::names::Pattern;
+use crate::symbols::table::{name_at, RawSym, SymSource, SymTable, TableSym};
 
 /// A function symbol: its name is the string at `name` in the index's
 /// strings.
