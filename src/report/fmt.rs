@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::{CpuSplit, Unit, CPU_PARTS};
+use super::counts::{CpuSplit, Unit, CPU_PARTS};
 
 /// The percentiles reports print, with their names.
 pub const PERCENTILES: [(f64, &str); 4] =
@@ -49,6 +49,25 @@ pub fn clock_us(t: SystemTime) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.subsec_micros());
     format!("{}.{us:06}", clock(t))
+}
+
+/// The line saying how much probe time was subtracted from each call, and
+/// how many calls were shorter than that; None when nothing was.
+pub fn probe_time_note(probe_ns: u64, under: u64) -> Option<String> {
+    if probe_ns == 0 {
+        return None;
+    }
+    let mut s = format!(
+        "probe time subtracted from each call: ~{:.2} us",
+        probe_ns as f64 / 1000.0
+    );
+    if under > 0 {
+        s.push_str(&format!(
+            " ({under} call{} shorter than that, read as 0: the correction is larger than the measured time)",
+            if under == 1 { " was" } else { "s were" }
+        ));
+    }
+    Some(s)
 }
 
 /// Shortens a long demangled name for a column: template arguments go

@@ -9,9 +9,9 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::counts::{Counts, Unit};
 use super::fmt::{ArgValue, PERCENTILES};
 use super::hist::round_to_precision;
-use super::{Counts, Unit};
 
 /// One group of one function as the kernel counted it in an interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -27,8 +27,9 @@ use hdrhistogram::serialization::interval_log::{
 use hdrhistogram::serialization::{Deserializer, V2DeflateSerializer};
 use hdrhistogram::Histogram;
 
-use super::hist::{bucket_of, bucket_range};
-use super::{Counts, FuncReport, Hist, Report, Unit};
+use super::counts::{Counts, Unit};
+use super::hist::{bucket_of, bucket_range, Hist};
+use super::{FuncReport, Report};
 
 /// Significant digits of the histograms written: enough that a bucket's
 /// midpoint stays inside the bucket (a kernel bucket is at least 1/16 of

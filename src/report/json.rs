@@ -4,9 +4,10 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::counts::{Counts, Unit};
 use super::fmt::{cpu_json, PERCENTILES};
 use super::hist::bucket_range;
-use super::{Counts, Report, Unit};
+use super::Report;
 
 /// The percentiles of the text report (p50, p90, p99, p99.9) in ns: the
 /// midpoint of the bucket holding each, within the exact min and max.

@@ -23,9 +23,9 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use super::counts::Counts;
 use super::groups::{label, KeyValue};
-use super::hist::bucket_range;
-use super::{Counts, Hist};
+use super::hist::{bucket_range, Hist};
 
 /// The exponents k of the bucket bounds 2^k ns.
 pub const BOUND_LOG2: std::ops::RangeInclusive<u32> = 7..=35;

@@ -5,10 +5,13 @@
 
 use std::io::{self, Write};
 
-use super::fmt::{clock, compact, print_log2_hist, render_split_hist, PERCENTILES};
 #[cfg(test)]
-use super::Counts;
-use super::{CpuSplit, FuncReport, Report, Unit, CPU_PARTS};
+use super::counts::Counts;
+use super::counts::{CpuSplit, Unit, CPU_PARTS};
+use super::fmt::{
+    clock, compact, print_log2_hist, probe_time_note, render_split_hist, PERCENTILES,
+};
+use super::{FuncReport, Report};
 
 pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     if r.timestamp {
@@ -180,7 +183,7 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
     } else if c.unwound > 0 || f.object != std::path::Path::new("kernel") {
         writeln!(w, "left by exception or unwind: {}", c.unwound)?;
     }
-    if let Some(note) = super::probe_time_note(c.probe_ns, c.under) {
+    if let Some(note) = probe_time_note(c.probe_ns, c.under) {
         writeln!(w, "{note}")?;
     }
     if c.filtered > 0 {

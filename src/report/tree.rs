@@ -7,8 +7,11 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use super::fmt::{clock, compact, cpu_json, human, print_log2_hist, render_split_hist};
-use super::{CpuSplit, Hist, Unit, CPU_PARTS};
+use super::counts::{CpuSplit, Unit, CPU_PARTS};
+use super::fmt::{
+    clock, compact, cpu_json, human, print_log2_hist, probe_time_note, render_split_hist,
+};
+use super::hist::Hist;
 
 /// `--cpu` on a line of the tree: each part's share of the node's time.
 fn shares(split: &CpuSplit) -> String {
@@ -214,7 +217,7 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             writeln!(w, "  {}, each part per call:", root.name)?;
             part_tables(hist, r.unit, "    ", w)?;
         }
-        if let Some(note) = super::probe_time_note(root.probe_ns, root.under) {
+        if let Some(note) = probe_time_note(root.probe_ns, root.under) {
             writeln!(w, "  {note}")?;
         }
     }
