@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format binutils xz-utils util-linux \
-	man-db golang-go python3-prometheus-client gcc-aarch64-linux-gnu g++-aarch64-linux-gnu
+	man-db golang-go python3-prometheus-client gcc-aarch64-linux-gnu g++-aarch64-linux-gnu tmux
 TARGET_DIR := target
 
 .PHONY: deps build demo test check bench soak clean fuzz install uninstall deb lintian

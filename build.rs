@@ -10,6 +10,9 @@ use std::process::Command;
 use libbpf_cargo::SkeletonBuilder;
 
 const SRC: &str = "src/bpf/tachy.bpf.c";
+/// `tachy explore`'s sampling profile: a program of its own, loaded only
+/// by that command.
+const PROFILE_SRC: &str = "src/bpf/profile.bpf.c";
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR is set by cargo"));
@@ -23,8 +26,13 @@ fn main() {
         .clang_args(["-I", &format!("vmlinux/{vmlinux_dir}"), "-I", "src/bpf"])
         .build_and_generate(out.join("tachy.skel.rs"))
         .expect("failed to build the BPF program (is clang installed?)");
-    // The program's headers (tachy.h and one per concern) are in src/bpf:
-    // cargo watches every file under a directory it is given.
+    SkeletonBuilder::new()
+        .source(PROFILE_SRC)
+        .clang_args(["-I", &format!("vmlinux/{vmlinux_dir}"), "-I", "src/bpf"])
+        .build_and_generate(out.join("profile.skel.rs"))
+        .expect("failed to build the BPF profile program (is clang installed?)");
+    // The programs' headers (tachy.h and one per concern, profile.h) are in
+    // src/bpf: cargo watches every file under a directory it is given.
     println!("cargo:rerun-if-changed=src/bpf");
     // The calibration functions (src/calibrate.rs) are found by name in
     // tachy's own binary: in .dynsym too, they outlive `strip` (make deb).

@@ -143,6 +143,8 @@ pub enum Command {
     /// Print a man page, or write the man pages of tachy and its subcommands to DIR
     #[command(after_help = MAN_EXAMPLES)]
     Man(ManArgs),
+    /// Explore a process live: where its time goes, then any function's exact latency
+    Explore(crate::explore::ExploreArgs),
 }
 
 const MERGE_EXAMPLES: &str = "\
@@ -311,6 +313,7 @@ impl Command {
             Command::Merge(_) => "merge",
             Command::Diff(_) => "diff",
             Command::Man(_) => "man",
+            Command::Explore(_) => "explore",
         }
     }
 }

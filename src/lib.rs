@@ -17,6 +17,7 @@ pub mod cli;
 pub mod disasm;
 pub mod docs;
 pub mod duration;
+pub mod explore;
 pub mod export;
 pub mod gate;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::{CommandFactory, Parser};
-use tachy::{cli, docs, merge, trace};
+use tachy::{cli, docs, explore, merge, trace};
 
 fn main() {
     let cli = cli::Cli::parse();
@@ -13,6 +13,7 @@ fn main() {
         cli::Command::Completions(a) => {
             docs::completions(a.shell, &mut std::io::stdout().lock()).map(|_| 0)
         }
+        cli::Command::Explore(a) => explore::run(a),
         cli::Command::Merge(a) => merge::run_merge(a),
         cli::Command::Diff(a) => merge::run_diff(a),
         cli::Command::Man(a) => a.validate().and_then(|t| match t {

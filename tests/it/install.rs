@@ -46,7 +46,7 @@ fn files(root: &Path) -> BTreeSet<String> {
     out
 }
 
-const PAGES: [&str; 8] = [
+const PAGES: [&str; 9] = [
     "tachy.1",
     "tachy-latency.1",
     "tachy-nested.1",
@@ -55,6 +55,7 @@ const PAGES: [&str; 8] = [
     "tachy-diff.1",
     "tachy-completions.1",
     "tachy-man.1",
+    "tachy-explore.1",
 ];
 
 /// Completes `line` (the word under the cursor is its last) with the
@@ -142,7 +143,8 @@ fn completions_offer_ids_after_p_and_t_and_keys_after_by() {
     };
     let zsh = script("zsh");
     assert!(!zsh.contains(":PID:_default") && !zsh.contains(":TID:_default"));
-    assert_eq!(zsh.matches(":PID:_pids'").count(), 6, "{zsh}");
+    // -p and --pid of latency, nested, list and explore.
+    assert_eq!(zsh.matches(":PID:_pids'").count(), 8, "{zsh}");
     assert_eq!(zsh.matches(":TID:_tachy_tids'").count(), 4, "{zsh}");
     assert!(zsh.contains("_tachy_tids() {"));
     assert!(zsh.contains(":KEY:(caller tid pid goroutine arg0"), "{zsh}");

@@ -9,6 +9,7 @@ mod arm64;
 mod by;
 mod errors;
 mod exits;
+mod explore;
 mod faults;
 mod fixtures_selftest;
 mod fleet;

@@ -154,6 +154,8 @@ const FIXTURES: &[Def] = &[
         ..plain("why", &["why.c", "fixture.h"], Tool::Cc,
                 &["-O2", "-g", "-pthread", "-Wall", "-Wextra"])
     },
+    // Signals drive it: see the source.
+    plain("explore", &["explore.c"], Tool::Cc, &["-O2", "-g", "-pthread", "-Wall", "-Wextra"]),
     plain("args", &["args.cpp", "fixture.h"], Tool::Cxx,
           &["-std=c++17", "-O2", "-Wall", "-Wextra", "-g"]),
     // No DWARF.

@@ -1,0 +1,331 @@
+//! `tachy explore`: a live terminal explorer of one process. The first
+//! screen is where its time goes, from a sampling profile of its threads
+//! on the CPU and blocked (`sampler`, unwound and named by `stacks`, added
+//! up by `profile`); Enter on a function times it exactly with `tachy
+//! latency` (`watch`). The screens are a pure model (`ui`); this file is
+//! the run loop: terminal, keys, signals, refresh once a second. `--print`
+//! prints the first screen's rows instead, for scripts and tests.
+
+pub mod profile;
+pub mod sampler;
+pub mod stacks;
+pub mod ui;
+pub mod watch;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use self::profile::{Profile, Sort};
+use self::sampler::{Event, Kind, Sampler};
+use self::stacks::{Frame, Stacks};
+use self::ui::{Action, Key, Model, View};
+
+const EXAMPLES: &str = "\
+Examples:
+  tachy explore -p 4242                  where the time of process 4242 goes, live
+  tachy explore -p 4242 --print -d 5     the same rows after 5 s, printed
+
+Keys: Up/Down (j/k) move, s sorts (total, on-CPU, blocked, self), Enter
+times the function exactly (tachy latency), Esc goes back, q or Ctrl-C
+quits. Quitting, SIGTERM and SIGHUP detach every probe.";
+
+/// `tachy explore`'s arguments.
+#[derive(Args, Debug)]
+#[command(after_help = EXAMPLES)]
+pub struct ExploreArgs {
+    /// The process to explore
+    #[arg(short, long, value_name = "PID")]
+    pub pid: u32,
+
+    /// Print the profile's rows after -d SECS instead of the full-screen view
+    #[arg(long)]
+    pub print: bool,
+
+    /// With --print: profile for SECS seconds (2 if not given)
+    #[arg(short, long, value_name = "SECS", value_parser = crate::cli::parse_seconds)]
+    pub duration: Option<Duration>,
+
+    /// With --print: print N rows at most
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub rows: usize,
+
+    /// With --print: order rows by total, on-cpu, blocked or self time
+    #[arg(long, value_name = "KEY", default_value = "total", value_parser = ["total", "on-cpu", "blocked", "self"])]
+    pub sort: String,
+}
+
+/// Set by SIGINT, SIGTERM and SIGHUP: the run loop ends, detaching
+/// everything and restoring the terminal.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_stop() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        let h = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, h);
+        }
+    }
+}
+
+pub fn run(a: ExploreArgs) -> Result<i32> {
+    if !crate::target::process_alive(a.pid) {
+        bail!("no process {}", a.pid);
+    }
+    install_stop();
+    let sort = match a.sort.as_str() {
+        "on-cpu" => Sort::OnCpu,
+        "blocked" => Sort::OffCpu,
+        "self" => Sort::SelfCpu,
+        _ => Sort::Total,
+    };
+    let sampler = Sampler::start(a.pid)?;
+    let collector = Collector::new(a.pid);
+    if a.print {
+        print(a, sampler, collector, sort)
+    } else {
+        interactive(a.pid, sampler, collector)
+    }
+}
+
+/// Reads the sampler's events into a profile.
+struct Collector {
+    stacks: Stacks,
+    profile: Profile,
+    /// Threads asleep: when they went to sleep, and where.
+    asleep: HashMap<u32, (u64, Vec<Frame>)>,
+    start: Instant,
+}
+
+impl Collector {
+    fn new(pid: u32) -> Collector {
+        Collector {
+            stacks: Stacks::new(pid),
+            profile: Profile::new(1_000_000_000 / sampler::HZ),
+            asleep: HashMap::new(),
+            start: Instant::now(),
+        }
+    }
+
+    fn add(&mut self, events: Vec<Event>) {
+        for e in events {
+            match e {
+                Event::Stack(s) => {
+                    let addrs = self.stacks.unwind(&s);
+                    let frames: Vec<Frame> = addrs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &a)| self.stacks.name(a, i > 0))
+                        .collect();
+                    match s.kind {
+                        Kind::OnCpu => self.profile.add(&frames, None),
+                        Kind::Off => {
+                            self.asleep.insert(s.tid, (s.ns, frames));
+                        }
+                    }
+                }
+                Event::Back { tid, ns } => {
+                    if let Some((from, frames)) = self.asleep.remove(&tid) {
+                        self.profile.add(&frames, Some(ns.saturating_sub(from)));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn print(a: ExploreArgs, mut sampler: Sampler, mut c: Collector, sort: Sort) -> Result<i32> {
+    let until = Instant::now() + a.duration.unwrap_or(Duration::from_secs(2));
+    while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+        let events = sampler.read(Duration::from_millis(100));
+        c.add(events);
+    }
+    let lost = sampler.lost();
+    drop(sampler);
+    let p = &c.profile;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "pid {}: {:.1} s, {} on-CPU samples, {} blocked{}",
+        a.pid,
+        c.start.elapsed().as_secs_f64(),
+        p.samples,
+        crate::report::fmt::human(p.off_ns as f64),
+        if lost > 0 {
+            format!(", {lost} stacks lost")
+        } else {
+            String::new()
+        }
+    )?;
+    writeln!(out, " TOTAL    CPU   SELF  BLOCK  FUNCTION  OBJECT")?;
+    for r in p.rows(sort).into_iter().take(a.rows) {
+        writeln!(
+            out,
+            "{:5.1}% {:5.1}% {:5.1}% {:5.1}%  {}  {}",
+            p.total_share(r) * 100.0,
+            p.on_share(r) * 100.0,
+            p.self_share(r) * 100.0,
+            p.off_share(r) * 100.0,
+            r.shown,
+            r.key.object.display()
+        )?;
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// The terminal in raw mode on the alternate screen, restored on drop
+/// (also on an error, or when the terminal is gone after a SIGHUP: each
+/// step is tried, none is fatal).
+struct Screen;
+
+impl Screen {
+    fn enter() -> Result<Screen> {
+        crossterm::terminal::enable_raw_mode().context("cannot set the terminal to raw mode")?;
+        let s = Screen;
+        crossterm::execute!(
+            std::io::stdout(),
+            crossterm::terminal::EnterAlternateScreen,
+            crossterm::cursor::Hide
+        )
+        .context("cannot switch to the terminal's alternate screen")?;
+        Ok(s)
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = crossterm::execute!(
+            std::io::stdout(),
+            crossterm::terminal::LeaveAlternateScreen,
+            crossterm::cursor::Show
+        );
+        let _ = crossterm::terminal::disable_raw_mode();
+    }
+}
+
+fn key_of(k: crossterm::event::KeyEvent) -> Option<Key> {
+    use crossterm::event::{KeyCode, KeyEventKind, KeyModifiers};
+    if k.kind == KeyEventKind::Release {
+        return None;
+    }
+    Some(match k.code {
+        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => Key::Interrupt,
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::PageUp => Key::PageUp,
+        KeyCode::PageDown => Key::PageDown,
+        KeyCode::Home => Key::Home,
+        KeyCode::End => Key::End,
+        KeyCode::Enter => Key::Enter,
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Tab => Key::Tab,
+        KeyCode::Char(c) => Key::Char(c),
+        _ => return None,
+    })
+}
+
+fn interactive(pid: u32, sampler: Sampler, mut c: Collector) -> Result<i32> {
+    let comm = crate::scope::comm(pid).unwrap_or_else(|| "?".into());
+    let mut model = Model::new(format!("pid {pid} ({comm})"), Profile::default());
+    let screen = Screen::enter()?;
+    let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+    let mut term = ratatui::Terminal::new(backend).context("cannot draw on the terminal")?;
+    term.clear().ok();
+    let mut sampler = Some(sampler);
+    let mut watch: Option<watch::Watch> = None;
+    let mut next_draw = Instant::now();
+    let mut dirty = true;
+    let result = loop {
+        if STOP.load(Ordering::SeqCst) {
+            break Ok(0);
+        }
+        if let Some(s) = sampler.as_mut() {
+            let events = s.read(Duration::from_millis(20));
+            c.add(events);
+        }
+        if let (Some(w), View::Trace(t)) = (watch.as_mut(), &mut model.view) {
+            for line in w.read() {
+                match line {
+                    watch::Line::Report(v) => t.add_report(&v),
+                    watch::Line::Said(s) => t.say(s),
+                    watch::Line::Ended => t.ended = true,
+                }
+                dirty = true;
+            }
+        }
+        if !crate::target::process_alive(pid) {
+            break Ok(0);
+        }
+        let mut action = Action::None;
+        match crossterm::event::poll(Duration::from_millis(30)) {
+            Ok(true) => match crossterm::event::read() {
+                Ok(crossterm::event::Event::Key(k)) => {
+                    if let Some(key) = key_of(k) {
+                        action = model.update(key);
+                        dirty = true;
+                    }
+                }
+                Ok(crossterm::event::Event::Resize(..)) => dirty = true,
+                Ok(_) => {}
+                // The terminal is gone (the SSH session dropped).
+                Err(_) => break Ok(0),
+            },
+            Ok(false) => {}
+            Err(_) => break Ok(0),
+        }
+        match action {
+            Action::Quit => break Ok(0),
+            Action::Trace { spec, .. } => {
+                // The profile stops: its numbers stay on the first screen.
+                if let Some(s) = sampler.take() {
+                    model.lost = s.lost();
+                }
+                match watch::Watch::start(pid, &spec) {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => {
+                        if let View::Trace(t) = &mut model.view {
+                            t.say(format!("{e:#}"));
+                        }
+                    }
+                }
+            }
+            Action::Untrace => {
+                if let Some(w) = watch.take() {
+                    w.stop();
+                }
+            }
+            Action::None => {}
+        }
+        let now = Instant::now();
+        if now >= next_draw || dirty {
+            if sampler.is_some() {
+                model.profile = c.profile.clone();
+                model.seconds = c.start.elapsed().as_secs_f64();
+            }
+            if term.draw(|f| model.draw(f)).is_err() {
+                break Ok(0);
+            }
+            dirty = false;
+            while next_draw <= now {
+                next_draw += Duration::from_secs(1);
+            }
+        }
+    };
+    if let Some(w) = watch.take() {
+        w.stop();
+    }
+    drop(sampler);
+    drop(term);
+    drop(screen);
+    result
+}
