@@ -114,9 +114,11 @@ static __always_inline int do_exit_probe(struct pt_regs *ctx)
 }
 
 /*
- * A tail jump leaves the frame at the top, keyed by SP here: to a known
- * callee (`indirect` false), whose returns end the frame, or to unknown
- * code, whose returns are not probed: the frame is timed up to the jump.
+ * A tail jump leaves the frame keyed by SP here: to a known callee
+ * (`indirect` false), whose returns end the frame, or to unknown code,
+ * whose returns are not probed: the frame is timed up to the jump, and
+ * with it end the sites that end with it (a tail-jump site that led here
+ * shares its key), as at a `ret`.
  */
 static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 {
@@ -126,14 +128,20 @@ static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 	t = current_thread(false);
 	if (!t)
 		return 0;
+	if (indirect) {
+		struct walk_ctx c = {.t = t,
+				     .sp = PT_REGS_SP(ctx),
+				     .now = bpf_ktime_get_ns(),
+				     .only = ANY_ID,
+				     .indirect = true};
+
+		if (t->depth)
+			exit_walk(&c);
+		return 0;
+	}
 	f = top(t);
 	if (!f || f->sp != PT_REGS_SP(ctx))
 		return 0;
-	if (indirect) {
-		close_frame(t, f, bpf_ktime_get_ns(), true, 0);
-		t->depth--;
-		return 0;
-	}
 	f->flags |= TACHY_FRAME_TAILING;
 	return 0;
 }

@@ -295,6 +295,9 @@ struct walk_ctx {
 	/* an exit: the open sites that end with their parent above the key
 	 * end with the frame closed there (else they were abandoned) */
 	bool chain;
+	/* an exit by a tail jump to unknown code: the function frames closed
+	 * at the key are timed up to the jump */
+	bool indirect;
 };
 
 #define ANY_ID 0xffffffffU
@@ -379,7 +382,9 @@ static long exit_one(__u64 i, void *data)
 		if (c->only != ANY_ID &&
 		    (!(f->flags & TACHY_FRAME_SITE) || f->slot != c->only))
 			return 1;
-		close_frame(t, f, c->now, false, c->ret);
+		close_frame(t, f, c->now,
+			    c->indirect && !(f->flags & TACHY_FRAME_SITE),
+			    c->ret);
 		t->depth--;
 		return c->only != ANY_ID;
 	}
@@ -423,16 +428,22 @@ static long chain_one(__u64 i, void *data)
 	return 1;
 }
 
+static __always_inline void exit_walk(struct walk_ctx *c)
+{
+	struct tachy_frame *f = top(c->t);
+
+	if (f && (f->flags & TACHY_FRAME_TAILSITE) && above(f, c->sp))
+		bpf_loop(TACHY_MAX_DEPTH, chain_one, c, 0);
+	bpf_loop(TACHY_MAX_DEPTH, exit_one, c, 0);
+}
+
 static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
 				    __u32 only, __u64 ret)
 {
 	struct walk_ctx c = {
 		.t = t, .sp = sp, .now = now, .only = only, .ret = ret};
-	struct tachy_frame *f = top(t);
 
-	if (f && (f->flags & TACHY_FRAME_TAILSITE) && above(f, sp))
-		bpf_loop(TACHY_MAX_DEPTH, chain_one, &c, 0);
-	bpf_loop(TACHY_MAX_DEPTH, exit_one, &c, 0);
+	exit_walk(&c);
 }
 
 /* A return to the slot at `sp`; `ret`: the return address, where known. */

@@ -147,6 +147,31 @@ fn sites_ending_with_their_parent_close_at_depth_two() {
     assert!(num(work, "total_ns") >= num(sleep, "total_ns"), "{out}");
 }
 
+/// handoff calls quick, then tail-jumps to napper, which tail-jumps into
+/// libc through the PLT. With ret probes, the jump into code tachy does not
+/// follow ends handoff (timed up to it) and the tail site that led there;
+/// with a uretprobe, handoff's return does. Every call counts, none is left
+/// by exception.
+#[test]
+fn a_tail_site_ending_in_a_jump_to_unknown_code_closes_with_its_parent() {
+    let _g = common::needs_root!();
+    let n = 50;
+    for fixture in ["seams_unwind", "seams"] {
+        let (rep, out) = report(
+            "nested",
+            &["--json", "handoff"],
+            fixture,
+            &["handoff", &n.to_string(), "200"],
+        );
+        assert_eq!(counts(&out.fixture_text())["handoff"], n, "{out}");
+        let root = &rep["roots"][0];
+        no_unwound(root);
+        assert_eq!(num(root, "count"), n, "{fixture}: {out}");
+        assert_eq!(num(child(root, "quick"), "count"), n, "{fixture}: {out}");
+        assert_eq!(num(child(root, "napper"), "count"), n, "{fixture}: {out}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Tail calls between traced functions
 // ---------------------------------------------------------------------------

@@ -143,6 +143,9 @@ const FIXTURES: &[Def] = &[
           &["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-DWITH_UNWIND"]),
     plain("seams", &["seams.c", "fixture.h"], Tool::Cc,
           &["-std=c11", "-O2", "-g", "-Wall", "-Wextra"]),
+    // The same shapes with ret probes (the process may unwind).
+    plain("seams_unwind", &["seams.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-DWITH_UNWIND"]),
     // Without CET's `endbr64` (as Debian's g++ builds by default), every
     // traced function starts with `push`.
     plain("exits", &["exits.cpp", "fixture.h"], Tool::Cxx,
