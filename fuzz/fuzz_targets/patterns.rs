@@ -4,7 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tachy::cli::{parse_duration, FuncSpec};
+use tachy::duration::parse_duration;
+use tachy::resolve::FuncSpec;
 use tachy::kernel::match_syscalls;
 use tachy::symbols::names::demangle::{part_of, split_suffix};
 use tachy::symbols::names::glob_match;
