@@ -1243,30 +1243,6 @@ fn parse_duration_arg(s: &str) -> std::result::Result<u64, String> {
     parse_duration(s).map_err(|e| format!("{e:#}"))
 }
 
-/// Parses a positive time: seconds (`5`, `0.5`) or a duration with its
-/// unit (`500ms`, `2m`).
-pub fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
-    let too_long = || format!("{s:?} is longer than {MAX_SECONDS} seconds (31 years), the most");
-    let ns = match s.trim().parse::<f64>() {
-        Ok(secs) if secs.is_nan() => return Err(format!("{s:?} is not a number of seconds")),
-        Ok(secs) if secs <= 0.0 => return Err(POSITIVE.into()),
-        Ok(secs) if secs <= MAX_SECONDS as f64 => (secs * 1e9).round() as u64,
-        Ok(_) => return Err(too_long()),
-        Err(_) if s.trim_start().starts_with('-') => return Err(POSITIVE.into()),
-        Err(_) => parse_duration(s).map_err(|e| e.to_string())?,
-    };
-    if ns == 0 {
-        return Err(POSITIVE.into());
-    }
-    if ns > MAX_SECONDS * 1_000_000_000 {
-        return Err(too_long());
-    }
-    Ok(Duration::from_nanos(ns))
-}
-
-/// The longest time `-d` and `-i` take, in seconds.
-const MAX_SECONDS: u64 = 999_999_999;
-
 /// The shortest interval of `-i`: reading and printing every function's
 /// counters more often would be most of what tachy does.
 const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -1280,9 +1256,9 @@ fn parse_interval(s: &str) -> std::result::Result<Duration, String> {
     Ok(d)
 }
 
-const POSITIVE: &str = "needs a positive time (e.g. 5, 0.5, 500ms)";
-
-pub use crate::duration::parse_duration;
+#[cfg(test)]
+use crate::duration::POSITIVE;
+pub use crate::duration::{parse_duration, parse_seconds};
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,7 @@
 //! Durations as people type them on the command line and in bounds.
 
+use std::time::Duration;
+
 use anyhow::{bail, Context, Result};
 
 /// Parses `250us`, `1.5ms`, `2s`, `100ns`, `1m` into nanoseconds.
@@ -27,3 +29,29 @@ pub fn parse_duration(s: &str) -> Result<u64> {
     }
     Ok(ns.round() as u64)
 }
+
+/// Parses a positive time: seconds (`5`, `0.5`) or a duration with its
+/// unit (`500ms`, `2m`).
+pub fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
+    let too_long = || format!("{s:?} is longer than {MAX_SECONDS} seconds (31 years), the most");
+    let ns = match s.trim().parse::<f64>() {
+        Ok(secs) if secs.is_nan() => return Err(format!("{s:?} is not a number of seconds")),
+        Ok(secs) if secs <= 0.0 => return Err(POSITIVE.into()),
+        Ok(secs) if secs <= MAX_SECONDS as f64 => (secs * 1e9).round() as u64,
+        Ok(_) => return Err(too_long()),
+        Err(_) if s.trim_start().starts_with('-') => return Err(POSITIVE.into()),
+        Err(_) => parse_duration(s).map_err(|e| e.to_string())?,
+    };
+    if ns == 0 {
+        return Err(POSITIVE.into());
+    }
+    if ns > MAX_SECONDS * 1_000_000_000 {
+        return Err(too_long());
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// The longest time `-d` and `-i` take, in seconds.
+const MAX_SECONDS: u64 = 999_999_999;
+
+pub(crate) const POSITIVE: &str = "needs a positive time (e.g. 5, 0.5, 500ms)";

@@ -47,7 +47,7 @@ pub struct ExploreArgs {
     pub print: bool,
 
     /// With --print: profile for SECS seconds (2 if not given)
-    #[arg(short, long, value_name = "SECS", value_parser = crate::cli::parse_seconds)]
+    #[arg(short, long, value_name = "SECS", value_parser = crate::duration::parse_seconds)]
     pub duration: Option<Duration>,
 
     /// With --print: print N rows at most
