@@ -181,6 +181,8 @@ pub fn parse_arg(s: &str) -> std::result::Result<Bound, String> {
 pub struct Verdict {
     pub function: String,
     pub bound: String,
+    /// What the bound reads: how A and B print.
+    pub figure: Figure,
     pub a: Option<f64>,
     pub b: Option<f64>,
     /// None: not judged.

@@ -833,6 +833,7 @@ pub fn judge(bounds: &[Bound], d: &Diff) -> Vec<Verdict> {
                 out.push(Verdict {
                     function: format!("{} [{}]", r.name, r.object.display()),
                     bound: bound.text.clone(),
+                    figure: bound.figure,
                     a: va,
                     b: vb,
                     crossed,
@@ -853,11 +854,9 @@ fn render_verdicts(
     if bounds.is_empty() {
         return Ok(());
     }
-    let figure = |b: &str, v: Option<f64>| match v {
+    let figure = |f: Figure, v: Option<f64>| match v {
         None => "-".to_string(),
-        Some(n) if Bound::parse(b).is_ok_and(|b| matches!(b.figure, Figure::Time(_))) => {
-            crate::report::fmt::human(n)
-        }
+        Some(n) if matches!(f, Figure::Time(_)) => crate::report::fmt::human(n),
         Some(n) if n.fract() == 0.0 => format!("{n}"),
         Some(n) => format!("{n:.1}"),
     };
@@ -887,8 +886,8 @@ fn render_verdicts(
             "  {}: {what} {}: {} -> {}{change}",
             v.function,
             v.bound,
-            figure(&v.bound, v.a),
-            figure(&v.bound, v.b),
+            figure(v.figure, v.a),
+            figure(v.figure, v.b),
         )?;
     }
     Ok(())
