@@ -173,6 +173,8 @@ struct tachy_cpu {
 	/* The CPU's steal clock when the thread's time was last settled
 	 * (steal_settle in cpu.h). */
 	__u64 steal0;
+	/* The thread's sum_exec_runtime when it left the CPU. */
+	__u64 exec0;
 };
 
 /* Log2 slots of the parts' histograms (--cpu --hist), as funclatency's. */

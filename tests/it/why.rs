@@ -93,6 +93,36 @@ fn sleeping_function_is_blocked() {
     assert!(num(c, "blocked_ns") >= 20 * 4_900_000, "{out}");
 }
 
+/// Every one of 600 sleeps of 5 ms is blocked for 5 ms, and its on-CPU
+/// part stays near the fixture's CPU time, though the kernel here drops a
+/// thread's wakeup and switch-in now and then (about one sleep in 200: a
+/// switch-out, then the next switch-out, nothing between, with bpftrace as
+/// with tachy). Such a sleep used to count as 5 ms on a CPU.
+#[test]
+fn every_sleep_is_blocked_when_a_switch_in_goes_unseen() {
+    let _g = common::needs_root!();
+    let out = run_why(
+        "latency",
+        &["--cpu", "--json", "--record-slower-than", "0ns", "sleeper"],
+        "sleep",
+        600,
+    );
+    assert_fifo(&out);
+    let recs: Vec<Value> = out
+        .reports()
+        .into_iter()
+        .filter(|v| v["type"] == "record")
+        .collect();
+    assert_eq!(recs.len(), 600, "{out}");
+    for r in &recs {
+        let c = &r["cpu"];
+        assert!(num(c, "blocked_ns") >= 4_900_000, "{r}");
+        // The fixture spends 5-20 us on a CPU per call; a tick (4 ms at
+        // 250 Hz) is the most the repair may leave on the CPU side.
+        assert!(num(c, "oncpu_ns") < 1_000_000, "{r}");
+    }
+}
+
 /// A function that spins for 5 ms of CPU time is on a CPU nearly all along,
 /// and tachy's on-CPU time is the thread's own CPU time (the probes' own
 /// cost, a few microseconds per call, aside).
