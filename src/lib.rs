@@ -15,7 +15,6 @@ pub mod calibrate;
 pub mod callsites;
 pub mod cli;
 pub mod disasm;
-pub mod docs;
 pub mod duration;
 pub mod explore;
 pub mod export;

@@ -1,7 +1,8 @@
 //! tachy: parse the arguments, run, print one error chain, exit.
 
 use clap::{CommandFactory, Parser};
-use tachy::{cli, docs, explore, merge, trace};
+use tachy::cli::{self, docs};
+use tachy::{explore, merge, trace};
 
 fn main() {
     let cli = cli::Cli::parse();

@@ -1,15 +1,15 @@
 //! Shell completion scripts and man pages, generated from the clap
-//! definitions in `cli`, so they always name the options tachy has.
-//! Nothing here traces or touches the system beyond the files it is told
-//! to write.
+//! definitions in `args` so that they always name the options tachy has,
+//! and which page `tachy man` prints. Nothing here traces or touches the
+//! system beyond the files it is told to write.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::CommandFactory;
 
-use crate::cli::Cli;
+use super::{usage, Cli, ManArgs};
 
 /// Writes the completion script for `shell` to `w`. Bash, zsh and fish
 /// complete the ids of running processes after -p and of their threads
@@ -166,6 +166,46 @@ const FILES: [(&str, &str); 2] = [
         "The same for other users (~/.cache/tachy/probe\\-time without XDG_CACHE_HOME).",
     ),
 ];
+
+/// What `tachy man` writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManTarget {
+    /// One page to standard output: `tachy` or a subcommand's name.
+    Page(String),
+    /// Every page, into this directory.
+    Dir(PathBuf),
+}
+
+impl ManArgs {
+    /// Tells a page from a directory: a directory has a `/` in it (or is
+    /// `.` or `..`), so that no directory can shadow a page's name.
+    pub fn validate(self) -> Result<ManTarget> {
+        let Some(arg) = self.page else {
+            return Ok(ManTarget::Page("tachy".into()));
+        };
+        if arg.contains('/') || arg == "." || arg == ".." {
+            return Ok(ManTarget::Dir(PathBuf::from(arg)));
+        }
+        let names = page_names();
+        let name = arg.strip_prefix("tachy-").unwrap_or(&arg);
+        if names.iter().any(|n| n == name) {
+            return Ok(ManTarget::Page(name.to_string()));
+        }
+        Err(usage(format!(
+            "{arg:?} is not a page ({}); write a directory with a / in it (./{arg})",
+            names.join(", ")
+        )))
+    }
+}
+
+/// The names `tachy man` prints a page for: tachy and its subcommands.
+pub fn page_names() -> Vec<String> {
+    let cmd = Cli::command();
+    std::iter::once("tachy".to_string())
+        .chain(cmd.get_subcommands().map(|c| c.get_name().to_string()))
+        .filter(|n| n != "help")
+        .collect()
+}
 
 /// tachy and its subcommands, each as its page renders it (built, so that
 /// each knows its `tachy latency` name).
