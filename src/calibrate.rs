@@ -1,6 +1,6 @@
 //! The probes' own time: measured at start-up on functions of tachy's own
 //! binary whose instructions are known exactly, then turned into what the
-//! kernel subtracts from each traced call (`Plan::probe_time`).
+//! kernel subtracts from each traced call (`probe::Live::probe_time`).
 //!
 //! A probe's hit costs time before the BPF program reads the clock (the
 //! trap) and after (the rest of the program, the return to user space and,
@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use crate::callsites::{Site, SiteKind};
 use crate::disasm::ProbeCost;
 use crate::plan::{ExitMode, ItemKind, Plan, ProbeKind, ProbeTime, Settings, SiteNode};
-use crate::probe::Tracer;
+use crate::probe::{Live, Tracer};
 use crate::report::hist::bucket_range;
 use crate::report::Counts;
 use crate::symbols::{self, ElfObject};
@@ -291,7 +291,6 @@ fn plan(exe: &Path) -> Result<Plan> {
         unit_ns: 1,
         ..Settings::default()
     });
-    plan.pid = Some(std::process::id());
     let syms = symbols::find(&obj, &symbols::Pattern::parse("tachy_cal_*")?)?;
     let source = syms.source;
     let mut by_name: BTreeMap<&str, &symbols::Function> = BTreeMap::new();
@@ -443,7 +442,12 @@ pub fn measure(verbose: bool) -> Result<Measured> {
     let before: Vec<u64> = (0..FUNCS.len()).map(|i| wall_ns(i, &mut buf)).collect();
     let mut storage = MaybeUninit::uninit();
     let attached = AtomicUsize::new(0);
-    let mut tracer = Tracer::attach(&mut storage, &plan, verbose, &attached)
+    // Counted in this process, where the calibration functions run.
+    let live = Live {
+        pid: Some(std::process::id()),
+        probe_time: Vec::new(),
+    };
+    let mut tracer = Tracer::attach(&mut storage, &plan, &live, verbose, &attached)
         .context("cannot attach the probe-time calibration")?;
     let ids = plan.ids() as usize;
     let mut reads: Vec<Vec<u64>> = vec![Vec::new(); ids];

@@ -222,9 +222,6 @@ pub struct Plan {
     /// `tachy nested` only: the probed site addresses, (object, vaddr),
     /// indexed by slot. A function's sites have consecutive slots.
     pub slots: Vec<(usize, u64)>,
-    /// Per id: the probes' own time the kernel subtracts (empty: none,
-    /// as with `--raw`). See `crate::calibrate`.
-    pub probe_time: Vec<ProbeTime>,
     /// `tachy nested` only: per slot with a probe of its own where the
     /// call returns, what a hit there costs.
     pub slot_ends: std::collections::BTreeMap<u32, ProbeCost>,
@@ -236,8 +233,9 @@ pub struct Plan {
     /// DWARF of the Go binary planned, or its Go version's layout; `None`
     /// when the plan has no Go function.
     pub go_layout: Option<GLayout>,
-    /// The process the links and counts are limited to; `None` for every
-    /// process.
+    /// The process the request names (`-p PID`), which the links and
+    /// counts are limited to; `None` for every process, or for a command
+    /// not yet started (its process is `probe::Live::pid`).
     pub pid: Option<u32>,
     /// Several processes (`-p A,B`, `--comm`, `--pgrep`): probes fire in
     /// every process and count in these only (and, with `--follow`, their

@@ -85,7 +85,7 @@ impl<'obj> Tracer<'obj> {
         let mut open = TachySkelBuilder::default()
             .open(&mut storage)
             .map_err(|e| FentryError::of(e, "cannot open the BPF program: "))?;
-        configure(&mut open, plan, id).map_err(|e| FentryError {
+        configure(&mut open, plan, self.pid, id).map_err(|e| FentryError {
             text: format!("{e:#}"),
             refuses_all: false,
         })?;

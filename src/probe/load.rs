@@ -13,7 +13,7 @@ use super::skel::{self, types, TachySkel, TachySkelBuilder};
 use super::{missing_capabilities, Tracer};
 use crate::plan::by::ByKey;
 use crate::plan::encode::{self, LinkGroup};
-use crate::plan::Plan;
+use crate::plan::{Plan, ProbeTime};
 
 /// A term (or a `--by` operand) as the BPF side reads it.
 fn term_value(t: &crate::plan::filter::Encoded) -> types::tachy_term {
@@ -89,13 +89,14 @@ fn counters_fit(ids: u32, cpus: usize, size: usize, mem: Option<u64>) -> Result<
 pub(super) fn load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     plan: &Plan,
+    pid: Option<u32>,
     groups: &[LinkGroup],
     multi: bool,
 ) -> Result<TachySkel<'obj>> {
     let mut open = TachySkelBuilder::default()
         .open(storage)
         .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
-    configure(&mut open, plan, 0)?;
+    configure(&mut open, plan, pid, 0)?;
     let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
     // --cpu --hist adds the parts' histograms beside each counter.
     let parts = if plan.settings.cpu_hist {
@@ -233,11 +234,13 @@ fn kernel_has_struct(name: &str) -> bool {
     })
 }
 
-/// Writes the plan's settings into the program's read-only data; `kfunc_id`
-/// is the function an fentry/fexit instance counts as.
+/// Writes the plan's settings into the program's read-only data; `pid` is
+/// the process counted ([`super::Live::pid`]), `kfunc_id` the function an
+/// fentry/fexit instance counts as.
 pub(super) fn configure(
     open: &mut skel::OpenTachySkel<'_>,
     plan: &Plan,
+    pid: Option<u32>,
     kfunc_id: u32,
 ) -> Result<()> {
     let ro = open
@@ -253,7 +256,7 @@ pub(super) fn configure(
     ro.outermost = plan.settings.outermost;
     ro.unit_ns = plan.settings.unit_ns.max(1);
     ro.nested = !plan.sites.is_empty();
-    ro.filter_tgid = plan.pid.unwrap_or(0);
+    ro.filter_tgid = pid.unwrap_or(0);
     ro.follow = plan.settings.follow || !plan.pids.is_empty();
     if let Some((id, level)) = plan.settings.cgroup {
         ro.filter_cgroup = id;
@@ -361,8 +364,8 @@ impl<'obj> Tracer<'obj> {
     }
 
     /// Tells the kernel the probes' own time to subtract, per id.
-    pub(super) fn fill_probe_time(&mut self, plan: &Plan) -> Result<()> {
-        for (id, p) in plan.probe_time.iter().enumerate() {
+    pub(super) fn fill_probe_time(&mut self, probe_time: &[ProbeTime]) -> Result<()> {
+        for (id, p) in probe_time.iter().enumerate() {
             let v = types::tachy_corr {
                 in_ns: p.in_ns,
                 add_ns: p.add_ns,

@@ -18,7 +18,7 @@ use libbpf_rs::skel::Skel;
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject};
 
 use crate::plan::encode;
-use crate::plan::{Plan, MAX_NODES};
+use crate::plan::{Plan, ProbeTime, MAX_NODES};
 use crate::report::hist::NBUCKETS;
 
 mod error;
@@ -70,8 +70,35 @@ const _: fn(&types::tachy_stats) -> &[u64; NBUCKETS] = |s| &s.buckets;
 const _: fn(&types::tachy_thread) -> &[u16; MAX_NODES] = |t| &t.pend_of;
 const _: fn(&types::tachy_group_key) -> &[u64; crate::plan::by::MAX_KEYS] = |k| &k.val;
 
+/// What an attach needs beside the finished plan, known only once the run
+/// starts: which process the command tachy started became, and the probes'
+/// own time as measured on this machine. The plan is never changed to
+/// carry them.
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    /// The process the links and counts are limited to: the plan's own
+    /// (`-p PID`), or the command tachy started; `None` for every process.
+    pub pid: Option<u32>,
+    /// Per id: the probes' own time the kernel subtracts (empty: none, as
+    /// with `--raw`). See `crate::calibrate`.
+    pub probe_time: Vec<ProbeTime>,
+}
+
+impl Live {
+    /// A run of `plan` in the process it names, or in `spawned`, the
+    /// command tachy started for it; `probe_time` as [`Live::probe_time`].
+    pub fn new(plan: &Plan, spawned: Option<u32>, probe_time: Vec<ProbeTime>) -> Live {
+        Live {
+            pid: spawned.or(plan.pid),
+            probe_time,
+        }
+    }
+}
+
 pub struct Tracer<'obj> {
     skel: TachySkel<'obj>,
+    /// The process the links and counts are limited to ([`Live::pid`]).
+    pid: Option<u32>,
     links: Vec<Link>,
     nfuncs: u32,
     /// --cpu, and --cpu --hist: what `take` reads besides the counters.
@@ -128,6 +155,7 @@ impl<'obj> Tracer<'obj> {
     pub fn attach(
         storage: &'obj mut MaybeUninit<OpenObject>,
         plan: &Plan,
+        live: &Live,
         verbose: bool,
         attached: &AtomicUsize,
     ) -> Result<Tracer<'obj>> {
@@ -135,10 +163,11 @@ impl<'obj> Tracer<'obj> {
         let groups = encode::link_groups(plan);
         let multi = uprobe_multi_supported();
         let start = Instant::now();
-        let skel = load(storage, plan, &groups, multi)?;
+        let skel = load(storage, plan, live.pid, &groups, multi)?;
         let load_time = start.elapsed();
         let mut t = Tracer {
             skel,
+            pid: live.pid,
             links: Vec::new(),
             nfuncs: plan.ids(),
             cpu: plan.settings.cpu,
@@ -161,7 +190,7 @@ impl<'obj> Tracer<'obj> {
         // The processes counted through the followed set: several -p, or
         // one -p with --follow (and its forks).
         let mut counted = plan.pids.clone();
-        if let (true, Some(pid)) = (plan.settings.follow, plan.pid) {
+        if let (true, Some(pid)) = (plan.settings.follow, live.pid) {
             counted.push(pid);
         }
         if !counted.is_empty() {
@@ -169,7 +198,7 @@ impl<'obj> Tracer<'obj> {
         }
         t.fill_site_nodes(plan)?;
         t.fill_tail_pairs(plan)?;
-        t.fill_probe_time(plan)?;
+        t.fill_probe_time(&live.probe_time)?;
         t.fill_filters(plan)?;
         t.fill_by_args(plan)?;
         t.fill_groups()?;

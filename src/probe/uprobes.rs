@@ -27,7 +27,7 @@ impl<'obj> Tracer<'obj> {
     ) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
-        let link_pid = match plan.pid {
+        let link_pid = match self.pid {
             Some(pid) if !plan.settings.follow && plan.pids.is_empty() => pid as i32,
             _ => -1,
         };

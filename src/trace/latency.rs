@@ -16,7 +16,7 @@ use super::sink::{self, MetricsOutput, Sink};
 use super::target::{check_thread, exited, suggest_follow, wait_for_command, TraceTarget};
 use crate::cli::{Mode, TraceSettings};
 use crate::plan::{self, ItemKind, Plan};
-use crate::probe::{self, Tracer};
+use crate::probe::{self, Live, Tracer};
 use crate::report::fmt::human;
 use crate::resolve::Objects;
 use crate::stop;
@@ -37,7 +37,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     stop::install();
     let mut target = TraceTarget::new(&s)?;
     let request = target.request(&s);
-    let mut plan = with_notice("tachy: reading symbols and planning probes...", || {
+    let plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&request, &mut objects)
     })
     .map_err(|e| exited(&s, e))?;
@@ -91,15 +91,17 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         )?),
         None => None,
     };
-    if let Some(sp) = &spawned {
-        plan.pid = Some(sp.pid);
-    }
     raise_fd_limit();
-    if !s.raw {
-        plan.probe_time = probe_time(&plan, s.verbose);
-    }
+    let live = Live::new(
+        &plan,
+        spawned.as_ref().map(|sp| sp.pid),
+        match s.raw {
+            true => Vec::new(),
+            false => probe_time(&plan, s.verbose),
+        },
+    );
     let mut storage = MaybeUninit::uninit();
-    let mut tracer = attach(&mut storage, &plan, s.verbose).map_err(|e| exited(&s, e))?;
+    let mut tracer = attach(&mut storage, &plan, &live, s.verbose).map_err(|e| exited(&s, e))?;
     if let Some(pid) = s.traced.pid() {
         if !target::process_alive(pid) {
             bail!("process {pid} exited before its probes were attached");
@@ -125,6 +127,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     };
     let end = run::run(
         &plan,
+        &live,
         &opts,
         limits,
         &mut tracer,
@@ -339,6 +342,7 @@ fn raise_fd_limit() {
 fn attach<'o>(
     storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
     plan: &Plan,
+    live: &Live,
     verbose: bool,
 ) -> Result<Tracer<'o>> {
     let done = AtomicUsize::new(0);
@@ -347,7 +351,7 @@ fn attach<'o>(
     let funcs = plan.items.len() + plan.sites.len();
     std::thread::scope(|scope| {
         scope.spawn(|| attach_progress(&done, &finished, total, funcs));
-        let tracer = Tracer::attach(storage, plan, verbose, &done);
+        let tracer = Tracer::attach(storage, plan, live, verbose, &done);
         finished.store(true, Ordering::SeqCst);
         if let Ok(t) = &tracer {
             for line in t.refused_lines(plan) {

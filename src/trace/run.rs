@@ -17,7 +17,7 @@ use super::sink::{Read, Sink, Snapshot};
 use crate::naming::Namer;
 use crate::plan::by::ByKey;
 use crate::plan::{self, ItemKind, Plan};
-use crate::probe::Tracer;
+use crate::probe::{Live, Tracer};
 use crate::report::groups::RawGroup;
 use crate::report::{self, Counts};
 use crate::scope;
@@ -54,6 +54,7 @@ pub struct RunEnd {
 /// Everything the run loop keeps between two turns.
 pub struct RunState<'p> {
     plan: &'p Plan,
+    live: &'p Live,
     opts: &'p ReportOptions,
     limits: RunLimits,
     /// When the next report is due (`-i`), and when tracing ends (`-d`).
@@ -89,13 +90,14 @@ pub struct RunState<'p> {
 /// Runs the loop until tracing ends.
 pub fn run(
     plan: &Plan,
+    live: &Live,
     opts: &ReportOptions,
     limits: RunLimits,
     tracer: &mut Tracer,
     mut spawned: Option<&mut Spawned>,
     sink: &mut dyn Sink,
 ) -> Result<RunEnd> {
-    let mut state = RunState::new(plan, opts, limits, tracer, spawned.as_deref())?;
+    let mut state = RunState::new(plan, live, opts, limits, tracer, spawned.as_deref())?;
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if state.step(tracer, spawned.as_deref_mut(), sink)? {
@@ -108,6 +110,7 @@ impl<'p> RunState<'p> {
     /// The state of a run that starts now, on attached probes.
     pub fn new(
         plan: &'p Plan,
+        live: &'p Live,
         opts: &'p ReportOptions,
         limits: RunLimits,
         tracer: &mut Tracer,
@@ -128,11 +131,12 @@ impl<'p> RunState<'p> {
         }
         namer.set_objects(known);
         let caller_key = opts.by.iter().position(|k| *k == ByKey::Caller);
-        if let (Some(_), Some(pid)) = (caller_key, plan.pid) {
+        if let (Some(_), Some(pid)) = (caller_key, live.pid) {
             namer.watch(pid);
         }
         Ok(RunState {
             plan,
+            live,
             opts,
             next_report: limits.interval.map(|i| start + i),
             deadline: limits.duration.map(|d| start + d),
@@ -154,7 +158,7 @@ impl<'p> RunState<'p> {
                 .record_reader()?
                 .map(|reader| Recorder::new(plan, reader)),
             groups_max: tracer.groups_max,
-            unwind_watch: UnwindWatch::new(plan),
+            unwind_watch: UnwindWatch::new(plan, live),
             interim: false,
             end: RunEnd {
                 status: None,
@@ -279,7 +283,7 @@ impl<'p> RunState<'p> {
         }
         let mut fresh: Vec<Counts> = tracer.take()?;
         for (i, (c, n)) in self.carry.iter_mut().zip(fresh.iter_mut()).enumerate() {
-            n.probe_ns = plan.probe_time.get(i).map_or(0, |p| p.in_ns);
+            n.probe_ns = self.live.probe_time.get(i).map_or(0, |p| p.in_ns);
             c.merge(n);
         }
         let fresh_groups = tracer.take_groups()?;
@@ -368,12 +372,12 @@ struct UnwindWatch {
 }
 
 impl UnwindWatch {
-    fn new(plan: &Plan) -> Option<UnwindWatch> {
+    fn new(plan: &Plan, live: &Live) -> Option<UnwindWatch> {
         let uses = plan.items.iter().any(|i| {
             matches!(&i.kind, ItemKind::Function(t) if t.exits.mode == plan::ExitMode::UretprobeProcess)
         });
         Some(UnwindWatch {
-            pid: plan.pid.filter(|_| uses)?,
+            pid: live.pid.filter(|_| uses)?,
             seen: Default::default(),
             next: Instant::now(),
         })
