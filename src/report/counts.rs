@@ -99,6 +99,14 @@ pub struct CpuSplit {
     pub hist: Option<[Vec<u64>; 3]>,
 }
 
+/// The rank (1-based) of percentile `q` (0..=100) among `n` values, as
+/// hdrhistogram counts it in `Hist::percentiles`: the first value at or
+/// past `q`% of them.
+fn rank(q: f64, n: u64) -> u64 {
+    let q = (q / 100.0).min(1.0);
+    ((q * n as f64).ceil() as u64).max(1)
+}
+
 /// The parts of a `CpuSplit`, in order, with the words reports use.
 pub const CPU_PARTS: [(&str, &str); 3] = [
     ("on-CPU", "oncpu"),
@@ -140,6 +148,39 @@ impl Counts {
             || self.overflow > 0
             || self.indirect_tail > 0
             || self.arg_filtered.is_some_and(|n| n > 0)
+    }
+
+    /// The percentiles `qs` (0..=100) of the calls timed, each as the
+    /// range in ns it is known to lie in: the bucket of its rank narrowed
+    /// by the exact min and max, or exactly the min or the max where its
+    /// rank is the first or the last call (two calls: p50 is the shorter,
+    /// p90 and up the longer). None where the histogram is empty.
+    pub fn percentile_ranges(&self, qs: &[f64], unit: Unit) -> Vec<Option<(u64, u64)>> {
+        // A call of 0 ns is kept as min 1 ns by the kernel: never let min
+        // exceed max.
+        let (min, max) = (self.min_ns.min(self.max_ns), self.max_ns);
+        let n: u64 = self.hist.buckets.iter().sum();
+        // min and max are those of the calls in the histogram only when it
+        // holds exactly the calls counted (a site's histogram may also hold
+        // calls its parent's filter later left out).
+        let exact = n == self.count;
+        let per = unit.ns();
+        qs.iter()
+            .zip(self.hist.percentiles(qs))
+            .map(|(&q, bucket)| {
+                let (lo, hi) = bucket?;
+                Some(match rank(q, n) {
+                    1 if exact => (min, min),
+                    r if exact && r == n => (max, max),
+                    _ => (
+                        lo.saturating_mul(per).clamp(min, max),
+                        hi.saturating_mul(per)
+                            .saturating_add(per - 1)
+                            .clamp(min, max),
+                    ),
+                })
+            })
+            .collect()
     }
 
     pub fn merge(&mut self, o: &Counts) {

@@ -10,18 +10,22 @@ use super::hist::bucket_range;
 use super::Report;
 
 /// The percentiles of the text report (p50, p90, p99, p99.9) in ns: the
-/// midpoint of the bucket holding each, within the exact min and max.
+/// midpoint of the bucket holding each, within the exact min and max; the
+/// exact value where it is known (the min or max at the first or last
+/// rank).
 pub fn percentiles_ns(c: &Counts, unit: Unit) -> Vec<Option<u64>> {
     let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
     c.hist
         .percentiles(&qs)
         .into_iter()
-        .map(|p| {
-            p.map(|(lo, hi)| {
+        .zip(c.percentile_ranges(&qs, unit))
+        .map(|(bucket, known)| match known {
+            Some((lo, hi)) if lo == hi => Some(lo),
+            _ => bucket.map(|(lo, hi)| {
                 (lo + (hi - lo) / 2)
                     .saturating_mul(unit.ns())
                     .clamp(c.min_ns.min(c.max_ns), c.max_ns)
-            })
+            }),
         })
         .collect()
 }

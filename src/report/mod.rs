@@ -185,7 +185,7 @@ mod golden {
         assert!(!text.contains("not called"), "{text}");
         assert!(
             text.ends_with(
-                "\nidle_b                                                 0        0      -     -     -      -        0\n"
+                "\nidle_b                                                 0        0      -     -      -      -        0\n"
             ),
             "{text}"
         );

@@ -82,10 +82,10 @@ fn render_summary(
             if c.count == 0 {
                 cols.extend(["-", "-", "-", "-", "0"].map(String::from));
             } else {
-                let (min, max) = (c.min_ns.min(c.max_ns), c.max_ns);
-                let p = c.hist.percentiles(&[50.0, 99.0]);
+                let max = c.max_ns;
+                let p = c.percentile_ranges(&[50.0, 99.0], unit);
                 let at = |p: Option<(u64, u64)>| match p {
-                    Some(bucket) => bucket_value(bucket, (min, max), unit),
+                    Some((lo, hi)) => value(lo, hi, unit),
                     None => "-".into(),
                 };
                 cols.push(mean(c.total_ns as f64 / c.count as f64, unit));
@@ -157,13 +157,9 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         let (min, max) = (c.min_ns.min(c.max_ns), c.max_ns);
         write!(w, "min = {} {u}", value(min, min, unit))?;
         let qs: Vec<f64> = PERCENTILES.iter().map(|p| p.0).collect();
-        for ((_, name), p) in PERCENTILES.iter().zip(c.hist.percentiles(&qs)) {
-            if let Some(bucket) = p {
-                write!(
-                    w,
-                    ", {name} = {} {u}",
-                    bucket_value(bucket, (min, max), unit)
-                )?;
+        for ((_, name), p) in PERCENTILES.iter().zip(c.percentile_ranges(&qs, unit)) {
+            if let Some((lo, hi)) = p {
+                write!(w, ", {name} = {} {u}", value(lo, hi, unit))?;
             }
         }
         let avg = c.total_ns as f64 / c.count as f64;
@@ -218,19 +214,6 @@ fn render_func(f: &FuncReport, unit: Unit, w: &mut impl Write) -> io::Result<()>
         super::groups::render_text(g, unit, w)?;
     }
     Ok(())
-}
-
-/// A percentile's bucket `(lo, hi)` in display units, as a value: the
-/// bucket in ns, narrowed by the exact min and max (a call of 0 ns is kept
-/// as min 1 ns by the kernel: never let min exceed max).
-fn bucket_value((lo, hi): (u64, u64), (min, max): (u64, u64), unit: Unit) -> String {
-    let per = unit.ns();
-    let lo = lo.saturating_mul(per).clamp(min, max);
-    let hi = hi
-        .saturating_mul(per)
-        .saturating_add(per - 1)
-        .clamp(min, max);
-    value(lo, hi, unit)
 }
 
 /// A duration known to lie in [lo_ns, hi_ns], in `unit`: the midpoint
@@ -352,18 +335,27 @@ mod tests {
         );
         assert!(
             out.contains(
-                "\nmin = 0.112 msecs, p50 = 0.14 msecs, p90 = 0.14 msecs, p99 = 0.14 msecs, \
-                 p99.9 = 0.14 msecs, max = 0.168 msecs, avg = 0.140 msecs\n"
+                "\nmin = 0.112 msecs, p50 = 0.112 msecs, p90 = 0.168 msecs, p99 = 0.168 msecs, \
+                 p99.9 = 0.168 msecs, max = 0.168 msecs, avg = 0.140 msecs\n"
             ),
             "{out}"
         );
+        // A percentile whose rank is the first or the last call is the
+        // exact min or max; one in between, its bucket within them.
         let out = report_of(&[700, 750, 750, 800], Unit::Usec);
         assert!(
-            out.contains("\nmin = 0.700 usecs, p50 = 0.8 usecs, "),
+            out.contains(
+                "\nmin = 0.700 usecs, p50 = 0.8 usecs, p90 = 0.800 usecs, p99 = 0.800 usecs, \
+                 p99.9 = 0.800 usecs, max = 0.800 usecs, avg = 0.750 usecs\n"
+            ),
             "{out}"
         );
+        let out = report_of(&[750], Unit::Usec);
         assert!(
-            out.contains(", max = 0.800 usecs, avg = 0.750 usecs\n"),
+            out.contains(
+                "\nmin = 0.750 usecs, p50 = 0.750 usecs, p90 = 0.750 usecs, p99 = 0.750 usecs, \
+                 p99.9 = 0.750 usecs, max = 0.750 usecs, avg = 0.750 usecs\n"
+            ),
             "{out}"
         );
         // Whole units from 100 on, and never finer than a nanosecond.

@@ -1023,6 +1023,53 @@ fn units_usec_and_msec() {
     }
 }
 
+/// Two calls shorter than the display unit: `-m` on slow_sum (~300 us
+/// each), `-u` on spin_push (~0.8 us each). Every value of tachy's line
+/// has three significant digits, none reads 0, and the percentiles are the
+/// calls themselves, not their bucket's middle: p50 is the shorter call
+/// (the min), p90 and up the longer (the max); avg is their mean.
+#[test]
+fn sub_unit_calls_read_exactly_in_three_digits() {
+    let _lock = common::needs_root!();
+    for (flag, unit, func, fixture, fx_args, floor) in [
+        ("-m", "msecs", "slow_sum", "plain", ["2", "1"], 0.300),
+        ("-u", "usecs", "spin_push", "calls", ["2", "750"], 0.100),
+    ] {
+        let out = run_cmd(&[flag, func], fixture, &fx_args);
+        out.assert_success();
+        let parts = parse_text(&out.stdout);
+        assert_eq!(parts.len(), 1, "{out}");
+        let f = &parts[0];
+        let (_, _, count) = parse_avg(f.avg_line.as_deref().unwrap(), unit);
+        assert_eq!(count, 2, "{flag}\n{out}");
+        let line = f.min_line.as_deref().unwrap();
+        let v = parse_min_line(line, unit);
+        // `N.NNN`, `N.NN` or `NN.N` (`NNN` from 100 units on).
+        for part in line.split(", ") {
+            let num = part.split(" = ").nth(1).unwrap().split(' ').next().unwrap();
+            let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+            let sig = format!("{int}{frac}").trim_start_matches('0').len();
+            assert!(
+                sig == 3 || (frac.is_empty() && int.len() >= 3),
+                "{flag}: {part:?} has not three significant digits: {line}"
+            );
+        }
+        let (min, max, avg) = (v[0], v[5], v[6]);
+        assert!(min >= floor, "{flag}: {line}");
+        assert_eq!(v[1], min, "{flag}: p50 of two calls is the shorter: {line}");
+        for p in &v[2..5] {
+            assert_eq!(
+                *p, max,
+                "{flag}: p90 and up of two calls are the longer: {line}"
+            );
+        }
+        assert!(
+            (avg - (min + max) / 2.0).abs() <= 0.012 * max.max(0.2),
+            "{flag}: avg is the mean of the two calls: {line}"
+        );
+    }
+}
+
 #[test]
 fn text_histogram_is_print_log2_hist() {
     let _lock = common::needs_root!();
