@@ -192,9 +192,7 @@ impl LatencyArgs {
         s.force = self.force;
         s.hlog = self.hlog;
         s.cpu_hist = self.hist;
-        if let Err(e) = crate::plan::by::check(&self.by, Default::default()) {
-            return Err(usage(e));
-        }
+        crate::plan::by::check(&self.by, Default::default())?;
         if let Some(e) = &s.export {
             // The group series' own labels.
             let mut names: Vec<String> = self

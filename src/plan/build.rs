@@ -178,7 +178,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             native: named(|i| matches!(i.kind, ItemKind::Function(_)) && !i.is_go()),
             goid_known: plan.go_layout.is_some_and(|l| l.goid.is_some()),
         };
-        super::by::check(&s.by, traced).map_err(UsageError)?;
+        super::by::check(&s.by, traced)?;
         add_by_args(&mut plan, &s.by, &args)?;
     }
     if let Some(n) = &req.tree {

@@ -19,7 +19,10 @@
 
 use std::fmt;
 
+use anyhow::{anyhow, Result};
+
 use super::args::ArgRef;
+use crate::usage::UsageError;
 
 /// One key of `--by`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -44,7 +47,7 @@ pub const MAX_KEYS: usize = 2;
 
 impl ByKey {
     /// Parses a key as `--by` takes it.
-    pub fn parse(s: &str) -> Result<ByKey, String> {
+    pub fn parse(s: &str) -> Result<ByKey> {
         match s.trim() {
             "caller" => Ok(ByKey::Caller),
             "tid" | "thread" => Ok(ByKey::Tid),
@@ -54,8 +57,8 @@ impl ByKey {
                 Ok(ArgRef::Tid) => Ok(ByKey::Tid),
                 Ok(ArgRef::Pid) => Ok(ByKey::Pid),
                 Ok(a) => Ok(ByKey::Arg(a)),
-                Err(e) if other.starts_with("arg") => Err(e.to_string()),
-                Err(_) => Err(format!(
+                Err(e) if other.starts_with("arg") => Err(e),
+                Err(_) => Err(anyhow!(
                     "{other:?} is not a key to group by: use caller, tid, pid, goroutine, argN or a parameter name"
                 )),
             },
@@ -105,39 +108,40 @@ pub struct Traced<'a> {
 }
 
 /// Refuses keys that do not go together or do not mean anything for what
-/// is traced, in one line.
-pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), String> {
+/// is traced, in one line: bad usage.
+pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), UsageError> {
+    let refuse = |why: String| Err(UsageError(why));
     for (i, k) in keys.iter().enumerate() {
         if keys[..i].contains(k) {
-            return Err(format!("--by {k} is given twice"));
+            return refuse(format!("--by {k} is given twice"));
         }
     }
     if keys.len() > MAX_KEYS {
-        return Err(format!(
+        return refuse(format!(
             "--by takes at most {MAX_KEYS} keys (got {}: {})",
             keys.len(),
             keys.iter().map(ByKey::name).collect::<Vec<_>>().join(", ")
         ));
     }
     if keys.contains(&ByKey::Tid) && keys.contains(&ByKey::Pid) {
-        return Err(
+        return refuse(
             "--by tid and --by pid do not go together: a thread belongs to one process, so group by tid alone (each thread's line names it)"
                 .into(),
         );
     }
     if let Some(k) = traced.kernel {
-        return Err(format!(
+        return refuse(format!(
             "--by groups calls of user functions and system calls; kernel functions ({k}) are not grouped"
         ));
     }
     if keys.contains(&ByKey::Goroutine) {
         if let Some(other) = traced.native.or(traced.syscall) {
-            return Err(format!(
+            return refuse(format!(
                 "--by goroutine groups calls of Go functions; {other} is not Go code"
             ));
         }
         if traced.go.is_some() && !traced.goid_known {
-            return Err(format!(
+            return refuse(format!(
                 "--by goroutine: where runtime.g keeps goid is not known for this Go binary ({}): it has no DWARF for runtime.g and its Go version's layout is not known to tachy",
                 traced.go.unwrap_or_default()
             ));
@@ -148,13 +152,13 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), String> {
             .iter()
             .find(|k| !matches!(k, ByKey::Goroutine | ByKey::Pid))
         {
-            return Err(format!(
+            return refuse(format!(
                 "--by {k} does not group calls of Go functions ({g}): group them by goroutine (or pid)"
             ));
         }
     }
     if let (Some(sys), true) = (traced.syscall, keys.contains(&ByKey::Caller)) {
-        return Err(format!(
+        return refuse(format!(
             "--by caller: a system call ({sys}) has no caller that tachy reads; group it by tid or pid"
         ));
     }
@@ -167,20 +171,22 @@ mod tests {
 
     #[test]
     fn keys_parse() {
-        assert_eq!(ByKey::parse("caller"), Ok(ByKey::Caller));
-        assert_eq!(ByKey::parse("tid"), Ok(ByKey::Tid));
-        assert_eq!(ByKey::parse("pid"), Ok(ByKey::Pid));
-        assert_eq!(ByKey::parse("goroutine"), Ok(ByKey::Goroutine));
-        assert_eq!(ByKey::parse("arg1"), Ok(ByKey::Arg(ArgRef::Index(1))));
+        assert_eq!(ByKey::parse("caller").unwrap(), ByKey::Caller);
+        assert_eq!(ByKey::parse("tid").unwrap(), ByKey::Tid);
+        assert_eq!(ByKey::parse("pid").unwrap(), ByKey::Pid);
+        assert_eq!(ByKey::parse("goroutine").unwrap(), ByKey::Goroutine);
+        assert_eq!(ByKey::parse("arg1").unwrap(), ByKey::Arg(ArgRef::Index(1)));
         assert_eq!(
-            ByKey::parse("key"),
-            Ok(ByKey::Arg(ArgRef::Name("key".into())))
+            ByKey::parse("key").unwrap(),
+            ByKey::Arg(ArgRef::Name("key".into()))
         );
         assert!(ByKey::parse("arg7")
             .unwrap_err()
+            .to_string()
             .starts_with("arg7: only arg0 to arg5"));
         assert!(ByKey::parse("col-our")
             .unwrap_err()
+            .to_string()
             .contains("is not a key to group by"));
     }
 
@@ -190,11 +196,12 @@ mod tests {
         assert!(check(&[ByKey::Caller, ByKey::Tid], none).is_ok());
         assert!(check(&[ByKey::Caller, ByKey::Pid], none).is_ok());
         assert_eq!(
-            check(&[ByKey::Tid, ByKey::Tid], none).unwrap_err(),
+            check(&[ByKey::Tid, ByKey::Tid], none).unwrap_err().0,
             "--by tid is given twice"
         );
         assert!(check(&[ByKey::Tid, ByKey::Pid], none)
             .unwrap_err()
+            .0
             .starts_with("--by tid and --by pid do not go together"));
         let sys = Traced {
             syscall: Some("syscall:read"),
@@ -202,7 +209,7 @@ mod tests {
         };
         assert!(check(&[ByKey::Tid], sys).is_ok());
         assert_eq!(
-            check(&[ByKey::Caller], sys).unwrap_err(),
+            check(&[ByKey::Caller], sys).unwrap_err().0,
             "--by caller: a system call (syscall:read) has no caller that tachy reads; group it by tid or pid"
         );
         let go = Traced {
@@ -211,7 +218,7 @@ mod tests {
         };
         assert!(check(&[ByKey::Tid], go).is_err());
         assert_eq!(
-            check(&[ByKey::Goroutine], go).unwrap_err(),
+            check(&[ByKey::Goroutine], go).unwrap_err().0,
             "--by goroutine: where runtime.g keeps goid is not known for this Go binary (main.work): it has no DWARF for runtime.g and its Go version's layout is not known to tachy"
         );
         let known = Traced {
@@ -220,7 +227,7 @@ mod tests {
         };
         assert!(check(&[ByKey::Goroutine, ByKey::Pid], known).is_ok());
         assert_eq!(
-            check(&[ByKey::Goroutine, ByKey::Arg(ArgRef::Index(0))], known).unwrap_err(),
+            check(&[ByKey::Goroutine, ByKey::Arg(ArgRef::Index(0))], known).unwrap_err().0,
             "--by arg0 does not group calls of Go functions (main.work): group them by goroutine (or pid)"
         );
         let c = Traced {
@@ -228,7 +235,7 @@ mod tests {
             ..Traced::default()
         };
         assert_eq!(
-            check(&[ByKey::Goroutine], c).unwrap_err(),
+            check(&[ByKey::Goroutine], c).unwrap_err().0,
             "--by goroutine groups calls of Go functions; work is not Go code"
         );
         assert!(check(&[ByKey::Arg(ArgRef::Index(1)), ByKey::Tid], c).is_ok());

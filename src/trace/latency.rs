@@ -7,13 +7,16 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::nested;
 use super::options::ReportOptions;
 use super::run::{self, RunLimits};
 use super::sink::{self, MetricsOutput, Sink};
-use super::target::{check_thread, exited, suggest_follow, wait_for_command, TraceTarget};
+use super::target::{
+    check_thread, exited_while_attaching, exited_while_planning, gone, suggest_follow,
+    wait_for_command, TraceTarget,
+};
 use crate::cli::{Mode, TraceSettings};
 use crate::plan::{self, ItemKind, Plan};
 use crate::probe::{self, Live, Tracer};
@@ -40,7 +43,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     let plan = with_notice("tachy: reading symbols and planning probes...", || {
         target.plan(&request, &mut objects)
     })
-    .map_err(|e| exited(&s, e))?;
+    .map_err(|e| exited_while_planning(&s, e))?;
     if s.dry_run {
         // The plan is what --dry-run was asked for: standard output.
         let mut out = std::io::stdout().lock();
@@ -101,10 +104,13 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         },
     );
     let mut storage = MaybeUninit::uninit();
-    let mut tracer = attach(&mut storage, &plan, &live, s.verbose).map_err(|e| exited(&s, e))?;
+    let mut tracer =
+        attach(&mut storage, &plan, &live, s.verbose).map_err(|e| exited_while_attaching(&s, e))?;
+    // Attached without an error to tell by, the process may still have
+    // exited meanwhile: it is looked at.
     if let Some(pid) = s.traced.pid() {
         if !target::process_alive(pid) {
-            bail!("process {pid} exited before its probes were attached");
+            return Err(gone(pid));
         }
     }
     if s.verbose {

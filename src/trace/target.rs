@@ -9,6 +9,7 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::cli::{TraceSettings, Traced};
 use crate::plan::{self, Plan, PlanRequest, Settings, TreeRequest};
+use crate::probe::ProcessGone;
 use crate::resolve::{Objects, Scope};
 use crate::scope;
 use crate::scope::Scoping;
@@ -230,15 +231,30 @@ pub fn check_thread(s: &TraceSettings) -> Result<()> {
     }
 }
 
-/// An error of planning or attaching for `-p PID`, said as what caused
-/// it when the process has exited since tracing began.
-pub fn exited(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
+/// An error of planning for `-p PID`, said as what caused it when the
+/// process has exited since tracing began. No kind of error says so (its
+/// files in /proc vanish as any missing file would): the process is looked
+/// at.
+pub fn exited_while_planning(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
     match s.traced.pid() {
-        Some(pid) if !target::process_alive(pid) => {
-            anyhow!("process {pid} exited before its probes were attached")
-        }
+        Some(pid) if !target::process_alive(pid) => gone(pid),
         _ => e,
     }
+}
+
+/// An error of attaching for `-p PID`, said as what caused it when the
+/// kernel refused a probe because the process had exited
+/// ([`ProcessGone`]).
+pub fn exited_while_attaching(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
+    match s.traced.pid() {
+        Some(pid) if e.downcast_ref::<ProcessGone>().is_some() => gone(pid),
+        _ => e,
+    }
+}
+
+/// The process of `-p PID` exited before tracing could begin.
+pub fn gone(pid: u32) -> anyhow::Error {
+    anyhow!("process {pid} exited before its probes were attached")
 }
 
 /// After Ctrl-C the command runs on until it exits (it usually got the
