@@ -35,13 +35,19 @@ static __always_inline struct tachy_frame *below_top(struct tachy_thread *t)
 	return &t->frames[i & (TACHY_MAX_DEPTH - 1)];
 }
 
-/* The top frame took `ns` (corrected) inside the frame below it. */
-static __always_inline void add_inner(struct tachy_thread *t, __u64 ns)
+/*
+ * The top frame took `ns` (corrected) inside the frame below it, read `fix`
+ * ns longer than its corrected time (see close_frame).
+ */
+static __always_inline void add_inner(struct tachy_thread *t, __u64 ns,
+				      __u64 fix)
 {
 	__u32 i = t->depth - 2;
 
-	if (t->depth >= 2 && i < TACHY_MAX_DEPTH)
+	if (t->depth >= 2 && i < TACHY_MAX_DEPTH) {
 		t->frames[i].inner_ns += ns;
+		t->frames[i].inner_fix += fix;
+	}
 }
 
 /*
@@ -88,27 +94,32 @@ static __always_inline void close_frame(struct tachy_thread *t,
 {
 	__u32 id = f->id;
 	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
-	__u64 d = now - f->start_ns;
 	__u64 sub = f->probe_ns + (c ? c->in_ns : 0);
+	/* Its corrected time, below 0 where the probe time subtracted is
+	 * more than the probes took. */
+	__s64 sd = (__s64)(now - f->start_ns) - (__s64)sub;
+	/*
+	 * Its own time: the corrected time less that of the calls timed
+	 * inside it, as corrected. Where a call inside read longer than its
+	 * corrected time (raised to 0), this one's correction, which holds
+	 * the same probe time, subtracted that much too much: its own time is
+	 * exact so, and only it is raised to 0, not the calls inside.
+	 */
+	__s64 own = sd - (__s64)(f->inner_ns - f->inner_fix);
+	__u64 d;
 
 	pass_probe_time(t, f, c);
-	if (d < sub) {
+	if (own < 0) {
 		struct tachy_stats *s = stats_of(id);
 
 		if (s)
 			s->under++;
-		d = 0;
-	} else {
-		d -= sub;
+		own = 0;
 	}
-	/*
-	 * A call lasts at least as long as the calls timed inside it: where
-	 * the probe time subtracted drifted above the real one, the calls
-	 * inside keep their time and this one is not read shorter.
-	 */
-	if (d < f->inner_ns)
-		d = f->inner_ns;
-	add_inner(t, d);
+	/* A call lasts as long as the calls timed inside it, and its own
+	 * time. */
+	d = f->inner_ns + own;
+	add_inner(t, d, d - (__u64)sd);
 	rec_close(t, f, now, d);
 
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
@@ -198,7 +209,7 @@ static __always_inline void drop_frame(struct tachy_thread *t,
 		struct tachy_stats *s;
 
 		/* Its time counts inside its parent's, as a closed one's. */
-		add_inner(t, own);
+		add_inner(t, own, 0);
 
 		if (p) {
 			p->ns += own;
@@ -262,6 +273,7 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->start_ns = now;
 	f->probe_ns = 0;
 	f->inner_ns = 0;
+	f->inner_fix = 0;
 	if (cpu)
 		steal_settle(&t->cpu, bpf_get_current_task_btf());
 	f->blocked0 = t->cpu.blocked_ns;

@@ -137,6 +137,12 @@ struct tachy_frame {
 	__u64 probe_ns;
 	/* time of the timed calls inside this one, probe time subtracted */
 	__u64 inner_ns;
+	/*
+	 * what their readings were raised by, to 0 or to the calls inside
+	 * them: the probe time subtracted beyond what they took, which was
+	 * subtracted from this call too
+	 */
+	__u64 inner_fix;
 	/* --cpu: the thread's tachy_cpu.blocked_ns and runq_ns at entry */
 	__u64 blocked0;
 	__u64 runq0;
@@ -198,7 +204,7 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: 33856 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 34376 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {

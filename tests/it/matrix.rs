@@ -172,6 +172,78 @@ fn a_tail_site_ending_in_a_jump_to_unknown_code_closes_with_its_parent() {
     }
 }
 
+/// The probe time of the site kind that ends on an emulated instruction,
+/// as the cache file's sixth line holds it (`in add`), raised by `extra`
+/// ns in both: its probes are said to take that much more inside the
+/// site's interval, none outside it. The file is measured first into
+/// `dir`, for the tachy under test.
+fn raise_site_probe_time(dir: &std::path::Path, extra: u64) {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let cache = dir.to_str().unwrap();
+    let file = dir.join("probe-time");
+    run_fixture(
+        "nested",
+        &["--json", "spun"],
+        "seams",
+        &["selfspin", "1", "10"],
+        &[("TACHY_CACHE_DIR", cache)],
+    )
+    .success_report();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with("busy "))
+        .map(String::from)
+        .collect();
+    let nums: Vec<u64> = lines[5].split(' ').map(|n| n.parse().unwrap()).collect();
+    lines[5] = format!("{} {}", nums[0] + extra, nums[1] + extra);
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+}
+
+/// spun calls quick 2000 times (a site that ends on the loop's `jne`, a
+/// few ns each), then spins inline for `us`, as the fixture measures with
+/// rdtsc while it runs. Where the probe time subtracted from each quick
+/// call is more than its probes took inside it (here: made 3 us more,
+/// outside unchanged), the quick calls read 0 and spun's own correction,
+/// which holds the same probe time, is too large by as much: spun's self
+/// time must still be its spin, not 0.
+#[test]
+fn self_time_survives_a_probe_time_above_the_calls_inside() {
+    let _g = common::needs_root!();
+    let (n, us) = (10u64, 3000u64);
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("matrix-self-time");
+    raise_site_probe_time(&dir, 3000);
+    for cache in [Some(dir.to_str().unwrap()), None] {
+        let envs: Vec<(&str, &str)> = cache.map(|c| ("TACHY_CACHE_DIR", c)).into_iter().collect();
+        let out = run_fixture(
+            "nested",
+            &["--json", "spun", "--depth", "2"],
+            "seams",
+            &["selfspin", &n.to_string(), &us.to_string()],
+            &envs,
+        );
+        let rep = out.success_report();
+        let made = counts(&out.fixture_text());
+        let spin = common::tagged(&out.fixture_text(), "measured")["spin_ns"];
+        let root = &rep["roots"][0];
+        no_unwound(root);
+        assert_eq!(num(root, "count"), n, "{out}");
+        assert_eq!(made["spun"], n, "{out}");
+        assert_eq!(num(child(root, "quick"), "count"), made["quick"], "{out}");
+        let work = child(root, "work");
+        assert_eq!(num(work, "count"), made["work"], "{out}");
+        assert_eq!(num(child(work, "nanosleep@plt"), "count"), n, "{out}");
+        let own = num(root, "self_ns") / n;
+        assert!(
+            own >= spin * 6 / 10 && own <= spin * 3 / 2,
+            "{cache:?}: spun's self time {own} ns per call, its spin {spin} ns\n{out}"
+        );
+        let kids: u64 = children(root).iter().map(|c| num(c, "total_ns")).sum();
+        assert_eq!(num(root, "self_ns") + kids, num(root, "total_ns"), "{out}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Tail calls between traced functions
 // ---------------------------------------------------------------------------
