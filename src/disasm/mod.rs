@@ -411,8 +411,9 @@ pub struct EarlyExit {
     /// Only when this x86 condition holds (a `jcc` taken to the epilogue,
     /// or the negated condition of one that falls into it).
     pub cond: Option<u8>,
-    /// An instruction of the epilogue itself, single-stepped: where a way
-    /// into it cannot be seen cheaply.
+    /// An instruction single-stepped under the probe: one of the epilogue
+    /// itself, where a way into it cannot be seen cheaply, or the one
+    /// before a `ret` the kernel refuses to probe.
     pub stepped: bool,
 }
 
@@ -475,6 +476,16 @@ impl Decoded {
             // one. A `jmp` to the epilogue runs once.
             if let Some(mut points) = self.epilogue_entries(k0, entry, &into, &pos, &in_loop) {
                 merge_complements(&mut points);
+                // A way in seen only by a single-step (a call returning
+                // into the epilogue) costs there what the `ret`'s own
+                // probe costs, one single-step (measured alike for `xor`
+                // and `ret`), and each conditional exit passed untaken on
+                // the way adds an emulated hit: the `ret` serves that path
+                // as cheaply, and every other, with one probe.
+                let stepped = points.iter().any(|p| p.stepped);
+                if stepped && self.insns[k0].probeable {
+                    continue;
+                }
                 if !points.is_empty() && points.len() <= MAX_EARLY_EXITS {
                     out.insert(r, points);
                 }
@@ -542,8 +553,9 @@ impl Decoded {
     /// most once per call. Where a way in is not (a call returns there, a
     /// `jcc` inside a loop, an indirect jump lands there), the probe stands
     /// on that instruction of the straight-line code itself: it runs only
-    /// on the way out, single-stepped like the `ret`, while the other ways
-    /// in stay cheap.
+    /// on the way out. On a `nop` (padding before a jump target) the kernel
+    /// emulates it; on anything else it is single-stepped like the `ret`,
+    /// and [`Decoded::early_exits`] leaves the `ret` its own probe.
     fn epilogue_entries(
         &self,
         mut k: usize,
@@ -566,7 +578,7 @@ impl Decoded {
                         addr: x.addr,
                         sp_adjust: off,
                         cond: None,
-                        stepped: true,
+                        stepped: x.cost == ProbeCost::SingleStepped,
                     });
                     points
                 })

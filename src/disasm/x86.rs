@@ -573,10 +573,11 @@ mod tests {
         assert!(d.early_exits().is_empty());
     }
 
-    /// Where a loop's `jcc` leads into the epilogue, the probe stands on
-    /// the epilogue's instruction it lands on; the `jmp` below stays cheap.
+    /// Where a loop's `jcc` leads into the epilogue, only a single-step
+    /// there would see it: the `ret` keeps its probe, which costs the same
+    /// on that path, and the `jmp` below is no early exit either.
     #[test]
-    fn a_way_in_from_a_loop_is_seen_on_the_epilogue_itself() {
+    fn a_way_in_from_a_loop_leaves_the_ret_its_probe() {
         let code = [
             0x53, // 0x1000 push rbx
             0x31, 0xc0, // 0x1001 xor eax,eax
@@ -591,15 +592,53 @@ mod tests {
             0xc3, // 0x1013 ret
         ];
         let d = decode(&[range(0x1000, &code)]).unwrap();
-        let at = |addr, stepped| EarlyExit {
+        assert!(d.early_exits().is_empty());
+    }
+
+    /// Redis's `getGenericCommand`: the last call returns into `xor
+    /// %eax,%eax` ahead of the epilogue, and an error path jumps into it.
+    /// A probe on the `xor` would be single-stepped on the path it serves,
+    /// as the `ret` is: the `ret` keeps its probe.
+    #[test]
+    fn a_call_returning_ahead_of_the_epilogue_leaves_the_ret_its_probe() {
+        let code = [
+            0x53, // 0x1000 push rbx
+            0x85, 0xff, // 0x1001 test edi,edi
+            0x75, 0x09, // 0x1003 jne 0x100e
+            0xe8, 0xf6, 0x0f, 0x00, 0x00, // 0x1005 call 0x2000
+            0x31, 0xc0, // 0x100a xor eax,eax
+            0x5b, // 0x100c pop rbx
+            0xc3, // 0x100d ret
+            0xb8, 0xff, 0xff, 0xff, 0xff, // 0x100e mov eax,-1
+            0xeb, 0xf7, // 0x1013 jmp 0x100c
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        assert!(d.early_exits().is_empty());
+    }
+
+    /// Where the call returns onto padding before the epilogue, the kernel
+    /// emulates the `nop` there: it stands for that way in.
+    #[test]
+    fn a_call_returning_onto_a_nop_is_seen_there() {
+        let code = [
+            0x53, // 0x1000 push rbx
+            0x85, 0xff, // 0x1001 test edi,edi
+            0x74, 0x09, // 0x1003 je 0x100e
+            0xe8, 0xf6, 0x0f, 0x00, 0x00, // 0x1005 call 0x2000
+            0x0f, 0x1f, 0x40, 0x00, // 0x100a nopl 0x0(%rax)
+            0x5b, // 0x100e pop rbx
+            0xc3, // 0x100f ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        let at = |addr, cond| EarlyExit {
             addr,
             sp_adjust: 8,
-            cond: None,
-            stepped,
+            cond,
+            stepped: false,
         };
         assert_eq!(
-            d.early_exits().get(&0x1013),
-            Some(&vec![at(0x100e, false), at(0x1010, true)])
+            d.early_exits().get(&0x100f),
+            Some(&vec![at(0x1003, Some(4)), at(0x100a, None)])
         );
     }
 

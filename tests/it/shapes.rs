@@ -99,10 +99,10 @@ fn list_stripped_library_finds_cold_parts() {
 }
 
 /// The plan: an entry and a uretprobe per interpreter, an entry per
-/// library function with cold parts, a `ret` probe for cold_scan (a loop's
-/// `jcc` leads into its epilogue), and for cold_check the `jmp` back from
-/// its cold part and the epilogue's first instruction, where a loop's
-/// `jcc` lands. Nothing else: no probe on an indirect jump.
+/// library function with cold parts, and a `ret` probe for each of those
+/// (a loop's `jcc` leads into each epilogue: only a single-step there
+/// would see it, which costs what the `ret`'s does). Nothing else: no
+/// probe on an indirect jump.
 #[test]
 fn dry_run_plans_no_probe_on_internal_jumps() {
     let exe = common::build("shapes");
@@ -122,7 +122,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     ]);
     out.assert_success();
     let text = format!("{}{}", out.stdout, out.stderr);
-    assert!(text.contains("4 function(s), 9 probe(s)"), "{out}");
+    assert!(text.contains("4 function(s), 8 probe(s)"), "{out}");
     let kinds: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("  ") && !l.starts_with("  ["))
@@ -131,7 +131,7 @@ fn dry_run_plans_no_probe_on_internal_jumps() {
     let n = |k: &str| kinds.iter().filter(|x| **x == k).count();
     assert_eq!(
         (n("entry"), n("uretprobe"), n("exit"), kinds.len()),
-        (4, 2, 3, 9),
+        (4, 2, 2, 8),
         "{out}"
     );
     assert!(!text.contains("tail"), "{out}");
@@ -303,4 +303,52 @@ fn nested_with_early_exits() {
     // i % 3 != 0 for 13 of i in 0..20, two calls each.
     assert_eq!(sites[0]["count"], 26, "{root:#}");
     assert_eq!(sites[0]["unwound"], 0, "{root:#}");
+}
+
+/// Redis's GET in small: get_command tail-jumps to get_generic, whose last
+/// call returns into `xor %eax,%eax` ahead of its epilogue. A probe there
+/// would be single-stepped, as the `ret` is: the `ret` keeps its probe and
+/// stands for every way out (no probe ahead of it, no jump into the
+/// epilogue probed).
+#[test]
+fn a_call_returning_ahead_of_the_epilogue_is_timed_at_the_ret() {
+    let exe = common::build("shapes");
+    let exe = exe.to_str().unwrap();
+    let out = tachy(&["list", exe, "get_command"]);
+    out.assert_success();
+    assert!(
+        out.stdout.contains(", tail call to get_generic") && !out.stdout.contains("timed at"),
+        "{out}"
+    );
+    let out = tachy(&["latency", "--dry-run", "get_command", "--", exe, "1"]);
+    out.assert_success();
+    let kinds: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("  ["))
+        .filter_map(|l| l.split("  /").next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(kinds, ["entry [0] sp+0", "exit"], "{out}");
+}
+
+/// Every way out of get_generic (a hit, a miss, a wrong type) ends the
+/// call exactly once.
+#[test]
+fn calls_ended_at_the_ret_after_a_call_count_exactly() {
+    let _g = common::needs_root!();
+    let (funcs, stdout) = run_traced(&["get_command"]);
+    let f = funcs
+        .iter()
+        .find(|f| f["name"] == "get_command")
+        .unwrap_or_else(|| panic!("get_command not in report: {funcs:?}"));
+    let expected = expected_counts("shapes", ITERATIONS, 1)["get_command"];
+    assert_eq!(counts(&stdout)["get_command"], expected, "{stdout}");
+    assert_eq!(f["count"].as_u64(), Some(expected), "{f}");
+    for k in ["miss", "wrongtype", "hit"] {
+        assert!(tagged(&stdout, "gets")[k] > 0, "{k}: {stdout}");
+    }
+    for k in ["indirect_tail", "unwound", "overflow", "filtered"] {
+        assert_eq!(f[k], 0, "{k}: {f}");
+    }
 }

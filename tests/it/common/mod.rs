@@ -503,6 +503,7 @@ pub fn expected_counts(name: &str, iterations: u64, threads: u64) -> BTreeMap<St
             ("cold_scan", n),
             ("cold_tail", n),
             ("epilogue_jumps", n),
+            ("get_command", 64 * n),
         ],
         "ijump" => vec![
             ("ijump_loop", n),
