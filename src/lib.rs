@@ -14,6 +14,7 @@
 pub mod calibrate;
 pub mod callsites;
 pub mod cli;
+pub mod diff;
 pub mod disasm;
 pub mod duration;
 pub mod explore;

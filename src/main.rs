@@ -2,7 +2,7 @@
 
 use clap::{CommandFactory, Parser};
 use tachy::cli::{self, docs};
-use tachy::{explore, merge, trace};
+use tachy::{diff, explore, merge, trace};
 
 fn main() {
     let cli = cli::Cli::parse();
@@ -16,7 +16,7 @@ fn main() {
         }
         cli::Command::Explore(a) => explore::run(a),
         cli::Command::Merge(a) => merge::run_merge(a),
-        cli::Command::Diff(a) => merge::run_diff(a),
+        cli::Command::Diff(a) => diff::run_diff(a),
         cli::Command::Man(a) => a.validate().and_then(|t| match t {
             cli::ManTarget::Dir(dir) => docs::man_pages(&dir).map(|_| 0),
             cli::ManTarget::Page(name) => {
