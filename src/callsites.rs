@@ -42,7 +42,9 @@ pub struct Site {
     pub callee_raw: Option<String>,
     /// What to show: a demangled name, `name@plt`, or `*indirect`.
     pub name: String,
-    /// `file.cc:88`, with ` (inlined from f)` for code inlined into the function.
+    /// `file.cc:88`; for code inlined into the function, the line of the
+    /// function's own code that holds it, with the inline chain after it
+    /// (`demo.cpp:22 (inlined from this_thread_sleep.h:80)`).
     pub location: Option<String>,
 }
 
@@ -103,14 +105,7 @@ fn display(raw: &str) -> String {
 /// placed with the object's DWARF line tables when it has them.
 pub fn sites(decoded: &Decoded, obj: &ElfObject) -> Vec<Site> {
     let lines = obj.line_table();
-    let locate = |a: u64| {
-        lines
-            .and_then(|l| l.locate(a))
-            .map(|loc| match loc.inlined {
-                Some(f) => format!("{} (inlined from {f})", loc.file_line),
-                None => loc.file_line,
-            })
-    };
+    let locate = |a: u64| lines.and_then(|l| l.locate(a)).map(|loc| loc.in_function());
     let mut out: Vec<Site> = Vec::new();
     for c in &decoded.calls {
         let (kind, callee, callee_raw, name) = name_of(obj, c.target);

@@ -124,16 +124,39 @@ impl TreeNode {
 
     /// The text report's label: `file:line  name`, long C++ names shortened.
     fn label(&self) -> String {
+        self.label_with(Some(50), 60)
+    }
+
+    /// The label in at most `width` characters where shorter forms allow:
+    /// the inline chain of its location is shortened, then left out (the
+    /// line in the function stays), then the name is shortened further;
+    /// what is still too long is cut.
+    fn label_within(&self, width: usize) -> String {
+        let forms = [(Some(50), 60), (Some(24), 60), (None, 60), (None, 30)];
+        let mut label = String::new();
+        for (chain, name) in forms {
+            label = self.label_with(chain, name);
+            if label.chars().count() <= width {
+                return label;
+            }
+        }
+        fit(&label, width)
+    }
+
+    /// The label with the inline chain in about `chain` characters (None:
+    /// only `(inlined)`) and the name in about `name`.
+    fn label_with(&self, chain: Option<usize>, name: usize) -> String {
         let tail = if self.kind == "tail" { " (tail)" } else { "" };
-        let name = compact(&self.name, 60);
+        let name = compact(&self.name, name);
         match &self.site {
             Some(s) => {
-                let s = match s.split_once(" (inlined from ") {
-                    Some((at, f)) => format!(
+                let s = match (s.split_once(" (inlined from "), chain) {
+                    (Some((at, f)), Some(max)) => format!(
                         "{at} (inlined from {})",
-                        compact(f.strip_suffix(')').unwrap_or(f), 40)
+                        short_chain(f.strip_suffix(')').unwrap_or(f), max)
                     ),
-                    None => s.clone(),
+                    (Some((at, _)), None) => format!("{at} (inlined)"),
+                    (None, _) => s.clone(),
                 };
                 format!("{s}  {name}{tail}")
             }
@@ -253,6 +276,24 @@ fn per_call(v: f64) -> String {
     format!("{v:.decimals$}")
 }
 
+/// What a site's location says it was inlined from, in about `max`
+/// characters: a chain of lines (`vector.h:1198 > new_allocator.h:151`)
+/// keeps its first and last, else its last; a function name is shortened
+/// as names are.
+fn short_chain(chain: &str, max: usize) -> String {
+    if chain.chars().count() <= max {
+        return chain.to_string();
+    }
+    let parts: Vec<&str> = chain.split(" > ").collect();
+    match parts.as_slice() {
+        [first, _, .., last] if first.chars().count() + last.chars().count() + 7 <= max => {
+            format!("{first} > … > {last}")
+        }
+        [_, .., last] => format!("… > {last}"),
+        _ => compact(chain, max),
+    }
+}
+
 /// `label` in at most `width` characters: cut, with `…` at the cut, so
 /// that the columns after it stay aligned.
 fn fit(label: &str, width: usize) -> String {
@@ -349,7 +390,7 @@ fn render_children(
         };
         let mut line = format!(
             "{indent}{:<pad$}  {per_call:>15}  avg {avg:>9}  {:>5.1}%",
-            fit(&c.label(), pad),
+            c.label_within(pad),
             pct(c.total_ns, root_total)
         );
         if let (Some(split), true) = (&c.cpu, c.calls() > 0) {
@@ -812,6 +853,37 @@ mod tests {
         assert!(svg.contains("db::Page::load"), "{svg}");
     }
 
+    /// A site in code inlined through several headers is shown at the
+    /// traced function's line, with the first and last line of its inline
+    /// chain.
+    #[test]
+    fn a_long_inline_chain_keeps_its_ends() {
+        let n = node(
+            "operator new(unsigned long)",
+            Some("query.cc:40 (inlined from stl_vector.h:1198 > vector.tcc:117 > alloc_traits.h:537 > new_allocator.h:151)"),
+            "plt",
+            1,
+            1,
+            vec![],
+        );
+        assert_eq!(
+            n.label(),
+            "query.cc:40 (inlined from stl_vector.h:1198 > … > new_allocator.h:151)  operator new(unsigned long)"
+        );
+        let n = node(
+            "nanosleep@plt",
+            Some("demo.cpp:22 (inlined from this_thread_sleep.h:80)"),
+            "plt",
+            1,
+            1,
+            vec![],
+        );
+        assert_eq!(
+            n.label(),
+            "demo.cpp:22 (inlined from this_thread_sleep.h:80)  nanosleep@plt"
+        );
+    }
+
     /// Labels too long for the column are cut: every site's columns stay
     /// where the others' are, and no line grows past the column's width.
     #[test]
@@ -819,7 +891,7 @@ mod tests {
         let mut r = sample();
         let long = node(
             "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::_M_construct<char const*>(char const*, char const*, std::forward_iterator_tag)",
-            Some("basic_string.tcc:225 (inlined from std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::basic_string(char const*, std::allocator<char> const&))"),
+            Some("table.cc:88 (inlined from basic_string.h:3541 > basic_string.h:1928 > basic_string.h:2171 > basic_string.tcc:225)"),
             "call",
             312,
             1_000_000,
@@ -837,8 +909,12 @@ mod tests {
         assert!(at.len() >= 4, "{text}");
         assert!(at.windows(2).all(|w| w[0] == w[1]), "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= 160), "{text}");
+        // The line in the traced function stays whole; the inline chain
+        // gives way before the callee's name does.
         assert!(
-            text.contains("basic_string.tcc:225 (inlined from "),
+            text.contains(
+                "\n  table.cc:88 (inlined)  std::__cxx11::basic_string<…>::_M_construct<…>(…)  "
+            ),
             "{text}"
         );
     }

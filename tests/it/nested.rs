@@ -811,20 +811,26 @@ fn nested_depth2() {
     );
 
     // fixture_io, reached through the PLT, is broken down in libfixture.so:
-    // its nanosleep call, at its line in libfixture.c.
+    // its nanosleep call, at fixture_io's line in libfixture.c that calls
+    // sleep_us (inlined there), then the nanosleep line inside sleep_us.
     let io = kid(root, "fixture_io@plt");
     let lib_src = std::fs::read_to_string(common::fixtures_src_dir().join("libfixture.c")).unwrap();
-    let lib_line = lib_src
-        .lines()
-        .position(|l| l.contains("while (nanosleep(&ts, &ts) == -1"))
-        .expect("nanosleep line in libfixture.c")
-        + 1;
+    let lib_line = |needle: &str| {
+        lib_src
+            .lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} in libfixture.c"))
+            + 1
+    };
     let sleep = kid(io, "nanosleep@plt");
-    assert_eq!(
-        sleep["site"]
-            .as_str()
-            .map(|s| s.split(" (inlined from ").next().unwrap()),
-        Some(format!("libfixture.c:{lib_line}").as_str()),
+    let site = sleep["site"].as_str().unwrap_or("");
+    let (call, inner) = (
+        lib_line("sleep_us(300);"),
+        lib_line("while (nanosleep(&ts, &ts) == -1"),
+    );
+    assert!(
+        site == format!("libfixture.c:{inner}")
+            || site == format!("libfixture.c:{call} (inlined from libfixture.c:{inner})"),
         "{io:#}"
     );
     assert_eq!(sleep["kind"], "plt", "{io:#}");
@@ -1500,4 +1506,135 @@ fn nested_function_under_two_parents_is_probed_once() {
         }
         check_sums(root, true);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Sites in code inlined from headers (examples/demo.cpp)
+// ---------------------------------------------------------------------------
+
+/// The demo program (examples/demo.cpp) built as `make demo` builds it,
+/// once per test binary: kv::Store::read calls nanosleep inside
+/// std::this_thread::sleep_for, inlined from libstdc++'s headers.
+fn demo_exe() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nested-demo");
+            std::fs::create_dir_all(&dir).unwrap();
+            let exe = dir.join("kvdemo");
+            let st = Command::new("g++")
+                .args(["-O2", "-g", "-pthread", "-o"])
+                .arg(&exe)
+                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.cpp"))
+                .status()
+                .unwrap();
+            assert!(st.success(), "g++ examples/demo.cpp failed");
+            exe
+        })
+        .clone()
+}
+
+/// Whether `loc` is `demo.cpp:LINE (inlined from this_thread_sleep.h:N)`.
+fn is_sleep_for_site(loc: &str, line: usize) -> bool {
+    loc.strip_prefix(&format!(
+        "demo.cpp:{line} (inlined from this_thread_sleep.h:"
+    ))
+    .and_then(|r| r.strip_suffix(')'))
+    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A call site inside code inlined from a header is placed at the line of
+/// the traced function that holds it (`demo.cpp:22`, where read() calls
+/// sleep_for), with the inline chain after it, in `list --sites`, in the
+/// nested tree's JSON and in its text, whose columns stay aligned.
+#[test]
+fn sites_inlined_from_headers_are_placed_in_the_traced_function() {
+    let _guard = common::serial();
+    let exe = demo_exe();
+    let exe_s = exe.to_str().unwrap().to_string();
+    let src =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.cpp")).unwrap();
+    let line_of = |needle: &str| src.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let (sleep_line, first, last) = (
+        line_of("std::this_thread::sleep_for(wait);"),
+        line_of("std::string read(int key)"),
+        line_of("return \"value-\" + std::to_string(key);") + 1,
+    );
+    let out = run_tachy(
+        &[
+            "list".into(),
+            "--sites".into(),
+            exe_s.clone(),
+            "kv::Store::read".into(),
+        ],
+        &[],
+    );
+    out.assert_success();
+    let sites = listed_sites(&out);
+    let sleep: Vec<&(String, String, String)> =
+        sites.iter().filter(|s| s.2 == "nanosleep@plt").collect();
+    assert_eq!(sleep.len(), 1, "{out}");
+    assert!(is_sleep_for_site(&sleep[0].1, sleep_line), "{out}");
+    // Every site, inlined or not, is at a line of read() itself.
+    for (_, loc, name) in &sites {
+        let line: usize = loc
+            .strip_prefix("demo.cpp:")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| panic!("{name} at {loc}, not at a line of demo.cpp\n{out}"));
+        assert!(
+            line > first && line < last,
+            "{name} at {loc}, not in read()\n{out}"
+        );
+    }
+
+    if common::skip_unless_root() {
+        return;
+    }
+    let nested = |opts: &[&str]| {
+        let mut args: Vec<String> = vec!["nested".into()];
+        args.extend(opts.iter().map(|s| s.to_string()));
+        args.extend([
+            "kv::Store::read".into(),
+            "--".into(),
+            exe_s.clone(),
+            "20".into(),
+        ]);
+        let out = run_tachy(&args, &[]);
+        out.assert_success();
+        out
+    };
+    let out = nested(&["--json"]);
+    let rep = single_report(&out);
+    let root = &rep["roots"][0];
+    let sleep = kid(root, "nanosleep@plt");
+    assert!(
+        is_sleep_for_site(sleep["site"].as_str().unwrap_or(""), sleep_line),
+        "{sleep:#}"
+    );
+    assert_eq!(num(sleep, "count"), 40, "{sleep:#}");
+
+    let out = nested(&["--all-sites"]);
+    let rows: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" per call "))
+        .collect();
+    assert_eq!(rows.len(), sites.len(), "{out}");
+    let row = rows
+        .iter()
+        .find(|l| l.contains("  nanosleep@plt  "))
+        .unwrap_or_else(|| panic!("no nanosleep@plt row\n{out}"));
+    let label = row.trim_start().split("  nanosleep@plt").next().unwrap();
+    assert!(is_sleep_for_site(label, sleep_line), "{row}\n{out}");
+    assert!(row.contains(" 1.00 per call  avg "), "{row}\n{out}");
+    // One column for every row, the self line's too, within the width.
+    let cols: Vec<usize> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("self ") || l.contains(" per call "))
+        .map(|l| l[..l.find("  avg ").unwrap()].chars().count())
+        .collect();
+    assert!(cols.windows(2).all(|w| w[0] == w[1]), "{out}");
+    assert!(cols[0] <= 2 + 90 + 2 + 15, "{out}");
 }
