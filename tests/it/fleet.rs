@@ -1267,6 +1267,63 @@ fn several_pids_are_counted_each_and_the_trace_ends_with_the_last() {
 /// Processes of different programs (here a copy of the fixture, another
 /// file): the functions are found in each program and traced in both,
 /// each process's calls counted.
+/// With several processes, the `processes` line counts calls entered and
+/// a `--by pid` table calls timed, and the report says so: two processes
+/// of the C++ fixture, whose shop::risky(int) leaves by exception in half
+/// its calls (I/2 * T), each entered I * T times.
+#[test]
+fn processes_line_counts_calls_entered_and_by_pid_calls_timed() {
+    let _lock = common::needs_root!();
+    let mut a = Fixture::spawn("cpp_o2", &["20", "2"]);
+    let mut b = Fixture::spawn("cpp_o2", &["10", "2"]);
+    let (pa, pb) = (a.pid(), b.pid());
+    let both = format!("{pa},{pb}");
+    let mut t = Tachy::start(
+        &["latency", "-p", &both, "--by", "pid", "shop::risky(int)"],
+        &[],
+    );
+    t.wait_for_header(false);
+    a.go();
+    b.go();
+    let (sa, outa) = a.wait();
+    let (sb, outb) = b.wait();
+    assert!(sa.success() && sb.success());
+    assert_eq!(counts(&outa)["shop::risky(int)"], 40);
+    assert_eq!(counts(&outb)["shop::risky(int)"], 20);
+    let out = t.finish(RUN_TIMEOUT);
+    out.assert_success();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("avg = ") && l.ends_with(", count: 30")),
+        "{out}"
+    );
+    assert!(lines.contains(&"left by exception or unwind: 30"), "{out}");
+    // The --by pid table: calls timed, those that returned.
+    let by_pid: Vec<(u32, u64)> = lines
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.as_slice() {
+                ["pid", pid, "(cpp_o2)", "count", n, ..] => {
+                    Some((pid.parse().ok()?, n.parse().ok()?))
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    assert_eq!(by_pid, [(pa, 20), (pb, 10)], "{out}");
+    // The processes line: calls entered, and it says that those hold the
+    // calls count leaves out (here the 30 left by exception).
+    let want = format!(
+        "processes, by calls entered (timed or not: also those left by exception, \
+         filtered out or still running, which count leaves out): \
+         {pa} (cpp_o2) 40, {pb} (cpp_o2) 20"
+    );
+    assert!(lines.contains(&want.as_str()), "{out}");
+}
+
 #[test]
 fn several_pids_of_different_programs_are_each_traced() {
     let _lock = common::needs_root!();
