@@ -293,10 +293,11 @@ fn with_length(raw: &str, word: &str, sep: &str) -> bool {
 
 /// Words that demanglers print but mangled names do not hold as such:
 /// keywords, builtin types, the standard names Itanium abbreviates
-/// (`Ss`, `Si`, `Sa`, …), the typedefs of the canonical form, and the
-/// phrases for special names (`{lambda()#1}`, `(anonymous namespace)`,
-/// `{closure#0}`, thunks, guard variables). The prefilter never looks
-/// for them.
+/// (`Ss`, `Si`, `Sa`, …) and the phrases for special names
+/// (`{lambda()#1}`, `(anonymous namespace)`, `{closure#0}`, thunks, guard
+/// variables). The prefilter never looks for them, nor for the typedefs
+/// of the canonical form ([`TYPEDEFS`], `w`-prefixed too), which are not
+/// repeated here.
 const PRINTED_WORDS: &[&str] = &[
     // C and C++ types, keywords and operators
     "void",
@@ -402,37 +403,17 @@ const PRINTED_WORDS: &[&str] = &[
     "at",
     "invocation",
     "x",
-    // standard names Itanium abbreviates, and the canonical typedefs
+    // standard names Itanium abbreviates (the canonical typedefs, `string`
+    // to `wregex`, are canon's TYPEDEFS, read beside this list)
     "allocator",
     "basic_string",
     "char_traits",
     "basic_istream",
     "basic_ostream",
     "basic_iostream",
-    "istream",
-    "ostream",
-    "iostream",
-    "wstring",
     "u8string",
     "u16string",
     "u32string",
-    "string_view",
-    "wstring_view",
-    "ifstream",
-    "ofstream",
-    "fstream",
-    "istringstream",
-    "ostringstream",
-    "stringstream",
-    "streambuf",
-    "stringbuf",
-    "filebuf",
-    "ios",
-    "wistream",
-    "wostream",
-    "wiostream",
-    "regex",
-    "wregex",
     "size_t",
     "ssize_t",
     "ptrdiff_t",
