@@ -328,17 +328,38 @@ struct {
 	__type(value, __u8);
 } tail_pairs SEC(".maps");
 
-/* Whether the call of `id` entering at frame f's key is f's tail call. */
+/*
+ * The address a uretprobe writes into the return-address slot it takes:
+ * the start of the process's uprobe area (the kernel's
+ * uprobe_get_trampoline_vaddr), or 0 while it has none.
+ */
+static __always_inline __u64 uret_trampoline(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct xol_area *area = BPF_CORE_READ(task, mm, uprobes_state.xol_area);
+
+	return area ? BPF_CORE_READ(area, vaddr) : 0;
+}
+
+/*
+ * Whether the call of `id` entering at frame f's key is f's tail call.
+ * f's uretprobe took its return-address slot at its entry, and a tail
+ * call leaves the slot as it is; a call made after f was left by longjmp
+ * (the frame still open) holds a real return address there, even one
+ * that then tail-calls `id`.
+ */
 static __always_inline bool tail_handover(struct tachy_frame *f, __u32 id)
 {
-	__u64 key = (__u64)f->id << 32 | id;
+	__u64 key = (__u64)f->id << 32 | id, ret;
 
 	if (!(f->flags & TACHY_FRAME_ROOT))
 		return false;
-	if (bpf_map_lookup_elem(&tail_pairs, &key))
-		return true;
-	key |= ANY_ID;
-	return bpf_map_lookup_elem(&tail_pairs, &key);
+	if (!bpf_map_lookup_elem(&tail_pairs, &key)) {
+		key |= ANY_ID;
+		if (!bpf_map_lookup_elem(&tail_pairs, &key))
+			return false;
+	}
+	return !user_read8(f->sp, &ret) && ret && ret == uret_trampoline();
 }
 
 static long pop_one(__u64 i, void *data)

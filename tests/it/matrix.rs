@@ -299,6 +299,36 @@ fn mutual_recursion_through_a_tail_call() {
     }
 }
 
+/// leaper leaves by longjmp; then relay, entered at the same stack pointer,
+/// tail-calls landing, which leaper could tail-call too. landing's entry is
+/// not leaper's tail call: leaper's frame was left (unwound) and landing is
+/// timed alone, with ret probes (seams_unwind) and with uretprobes (seams).
+#[test]
+fn a_frame_left_by_longjmp_is_not_handed_over_to_a_later_tail_callee() {
+    let _g = common::needs_root!();
+    let (n, us) = (50u64, 200u64);
+    for fixture in ["seams_unwind", "seams"] {
+        let (rep, out) = report(
+            "latency",
+            &["--json", "leaper", "landing"],
+            fixture,
+            &["jumptail", &n.to_string(), &us.to_string()],
+        );
+        let made = counts(&out.fixture_text());
+        assert_eq!((made["leaper"], made["landing"]), (n, n), "{out}");
+        let leaper = func(&rep, "leaper");
+        assert_eq!(num(leaper, "count"), 0, "{fixture}: {out}");
+        assert_eq!(num(leaper, "unwound"), n, "{fixture}: {out}");
+        let landing = func(&rep, "landing");
+        assert_eq!(num(landing, "count"), n, "{fixture}: {out}");
+        assert_eq!(num(landing, "unwound"), 0, "{fixture}: {out}");
+        assert!(
+            num(landing, "total_ns") >= n * us * 1000,
+            "{fixture}: {out}"
+        );
+    }
+}
+
 /// Under nested, the tail-called mid and the call of leaf inside it end
 /// with tailer's site, at depths 2 and 3.
 #[test]
