@@ -328,7 +328,7 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
 /// running process, the function its relocated slot holds (the object's
 /// own IRELATIVE slot, else another object's GOT slot for the symbol);
 /// otherwise every function its resolver can return. Each address once.
-fn implement_ifuncs(
+pub(crate) fn implement_ifuncs(
     obj: &ElfObject,
     funcs: Vec<Function>,
     scope: &Scope,

@@ -190,7 +190,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
         let objects = RefCell::new(objects);
         // A name imported at many sites (a library calling its own exported
         // functions through its PLT) is looked up in the libraries once.
-        let imported: RefCell<HashMap<String, Option<Imported>>> = RefCell::default();
+        let imported: RefCell<HashMap<String, Vec<Imported>>> = RefCell::default();
         let import = |raw: &str| {
             if let Some(hit) = imported.borrow().get(raw) {
                 return hit.clone();
@@ -491,7 +491,24 @@ fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
 
 /// The function a PLT call to `raw` reaches in the traced process: the
 /// first library (in load order) that defines it.
-fn import_target(
+/// The function an imported name reaches in the traced process's
+/// libraries: for an IFUNC symbol, what `latency` times for it (the
+/// implementation the process uses, else every one its resolver can
+/// return), never the resolver, which runs once at relocation.
+fn import_target(scope: &Scope, objects: &mut Objects, raw: &str) -> Vec<Imported> {
+    let Some((obj, f)) = import_symbol(scope, objects, raw) else {
+        return Vec::new();
+    };
+    // Whatever latency would leave out of the candidates, its lines are
+    // about timing them as functions of their own, not as a site's callee.
+    let mut notes = Vec::new();
+    resolve::implement_ifuncs(&obj, vec![f], scope, objects, &mut notes)
+        .into_iter()
+        .map(|g| (obj.clone(), g))
+        .collect()
+}
+
+fn import_symbol(
     scope: &Scope,
     objects: &mut Objects,
     raw: &str,

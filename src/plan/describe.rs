@@ -86,6 +86,9 @@ impl Plan {
                 ),
             };
         }
+        for (id, callee) in &self.ifunc_callees {
+            let _ = writeln!(s, "  [{id}] calls IFUNC {callee}");
+        }
         for (id, f) in &self.arg_filters {
             let _ = writeln!(s, "  [{id}] --filter, at entry: {}", f.describe());
         }

@@ -261,6 +261,9 @@ pub struct Plan {
     /// (`unwind::process_cannot_unwind`): a uretprobe is safe on any
     /// function whose entry probe stands where SP holds the return address.
     pub process_cannot_unwind: bool,
+    /// `tachy nested`: site nodes broken down into an implementation of
+    /// the IFUNC symbol they call, and which (as `--dry-run` says).
+    pub ifunc_callees: Vec<(u32, String)>,
     /// The first object of another architecture than this tachy's, with
     /// its architecture: such a plan can be printed, not attached.
     pub foreign: Option<(std::path::PathBuf, disasm::Arch)>,

@@ -16,9 +16,10 @@ pub type Imported = (Rc<ElfObject>, Function);
 
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
-    /// The function an imported name (a PLT call) resolves to in the
-    /// traced process, when one is known.
-    pub import: &'a dyn Fn(&str) -> Option<Imported>,
+    /// The functions an imported name (a PLT call) resolves to in the
+    /// traced process, when known: one, or, for an IFUNC symbol that is
+    /// not resolved yet, each implementation its resolver can return.
+    pub import: &'a dyn Fn(&str) -> Vec<Imported>,
     /// Levels of call sites under a traced function.
     pub depth: u32,
     /// Whether a callee (by raw name) is expanded at any level.
@@ -197,34 +198,59 @@ impl Plan {
                 continue;
             }
             // The callee: a function of this object, or, through the PLT,
-            // the one the traced process's libraries define.
-            let (gobj, g): (Rc<ElfObject>, Function) =
+            // the one the traced process's libraries define (for an IFUNC
+            // symbol, its implementations: their sites are all under this
+            // one, and only those of the one the process uses run).
+            let callees: Vec<(Rc<ElfObject>, Function)> =
                 match (site.kind, site.callee, &site.callee_raw) {
                     (SiteKind::Call | SiteKind::Tail, Some(a), _) => {
                         match obj.symbols()?.function_starting_at(a) {
-                            Some(g) => (obj.clone(), g),
+                            Some(g) => vec![(obj.clone(), g)],
                             None => continue,
                         }
                     }
-                    (SiteKind::Plt, _, Some(raw)) => match (drill.import)(raw) {
-                        Some(hit) => hit,
-                        None => continue,
-                    },
+                    (SiteKind::Plt, _, Some(raw)) => (drill.import)(raw),
                     _ => continue,
                 };
-            let key = (self.object_index(&gobj), g.addr);
-            if walk.path.contains(&key) {
-                continue;
+            for (gobj, g) in callees {
+                let key = (self.object_index(&gobj), g.addr);
+                if walk.path.contains(&key) {
+                    continue;
+                }
+                let Ok(gd) = super::decode_function(&gobj, &g) else {
+                    continue;
+                };
+                self.expanded_into(id, &gobj, &g);
+                walk.path.push(key);
+                self.add_sites_of(&gobj, &gd, id, level + 1, walk)?;
+                walk.path.pop();
             }
-            let Ok(gd) = super::decode_function(&gobj, &g) else {
-                continue;
-            };
-            self.sites[id as usize - self.items.len()].expanded = true;
-            walk.path.push(key);
-            self.add_sites_of(&gobj, &gd, id, level + 1, walk)?;
-            walk.path.pop();
         }
         Ok(())
+    }
+
+    /// Site node `id` is broken down into the sites of `g`, of `gobj`. An
+    /// IFUNC's implementation is named as `latency` names it, and the
+    /// node, when the process's own is known, after it.
+    fn expanded_into(&mut self, id: u32, gobj: &Rc<ElfObject>, g: &Function) {
+        let node = &mut self.sites[id as usize - self.items.len()];
+        node.expanded = true;
+        let Some(i) = &g.ifunc else {
+            return;
+        };
+        if i.resolved {
+            node.site.name = format!("{} (resolved to {})", node.site.name, g.names.full);
+        }
+        let object = self.object_index(gobj);
+        self.ifunc_callees.push((
+            id,
+            format!(
+                "{} in {} at {:#x}",
+                g.display_name(),
+                self.objects[object].display.display(),
+                g.addr
+            ),
+        ));
     }
 }
 

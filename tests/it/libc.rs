@@ -69,18 +69,24 @@ fn check(rep: &Value, resolved: bool) {
 #[test]
 fn ifunc_calls_are_counted_exactly_in_a_running_process() {
     let _lock = common::needs_root!();
-    let mut fx = Fixture::spawn("ifunc", &["2000"]);
+    let fx = Fixture::spawn("ifunc", &["2000"]);
     let pid = fx.pid().to_string();
     let mut args = vec!["latency", "--json", "-p", &pid];
     args.extend(SPECS);
-    let mut t = Tachy::start(&args, &[]);
+    check(&attached_report(fx, &args), true);
+}
+
+/// `tachy ARGS` attached to the waiting fixture `fx`, which then runs to
+/// its end, and so does tachy: its one report.
+fn attached_report(mut fx: Fixture, args: &[&str]) -> Value {
+    let mut t = Tachy::start(args, &[]);
     t.wait_for_header(true);
     fx.go();
     let (status, out) = fx.wait();
     assert!(status.success(), "{out}");
     let o = t.finish(Duration::from_secs(30));
     o.assert_success();
-    check(&o.single_report(), true);
+    o.single_report()
 }
 
 #[test]
@@ -186,4 +192,118 @@ fn list_names_ifunc_candidates() {
     assert!(o.status.success(), "{text}");
     assert!(text.contains("IFUNC"), "{text}");
     assert!(text.contains("__memset_"), "{text}");
+}
+
+/// `tachy ARGS` (a dry run), which must succeed: its standard output.
+fn dry_run(args: &[&str]) -> String {
+    let o = Command::new(common::tachy()).args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "tachy {args:?}: {text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text
+}
+
+/// The `calls IFUNC` lines of a --dry-run: (implementation as named, its
+/// object).
+fn ifunc_callees(plan: &str) -> Vec<(String, String)> {
+    plan.lines()
+        .filter_map(|l| l.trim_start().split_once("] calls IFUNC ").map(|x| x.1))
+        .filter_map(|l| l.rsplit_once(" at ").map(|x| x.0))
+        .filter_map(|l| l.rsplit_once(" in "))
+        .map(|(name, obj)| (name.to_string(), obj.to_string()))
+        .collect()
+}
+
+/// The call-site probes of a --dry-run under node `parent`.
+fn sites_under(plan: &str, parent: u32) -> usize {
+    let tag = format!(" in [{parent}]");
+    plan.lines()
+        .filter(|l| l.trim_start().starts_with("site <") && l.contains(&tag))
+        .count()
+}
+
+/// The site of memset under filler in a nested report, which counts all
+/// of filler's memset calls and no call left by exception.
+fn memset_site(rep: &Value, fillers: u64) -> &Value {
+    let root = &rep["roots"][0];
+    assert_eq!(root["count"], fillers, "{rep:#}");
+    let site = root["children"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["kind"] == "plt"))
+        .unwrap_or_else(|| panic!("no memset site: {rep:#}"));
+    assert_eq!(site["count"], 1000 * fillers, "{rep:#}");
+    assert_eq!(site["unwound"], 0, "{rep:#}");
+    site
+}
+
+/// `tachy nested --depth 2` on filler, which calls memset (an IFUNC of
+/// libc) 1000 times: the memset site is broken down into what latency
+/// times for memset, never into the resolver's code. In a running process
+/// (-p), the implementation it uses, named as latency names it, with that
+/// function's own sites under it; for a command tachy starts, each
+/// implementation the resolver can return.
+#[test]
+fn nested_breaks_an_ifunc_site_down_into_its_implementation() {
+    let _lock = common::needs_root!();
+    let n = 5u64;
+    let fx = Fixture::spawn("seams", &["fill", &n.to_string()]);
+    let pid = fx.pid().to_string();
+    let plan = dry_run(&["nested", "--dry-run", "-p", &pid, "filler", "--depth", "2"]);
+    let callees = ifunc_callees(&plan);
+    assert_eq!(callees.len(), 1, "{plan}");
+    let (name, lib) = &callees[0];
+    let used = name
+        .strip_prefix("memset (resolved to ")
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{plan}"));
+    // The implementation's own sites, planned as a traced function's.
+    let own = dry_run(&["nested", "--dry-run", &format!("{lib}:{used}")]);
+    assert_eq!(sites_under(&plan, 1), sites_under(&own, 0), "{plan}\n{own}");
+    let args = ["nested", "--json", "-p", &pid, "filler", "--depth", "2"];
+    let rep = attached_report(fx, &args);
+    let site = memset_site(&rep, n);
+    assert_eq!(
+        site["name"],
+        format!("memset@plt (resolved to {used})"),
+        "{rep:#}"
+    );
+    assert_eq!(
+        site["children"].as_array().map_or(0, |c| c.len()),
+        sites_under(&own, 0),
+        "{rep:#}"
+    );
+
+    // A command tachy starts: every implementation, the resolver none.
+    let exe = common::build("seams");
+    let exe = exe.to_string_lossy();
+    let mut args = vec!["nested", "--dry-run", "filler", "--depth", "2", "--", &exe];
+    args.extend(["fill", "5"]);
+    let plan = dry_run(&args);
+    let callees = ifunc_callees(&plan);
+    assert!(callees.len() >= 2, "{plan}");
+    for (name, _) in &callees {
+        assert!(
+            name.starts_with("memset (may resolve to __memset_"),
+            "{plan}"
+        );
+    }
+    let o = run_fixture(
+        "nested",
+        &["--json", "filler", "--depth", "2"],
+        "seams",
+        &["fill", &n.to_string()],
+        &[],
+    );
+    o.assert_success();
+    let rep = o.single_report();
+    let site = memset_site(&rep, n);
+    assert_eq!(site["name"], "memset@plt", "{rep:#}");
+    assert_eq!(
+        site["children"].as_array().map_or(0, |c| c.len()),
+        sites_under(&plan, 1),
+        "{rep:#}"
+    );
 }
