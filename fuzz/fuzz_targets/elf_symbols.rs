@@ -92,7 +92,7 @@ fuzz_target!(|data: &[u8]| {
     // Probe plans, as `tachy list`/`nested --dry-run` make them: entries,
     // exits, tail callees, and two levels of call sites.
     let drill = Drill {
-        import: &|_| None,
+        import: &|_| Vec::new(),
         depth: 2,
         expand: &|_| false,
     };
