@@ -26,7 +26,7 @@ use anyhow::{Context, Result};
 
 use crate::callsites::{Site, SiteKind};
 use crate::disasm::ProbeCost;
-use crate::plan::{ExitMode, ItemKind, Plan, ProbeKind, ProbeTime, Settings, SiteNode};
+use crate::plan::{ExitMode, HitPrices, ItemKind, Plan, ProbeKind, ProbeTime, Settings, SiteNode};
 use crate::probe::{Live, Tracer};
 use crate::report::hist::bucket_range;
 use crate::report::Counts;
@@ -257,6 +257,20 @@ impl Calibration {
                 in_ns: 0,
                 add_ns: self.site_with_parent.add_ns,
             },
+        }
+    }
+
+    /// What one hit of each kind costs the thread that takes it, from the
+    /// roots' totals: `endbr64` + `ret` is two single-steps, `push` + `ret`
+    /// an emulated hit and a single-step, `push` + uretprobe an emulated hit
+    /// and a uretprobe's return.
+    pub fn hit_prices(&self) -> HitPrices {
+        let stepped = self.root[0][0].add_ns / 2;
+        let emulated = self.root[1][0].add_ns.saturating_sub(stepped);
+        HitPrices {
+            emulated_ns: emulated,
+            stepped_ns: stepped,
+            uret_ns: self.root[1][1].add_ns.saturating_sub(emulated),
         }
     }
 
@@ -634,16 +648,8 @@ pub fn load_or_measure(verbose: bool) -> Result<(Calibration, Source)> {
     let key = cache_key();
     let path = cache_path();
     let now = unix_now();
-    let cached = path
-        .as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .and_then(|t| Calibration::from_text(&t, &key));
-    match cached {
-        Some((cal, None)) => return Ok((cal, Source::Cached)),
-        Some((cal, Some(at))) if now.saturating_sub(at) < BUSY_KEPT => {
-            return Ok((cal, Source::CachedBusy))
-        }
-        _ => {}
+    if let Some(c) = read_cache(path.as_deref(), &key, now) {
+        return Ok(c);
     }
     let m = measure(verbose)?;
     let busy_at = (m.spread > STEADY_SPREAD).then_some(now);
@@ -659,6 +665,24 @@ pub fn load_or_measure(verbose: bool) -> Result<(Calibration, Source)> {
         },
     };
     Ok((m.cal, source))
+}
+
+/// The measurement in the cache at `path`, if it was taken for `key` (on a
+/// busy machine: within the hour).
+fn read_cache(path: Option<&Path>, key: &str, now: u64) -> Option<(Calibration, Source)> {
+    let text = std::fs::read_to_string(path?).ok()?;
+    match Calibration::from_text(&text, key)? {
+        (cal, None) => Some((cal, Source::Cached)),
+        (cal, Some(at)) if now.saturating_sub(at) < BUSY_KEPT => Some((cal, Source::CachedBusy)),
+        _ => None,
+    }
+}
+
+/// What a probe hit costs here, if tachy measured it on this machine for
+/// this kernel and binary (it does on its first traced run): `--dry-run`
+/// and `list` print it and never measure.
+pub fn cached_prices() -> Option<HitPrices> {
+    read_cache(cache_path().as_deref(), &cache_key(), unix_now()).map(|(c, _)| c.hit_prices())
 }
 
 /// Writes the cache file whole, then renames it into place; on failure,

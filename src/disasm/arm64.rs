@@ -864,6 +864,16 @@ fn stack_depths(
     states.into_iter().map(|s| s.and_then(|s| s.0)).collect()
 }
 
+/// What the kernel does with a probe on the instruction at the start of
+/// `code` (at `addr`).
+pub fn probe_cost_at(code: &[u8], addr: u64) -> ProbeCost {
+    let Some(c) = code.get(..4) else {
+        return ProbeCost::SingleStepped;
+    };
+    let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    kernel_view(w, classify(addr, w)).0
+}
+
 /// The instruction at the start of `code` (at `addr`) as users read it,
 /// with why the kernel will not probe it where it will not.
 pub fn refused_text(code: &[u8], addr: u64) -> String {

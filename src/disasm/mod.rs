@@ -56,6 +56,15 @@ pub fn refused_text(arch: Arch, code: &[u8], addr: u64) -> String {
     }
 }
 
+/// What the kernel does with a probe on the instruction at the start of
+/// `code` (decoded at `addr`): emulate it, or single-step it.
+pub fn probe_cost_at(arch: Arch, code: &[u8], addr: u64) -> ProbeCost {
+    match arch {
+        Arch::X86_64 => x86::probe_cost_at(code, addr),
+        Arch::Arm64 => arm64::probe_cost_at(code, addr),
+    }
+}
+
 /// The general-purpose registers that the instructions of `code`, decoded
 /// from `addr`, may write (bit N: register N as `arch` numbers them: the x86
 /// encoding number, or xN).
@@ -251,7 +260,7 @@ pub struct Call {
 
 /// Does the kernel emulate this instruction under a uprobe (cheap), or
 /// single-step it out of line (expensive)?
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProbeCost {
     Emulated,
     SingleStepped,

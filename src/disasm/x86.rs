@@ -427,6 +427,17 @@ pub fn rip_lea_targets(code: &[u8], addr: u64) -> Vec<u64> {
     out
 }
 
+/// What the kernel does with a probe on the instruction at the start of
+/// `code` (decoded at `addr`).
+pub fn probe_cost_at(code: &[u8], addr: u64) -> ProbeCost {
+    let mut dec = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let insn = dec.decode();
+    if insn.is_invalid() {
+        return ProbeCost::SingleStepped;
+    }
+    probe_cost(&insn)
+}
+
 /// The instruction at the start of `code` (decoded at `addr`) as users read
 /// it, with why the kernel will not probe it: "`vmovd %esi,%xmm0` (a vector
 /// instruction with opcode byte 0x6e)".

@@ -3,8 +3,11 @@
 
 use std::fmt::Write as _;
 
-use super::{GoProbe, ItemKind, Plan, ProbeKind, TracedFunc, CHECKED_JUMP_US, TAIL_INDIRECT};
+use super::{
+    GoProbe, Hit, HitPrices, ItemKind, Plan, ProbeKind, TracedFunc, CHECKED_JUMP_US, TAIL_INDIRECT,
+};
 use crate::disasm::ProbeCost;
+use crate::report::fmt::human;
 
 /// What the indirect jumps checked at run time cost, in words: the kernel
 /// single-steps an indirect `jmp` under a probe, on every pass.
@@ -14,9 +17,21 @@ fn checked_jumps_text(n: usize) -> String {
     )
 }
 
+/// A price as the plan prints it: `~1.2 us`.
+fn price(ns: u64) -> String {
+    format!("~{}", human(ns as f64))
+}
+
 impl Plan {
-    /// A human-readable listing of the plan: what is timed, then each probe.
+    /// A human-readable listing of the plan: what is timed, then each probe
+    /// with what the kernel does on its hits.
     pub fn describe(&self) -> String {
+        self.describe_priced(None)
+    }
+
+    /// [`Plan::describe`], with what each hit and each call of a traced
+    /// function costs on this machine where `prices` are known.
+    pub fn describe_priced(&self, prices: Option<&HitPrices>) -> String {
         let mut s = String::new();
         let whom = match (self.pid, self.settings.follow) {
             _ if self.settings.cgroup.is_some() => {
@@ -73,7 +88,7 @@ impl Plan {
                 ),
                 ItemKind::Function(f) => writeln!(
                     s,
-                    "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}{}",
+                    "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}{}{}",
                     item.name,
                     self.objects[f.object].display.display(),
                     f.addr,
@@ -82,7 +97,9 @@ impl Plan {
                     match f.exits.checked_jumps {
                         0 => String::new(),
                         n => format!("; {}", checked_jumps_text(n)),
-                    }
+                    },
+                    self.call_price(i as u32, prices)
+                        .map_or(String::new(), |p| format!("; price per call: {p}"))
                 ),
             };
         }
@@ -113,16 +130,57 @@ impl Plan {
             );
         }
         for p in &self.probes {
+            let hit = p.hit();
             let _ = writeln!(
                 s,
-                "  {:<24} {} +{:#x} ({:#x})",
+                "  {:<24} {} +{:#x} ({:#x})  {}{}",
                 self.kind_text(p.kind),
                 self.objects[p.object].display.display(),
                 p.offset,
-                p.vaddr
+                p.vaddr,
+                hit.describe(),
+                prices.map_or(String::new(), |c| format!(" {}", price(c.of(hit))))
             );
         }
         s
+    }
+
+    /// What one call of traced function `id` costs in probe hits: its
+    /// entry, and one of its ways out (the cheapest to the dearest), with
+    /// their prices where known: "~11 us (entry emulated, exit
+    /// single-stepped)". `None` for a function planned without a summary
+    /// of its exits (Go's), and for kernel items.
+    pub fn call_price(&self, id: u32, prices: Option<&HitPrices>) -> Option<String> {
+        let ItemKind::Function(f) = &self.items.get(id as usize)?.kind else {
+            return None;
+        };
+        let exits = self.exit_hits.get(&id).filter(|e| !e.is_empty())?;
+        let entry = match f.entry_cost {
+            ProbeCost::Emulated => Hit::Emulated,
+            ProbeCost::SingleStepped => Hit::SingleStepped,
+        };
+        let words = format!(
+            "entry {}, exit {}",
+            entry.describe(),
+            exits
+                .iter()
+                .map(|h| h.describe())
+                .collect::<Vec<_>>()
+                .join(" or ")
+        );
+        let Some(c) = prices else {
+            return Some(words);
+        };
+        let of_exits = exits.iter().map(|&h| c.of(h));
+        let (lo, hi) = (
+            c.of(entry) + of_exits.clone().min().unwrap_or(0),
+            c.of(entry) + of_exits.max().unwrap_or(0),
+        );
+        Some(if lo == hi {
+            format!("{} ({words})", price(lo))
+        } else {
+            format!("{} to {} ({words})", price(lo), human(hi as f64))
+        })
     }
 
     /// The nodes a site probe times, as `[node] in [parent]`, one for each
@@ -372,12 +430,23 @@ mod tests {
             level: 1,
             expanded: false,
         });
+        // What the kernel does at each: `push`, `call` and a direct `jmp`
+        // are emulated; `ret`, indirect jumps and the site's end are not.
         let probe = |vaddr: u64, kind| Probe {
             object: 0,
             vaddr,
             offset: vaddr - 0x400000,
             kind,
+            cost: match kind {
+                ProbeKind::Entry { .. } | ProbeKind::Uret | ProbeKind::Site { .. } => {
+                    ProbeCost::Emulated
+                }
+                ProbeKind::Tail { cookie } if cookie & TAIL_INDIRECT == 0 => ProbeCost::Emulated,
+                _ => ProbeCost::SingleStepped,
+            },
         };
+        plan.exit_hits
+            .insert(0, [Hit::SingleStepped, Hit::Emulated].into());
         plan.probes = vec![
             probe(
                 0x401204,
@@ -417,6 +486,27 @@ mod tests {
             ),
         ];
         plan
+    }
+
+    #[test]
+    fn prices_are_printed_where_known() {
+        let prices = HitPrices {
+            emulated_ns: 1_000,
+            stepped_ns: 9_500,
+            uret_ns: 600,
+        };
+        let text = sample(Some(1), false).describe_priced(Some(&prices));
+        let line = text.lines().find(|l| l.starts_with("  [0]")).unwrap();
+        assert!(
+            line.ends_with(
+                "; price per call: ~2.0 us to 10.5 us (entry emulated, exit emulated or single-stepped)"
+            ),
+            "{line}"
+        );
+        let ret = text.lines().find(|l| l.starts_with("  exit ")).unwrap();
+        assert!(ret.ends_with(")  single-stepped ~9.5 us"), "{ret}");
+        let uret = text.lines().find(|l| l.starts_with("  uretprobe")).unwrap();
+        assert!(uret.ends_with(")  uretprobe ~600 ns"), "{uret}");
     }
 
     #[test]

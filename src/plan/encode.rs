@@ -698,6 +698,7 @@ mod tests {
             vaddr: offset,
             offset,
             kind,
+            cost: crate::disasm::ProbeCost::Emulated,
         };
         let site = |slot| ProbeKind::Site {
             slot,

@@ -137,6 +137,7 @@ impl Plan {
                 tailing,
             },
         )?;
+        let first_exit = self.probes.len();
         // Unasked, a uretprobe shares the entry probe's trap, so the entry
         // must stand where SP holds the return address: a trap of its own
         // would cost as much as the single-stepped `ret` it replaces.
@@ -211,6 +212,12 @@ impl Plan {
                 }
             }
         };
+        let hits = self.probes[first_exit..]
+            .iter()
+            .filter(|p| matches!(p.kind, ProbeKind::Exit { .. } | ProbeKind::Uret))
+            .map(|p| p.hit())
+            .collect();
+        self.exit_hits.insert(id, hits);
         self.push_function_item(obj, object, f, source, entry, exits);
         Ok(id)
     }
@@ -293,6 +300,7 @@ impl Plan {
                     }
                     p.vaddr = first.addr;
                     p.offset = offset;
+                    p.cost = first.cost;
                     *sp_adjust = first.sp_offset;
                 }
             }
@@ -368,10 +376,12 @@ impl Plan {
                     exits.early_points += points.iter().filter(|p| !p.stepped).count();
                     exits.early_stepped += points.iter().filter(|p| p.stepped).count();
                 }
+                let ret = self.probe(obj, object, r, super::RET_EXIT)?;
                 self.early.push(super::EarlyGroup {
                     object,
                     ret: r,
-                    ret_offset: self.probe(obj, object, r, super::RET_EXIT)?.offset,
+                    ret_offset: ret.offset,
+                    ret_cost: ret.cost,
                     item: own.then_some(id),
                     probes,
                 });

@@ -124,6 +124,59 @@ pub struct Probe {
     pub vaddr: u64,
     pub offset: u64,
     pub kind: ProbeKind,
+    /// What the kernel does with the instruction under it.
+    pub cost: ProbeCost,
+}
+
+/// What the kernel does on a hit of a probe, which is what the hit costs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Hit {
+    /// The instruction under the probe is emulated.
+    Emulated,
+    /// It is single-stepped out of line.
+    SingleStepped,
+    /// A uretprobe's return, through the kernel's trampoline.
+    Uretprobe,
+}
+
+impl Hit {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Hit::Emulated => "emulated",
+            Hit::SingleStepped => "single-stepped",
+            Hit::Uretprobe => "uretprobe",
+        }
+    }
+}
+
+impl Probe {
+    /// What a hit of it costs.
+    pub fn hit(&self) -> Hit {
+        match (self.kind, self.cost) {
+            (ProbeKind::Uret, _) => Hit::Uretprobe,
+            (_, ProbeCost::Emulated) => Hit::Emulated,
+            (_, ProbeCost::SingleStepped) => Hit::SingleStepped,
+        }
+    }
+}
+
+/// What one hit costs the thread that takes it, by kind (ns), as measured
+/// on this machine (`crate::calibrate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HitPrices {
+    pub emulated_ns: u64,
+    pub stepped_ns: u64,
+    pub uret_ns: u64,
+}
+
+impl HitPrices {
+    pub fn of(&self, hit: Hit) -> u64 {
+        match hit {
+            Hit::Emulated => self.emulated_ns,
+            Hit::SingleStepped => self.stepped_ns,
+            Hit::Uretprobe => self.uret_ns,
+        }
+    }
 }
 
 /// A function of an object, as traced.
@@ -229,6 +282,9 @@ pub struct Plan {
     /// `ret`s observed by early exits, kept to put their own probe back
     /// where an early exit shares its address with another probe.
     pub early: Vec<EarlyGroup>,
+    /// Per traced function (item id), the kinds of hit its ways out cost
+    /// (one of them per call).
+    pub exit_hits: std::collections::BTreeMap<u32, BTreeSet<Hit>>,
     /// Go: where `runtime.g` keeps its stack bounds and `goid`, from the
     /// DWARF of the Go binary planned, or its Go version's layout; `None`
     /// when the plan has no Go function.
@@ -295,6 +351,7 @@ pub struct EarlyGroup {
     /// The `ret` and its file offset.
     pub ret: u64,
     pub ret_offset: u64,
+    pub ret_cost: ProbeCost,
     /// The traced function whose exit summary counts it.
     pub item: Option<u32>,
     /// The probes standing for it.
@@ -390,11 +447,17 @@ impl Plan {
                 obj.display.display()
             )
         })?;
+        // The longest x86 instruction is 15 bytes; code may end sooner.
+        let code = (1..=15u64).rev().find_map(|n| obj.code(vaddr, n));
+        let cost = code.map_or(ProbeCost::SingleStepped, |c| {
+            disasm::probe_cost_at(obj.arch, c, vaddr)
+        });
         Ok(Probe {
             object,
             vaddr,
             offset,
             kind,
+            cost,
         })
     }
 
@@ -519,6 +582,7 @@ impl Plan {
                     sp_adjust: 0,
                     cond: None,
                 },
+                cost: g.ret_cost,
             });
             if let Some(ItemKind::Function(t)) = g
                 .item
@@ -526,6 +590,10 @@ impl Plan {
                 .map(|i| &mut i.kind)
             {
                 t.exits.early_rets = t.exits.early_rets.saturating_sub(1);
+            }
+            if let Some(i) = g.item {
+                let hit = self.probes.last().map_or(Hit::SingleStepped, Probe::hit);
+                self.exit_hits.entry(i).or_default().insert(hit);
             }
         }
     }
@@ -559,6 +627,7 @@ mod tests {
             vaddr: offset,
             offset,
             kind,
+            cost: ProbeCost::Emulated,
         }
     }
 
@@ -579,6 +648,7 @@ mod tests {
             object: 0,
             ret,
             ret_offset: ret,
+            ret_cost: ProbeCost::Emulated,
             item: None,
             probes,
         };

@@ -47,7 +47,13 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     if s.dry_run {
         // The plan is what --dry-run was asked for: standard output.
         let mut out = std::io::stdout().lock();
-        write!(out, "{}", plan.describe())
+        // Prices of this machine: none for code of another one.
+        let prices = plan
+            .foreign
+            .is_none()
+            .then(crate::calibrate::cached_prices)
+            .flatten();
+        write!(out, "{}", plan.describe_priced(prices.as_ref()))
             .and_then(|_| out.flush())
             .context("cannot write the plan to standard output")?;
         return Ok(0);

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use crate::callsites;
 use crate::cli::ListSettings;
 use crate::kernel;
-use crate::plan::{self, ItemKind, Plan};
+use crate::plan::{self, HitPrices, ItemKind, Plan};
 use crate::report::list as listing;
 use crate::resolve::{self, Objects, Scope};
 use crate::symbols::Function;
@@ -24,6 +24,7 @@ pub fn list(a: ListSettings) -> Result<i32> {
         None => Scope::Files,
     };
     let mut out = std::io::stdout().lock();
+    let prices = crate::calibrate::cached_prices();
     let mut calls: Vec<(String, u32)> = Vec::new();
     for spec in a.specs.iter().filter(|s| s.is_syscall()) {
         for (name, nr) in kernel::match_syscalls(spec.pattern.as_str())? {
@@ -88,7 +89,7 @@ pub fn list(a: ListSettings) -> Result<i32> {
                 lang: f.names.lang.as_str().to_string(),
                 addr: f.addr,
                 size: f.size,
-                probes: probing(r, f),
+                probes: probing(r, f, prices.as_ref()),
                 sites,
                 ifunc: f.ifunc.as_ref().map(|i| i.describe()),
             };
@@ -106,8 +107,14 @@ pub fn list(a: ListSettings) -> Result<i32> {
     Ok(1)
 }
 
-/// How `tachy latency` would probe `f`, planned alone, in the plan's words.
-fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<String, String> {
+/// How `tachy latency` would probe `f`, planned alone, in the plan's words,
+/// and what a call costs in probe hits (priced where this machine's prices
+/// are known and the code is of this machine).
+fn probing(
+    r: &resolve::Resolved,
+    f: &Function,
+    prices: Option<&HitPrices>,
+) -> std::result::Result<String, String> {
     let mut p = Plan::default();
     let id = p
         .add_function(&r.obj, f, r.source)
@@ -116,5 +123,9 @@ fn probing(r: &resolve::Resolved, f: &Function) -> std::result::Result<String, S
     let ItemKind::Function(t) = &p.items[id as usize].kind else {
         return Err("not a function of the object".into());
     };
-    Ok(t.describe_probes())
+    let prices = prices.filter(|_| p.foreign.is_none());
+    Ok(match p.call_price(id, prices) {
+        Some(price) => format!("{}  price per call: {price}", t.describe_probes()),
+        None => t.describe_probes(),
+    })
 }

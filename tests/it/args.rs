@@ -365,7 +365,7 @@ fn entry_of(expr: &str, func: &str) -> (String, String) {
         .lines()
         .find(|l| l.trim_start().starts_with("entry [0]"))
         .and_then(|l| l.rsplit("(0x").next())
-        .map(|r| r.trim_end_matches(')'))
+        .and_then(|r| r.split(')').next())
         .unwrap_or_else(|| panic!("{out}"));
     (func_at.to_string(), entry_at.to_string())
 }

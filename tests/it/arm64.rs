@@ -69,8 +69,10 @@ fn tachy_in(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Compares `got` with tests/golden/arm64/NAME, or rewrites it under
-/// `TACHY_BLESS=1`.
+/// `TACHY_BLESS=1`; prices are masked (printed only where the code is of
+/// the machine the prices were measured on).
 fn golden(name: &str, got: &str) {
+    let got = &common::mask_prices(got);
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden/arm64")
         .join(name);
@@ -81,7 +83,7 @@ fn golden(name: &str, got: &str) {
     }
     let want = std::fs::read_to_string(&path)
         .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
-    assert_eq!(got, want, "{name} differs; TACHY_BLESS=1 rewrites it");
+    assert_eq!(got, &want, "{name} differs; TACHY_BLESS=1 rewrites it");
 }
 
 #[test]
@@ -128,4 +130,14 @@ fn attaching_to_arm64_code_on_x86_refuses_with_one_line() {
             "tachy: cannot attach to ./exits: it is aarch64 code and this tachy runs on x86_64 (list and --dry-run work; run an aarch64 build of tachy where the code runs)\n"
         );
     }
+}
+
+#[test]
+fn prices_are_masked_in_goldens() {
+    assert_eq!(
+        common::mask_prices(
+            "exit  single-stepped ~9.5 us; ~2.0 us to 10.5 us (entry), into 3 tails ~x"
+        ),
+        "exit  single-stepped ~N; ~N to N (entry), into 3 tails ~x"
+    );
 }

@@ -735,7 +735,8 @@ fn entry_moves_back_for_an_overwritten_register() {
             .lines()
             .find(|l| l.trim_start().starts_with("entry [0]"))
             .and_then(|l| l.rsplit("(0x").next())
-            .map(|r| r.trim_end_matches(')').to_string())
+            .and_then(|r| r.split(')').next())
+            .map(str::to_string)
             .unwrap_or_else(|| panic!("{out}"));
         assert!(
             text.lines()

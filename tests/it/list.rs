@@ -96,6 +96,15 @@ fn parse_list(stdout: &str) -> Vec<Listed> {
                 .next()
                 .unwrap_or_else(|| panic!("no detail line after {line:?}"));
             assert!(detail.starts_with("    address 0x"), "{detail:?}");
+            // What a call costs in probe hits ends the line (a function
+            // without a way out, as `_start`, has none).
+            let detail = match detail.split_once("  price per call: ") {
+                Some((d, price)) => {
+                    assert!(price.contains("entry "), "{price:?}");
+                    d
+                }
+                None => detail,
+            };
             out.last_mut()
                 .expect("function before any object line")
                 .funcs

@@ -1480,7 +1480,11 @@ fn nested_function_under_two_parents_is_probed_once() {
             else {
                 continue;
             };
-            let addr = l.split_whitespace().last().unwrap_or("").to_string();
+            let addr = l
+                .split_whitespace()
+                .find(|w| w.starts_with("(0x"))
+                .unwrap_or("")
+                .to_string();
             *seen.entry((kind, addr)).or_insert(0) += 1;
         }
         assert_eq!(seen.len(), 6, "3 sites and 3 ends\n{dry}");
