@@ -284,7 +284,12 @@ pub fn render_split(
             } else {
                 0.0
             };
-            let avg = ns.checked_div(count).unwrap_or(0) / unit.ns();
+            // As tachy's other averages: three significant digits, so a
+            // part shorter than the unit does not read 0.
+            let avg = match count {
+                0 => "0".to_string(),
+                n => mean(ns as f64 / n as f64, unit),
+            };
             format!("{name} {share:.1}% (avg {avg} {u})")
         })
         .collect();
@@ -368,6 +373,25 @@ mod tests {
         let out = report_of(&[7, 8], Unit::Nsec);
         assert!(out.contains("\nmin = 7 nsecs, p50 = 7 nsecs, "), "{out}");
         assert!(out.contains(", max = 8 nsecs, avg = 8 nsecs\n"), "{out}");
+    }
+
+    /// `--cpu`: a part's average per call keeps three significant digits,
+    /// as the min line's avg: a part shorter than the unit is not 0.
+    #[test]
+    fn cpu_parts_shorter_than_the_unit_keep_their_digits() {
+        let split = CpuSplit {
+            oncpu_ns: 2 * 750,
+            blocked_ns: 2 * 112_000,
+            runq_ns: 0,
+            hist: None,
+        };
+        let mut out = Vec::new();
+        render_split(&split, 2, Unit::Usec, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "on-CPU 0.7% (avg 0.750 usecs), blocked 99.3% (avg 112 usecs), \
+             waiting for a CPU 0.0% (avg 0 usecs)\n"
+        );
     }
 
     /// The whole report of one function: BCC's table, a blank line, its
