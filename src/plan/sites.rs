@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use super::{unwind, Plan, ProbeKind, MAX_NODES};
 use crate::callsites::{self, Site, SiteKind};
 use crate::disasm::{Decoded, ProbeCost, ProbePoint};
-use crate::symbols::{ElfObject, Function};
+use crate::symbols::{ifunc_note, ElfObject, Function};
 
 /// A function reached through the PLT, and the object defining it.
 pub type Imported = (Rc<ElfObject>, Function);
@@ -239,7 +239,7 @@ impl Plan {
             return;
         };
         if i.resolved {
-            node.site.name = format!("{} (resolved to {})", node.site.name, g.names.full);
+            node.site.name = format!("{} {}", node.site.name, ifunc_note(true, &g.names.full));
         }
         let object = self.object_index(gobj);
         self.ifunc_callees.push((

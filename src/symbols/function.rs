@@ -67,9 +67,19 @@ impl Function {
             format!("{} [clone {}]", self.names.full, self.names.suffix)
         };
         match &self.ifunc {
-            Some(i) if i.resolved => format!("{} (resolved to {own})", i.name),
-            Some(i) => format!("{} (may resolve to {own})", i.name),
+            Some(i) => format!("{} {}", i.name, ifunc_note(i.resolved, &own)),
             None => own,
         }
+    }
+}
+
+/// How a name reached through an IFUNC symbol is followed by the
+/// implementation it stands for: `(resolved to IMPL)` where the process's
+/// own choice is known, else `(may resolve to IMPL)`.
+pub fn ifunc_note(resolved: bool, implementation: &str) -> String {
+    if resolved {
+        format!("(resolved to {implementation})")
+    } else {
+        format!("(may resolve to {implementation})")
     }
 }

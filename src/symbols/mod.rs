@@ -21,7 +21,7 @@ pub mod table;
 use anyhow::Result;
 
 pub use elf::ElfObject;
-pub use function::{Fragment, Function, IfuncOf};
+pub use function::{ifunc_note, Fragment, Function, IfuncOf};
 pub use names::{demangle, quoted, Lang, Names, Part, Pattern};
 pub use near::suggest;
 pub use table::SymSource;
