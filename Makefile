@@ -166,9 +166,11 @@ clean:
 # two-clause --filter adds to a call; bench/records.py: what
 # --record-slower-than costs per call at 10,000 slow calls a second;
 # bench/cgroup.py: what --cgroup adds to each call; bench/cpython.py:
-# CPython's PyObject_GetAttr, wall time against bpftrace. These share
+# CPython's PyObject_GetAttr, wall time against bpftrace; bench/sqlite.py:
+# sqlite3_step under nested --depth 1 and 2 against latency and bpftrace,
+# with its budgets. These share
 # bench/benchlib.py.
-BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev
+BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite3
 
 bench: build
 	@missing=""; for p in $(BENCH_APT_PACKAGES); do \
@@ -185,6 +187,7 @@ bench: build
 	/usr/bin/python3 bench/records.py
 	/usr/bin/python3 bench/cgroup.py
 	/usr/bin/python3 bench/cpython.py
+	/usr/bin/python3 bench/sqlite.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Nested at depth on real code: sqlite3_step in Debian's sqlite3 shell (run
+by `make bench`, as root).
+
+The workload is the sqlite3 shell reading a script from a pipe: 3,000
+INSERTs in one transaction, then 400 SELECT count(*) scans of the table
+(3,806 calls of sqlite3_step in libsqlite3, counted by bpftrace; every tachy
+variant must count the same). The shell is started first,
+the tracer attached to it (its "Tracing" or "Attaching" line seen), then
+the script written; the time from the first byte written to the shell's
+exit is the workload's wall time. Variants, interleaved in every round:
+
+  untraced   the shell alone
+  latency    tachy latency -p PID sqlite3_step
+  bpftrace   uprobe + uretprobe on sqlite3_step with a histogram
+  nested1    tachy nested --depth 1 -p PID sqlite3_step
+  nested2    tachy nested --depth 2 -p PID sqlite3_step
+
+Prints, per variant, the median wall time, its slowdown against untraced,
+and sqlite3_step's average as tachy reads it; writes the section "sqlite3:
+nested at depth on real code" of bench/RESULTS.md with the budgets and
+whether they are met: nested --depth 2 slows the workload at most 1.5x;
+nested's parent average within 20% of latency's.
+
+Environment: BENCH_ROUNDS (default 5), BENCH_SQLITE_ROWS (default 3000),
+BENCH_SQLITE_SCANS (default 400), BENCH_RESULTS, BENCH_TACHY.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from benchlib import (OUT, ROUNDS, TACHY, load_average, medians, require_root,
+                      rounds_cell, write_section)
+
+SQLITE = "/usr/bin/sqlite3"
+ROWS = int(os.environ.get("BENCH_SQLITE_ROWS", "3000"))
+SCANS = int(os.environ.get("BENCH_SQLITE_SCANS", "400"))
+SECTION = "## sqlite3: nested at depth on real code"
+VARIANTS = ["untraced", "latency", "bpftrace", "nested1", "nested2"]
+FUNC = "sqlite3_step"
+BT = ("uprobe:{lib}:{f} {{ @s[tid] = nsecs; @n = count(); }} "
+      "uretprobe:{lib}:{f} /@s[tid]/ {{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}")
+# Where each tracer says its probes are in place.
+ATTACHED = {"bpftrace": "Attaching"}
+
+
+def script():
+    """The SQL the shell reads."""
+    lines = ["CREATE TABLE t(a INTEGER, b TEXT);", "BEGIN;"]
+    lines += [f"INSERT INTO t VALUES({i}, 'row{i}');" for i in range(ROWS)]
+    lines.append("COMMIT;")
+    lines += [f"SELECT count(*) FROM t WHERE a % 7 = {i % 7};" for i in range(SCANS)]
+    return "\n".join(lines) + "\n"
+
+
+def libsqlite(pid):
+    """The libsqlite3 file process `pid` maps."""
+    for line in open(f"/proc/{pid}/maps"):
+        parts = line.split()
+        if len(parts) >= 6 and "libsqlite3.so" in parts[5]:
+            return parts[5]
+    sys.exit("bench: sqlite3 maps no libsqlite3")
+
+
+def tracer(variant, pid):
+    p = str(pid)
+    if variant == "latency":
+        return [TACHY, "latency", "--json", "-p", p, FUNC]
+    if variant.startswith("nested"):
+        return [TACHY, "nested", "--json", "--depth", variant[-1], "-p", p, FUNC]
+    if variant == "bpftrace":
+        return ["bpftrace", "-p", p, "-e", BT.format(lib=libsqlite(pid), f=FUNC)]
+    return None
+
+
+def run_once(variant, sql, db):
+    """The workload's wall time (s) and the tracer's output."""
+    if os.path.exists(db):
+        os.unlink(db)
+    wp = subprocess.Popen([SQLITE, db], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                          text=True)
+    # The shell has mapped its libraries once it waits on the pipe.
+    deadline = time.time() + 10
+    while "libsqlite3" not in open(f"/proc/{wp.pid}/maps").read():
+        if time.time() > deadline:
+            wp.kill()
+            sys.exit("bench: sqlite3 did not start")
+        time.sleep(0.01)
+    cmd = tracer(variant, wp.pid)
+    tp, lines = None, []
+    if cmd:
+        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        attached = threading.Event()
+        word = ATTACHED.get(variant, "Tracing ")
+
+        def watch():
+            for l in tp.stdout:
+                lines.append(l)
+                if l.startswith(word):
+                    attached.set()
+        reader = threading.Thread(target=watch, daemon=True)
+        reader.start()
+        if not attached.wait(120):
+            tp.kill()
+            wp.kill()
+            sys.exit(f"bench: {variant} did not attach: {''.join(lines)[-300:]}")
+        time.sleep(0.2)
+    t0 = time.monotonic()
+    wp.stdin.write(sql)
+    wp.stdin.close()
+    wp.wait()
+    wall = time.monotonic() - t0
+    if tp:
+        try:
+            tp.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            tp.send_signal(signal.SIGINT)
+            tp.wait()
+        reader.join(5)
+    return wall, "".join(lines)
+
+
+def parent(report, variant):
+    """sqlite3_step's call count and average (ns) in a tachy JSON report."""
+    for l in report.splitlines():
+        if l.startswith("{"):
+            d = json.loads(l)
+            f = d["functions"][0] if variant == "latency" else d["roots"][0]
+            return f["count"], f["total_ns"] / max(f["count"], 1)
+    sys.exit(f"bench: no JSON report from {variant}:\n{report[-600:]}")
+
+
+def main():
+    require_root()
+    if not shutil.which("bpftrace"):
+        sys.exit("bench: bpftrace is not installed (apt-get install bpftrace)")
+    sql = script()
+    db = os.path.join(OUT, "sqlite-bench.db")
+    res = {v: [] for v in VARIANTS}
+    avgs = {v: [] for v in VARIANTS if v not in ("untraced", "bpftrace")}
+    notes, counts = {}, {}
+    calls = None
+    for _ in range(ROUNDS):
+        for v in VARIANTS:
+            wall, report = run_once(v, sql, db)
+            res[v].append(wall)
+            if v == "bpftrace":
+                m = re.search(r"^@n: (\d+)", report, re.M)
+                if not m:
+                    sys.exit(f"bench: no count from bpftrace:\n{report[-600:]}")
+                calls = int(m.group(1))
+            if v in avgs:
+                n, avg = parent(report, v)
+                counts.setdefault(v, []).append(n)
+                avgs[v].append(avg)
+                warn = [l.strip() for l in report.splitlines()
+                        if l.startswith("tachy:") or "shed" in l]
+                if warn:
+                    notes[v] = warn[0]
+    for v, ns in counts.items():
+        if any(n != calls for n in ns):
+            sys.exit(f"bench: {v} counted {ns} calls of {FUNC}, bpftrace {calls}")
+    med = medians(res)
+    mavg = medians(avgs)
+    slow = {v: med[v] / med["untraced"] for v in VARIANTS}
+    lines = [
+        SECTION,
+        "",
+        f"bench/sqlite.py, {ROUNDS} rounds of {SQLITE} reading {ROWS} INSERTs and {SCANS} "
+        f"scans from a pipe ({calls} calls of {FUNC}), variants interleaved; load average at "
+        f"the end: {load_average()}.",
+        "",
+        f"| variant | median wall s | slowdown | {FUNC} avg (us) | all rounds (ms) |",
+        "|---|---|---|---|---|",
+    ]
+    for v in VARIANTS:
+        a = f"{mavg[v] / 1000:.2f}" if v in mavg else "-"
+        lines.append(f"| {v} | {med[v]:.3f} | {slow[v]:.1f}x | {a} | "
+                     f"{rounds_cell([x * 1000 for x in res[v]])} |")
+    lines.append("")
+    for v, n in sorted(notes.items()):
+        lines.append(f"{v} said: `{n}`")
+    if notes:
+        lines.append("")
+    for v in ("nested1", "nested2"):
+        off = mavg[v] / mavg["latency"] - 1
+        lines.append(f"{v}: parent avg {100 * off:+.0f}% against latency's "
+                     f"(budget within 20%: {'met' if abs(off) <= 0.2 else 'NOT met'}); "
+                     f"slowdown {slow[v]:.1f}x")
+    lines.append(f"nested2 slowdown {slow['nested2']:.1f}x (budget <= 1.5x: "
+                 f"{'met' if slow['nested2'] <= 1.5 else 'NOT met'}); "
+                 f"latency {slow['latency']:.1f}x, bpftrace {slow['bpftrace']:.1f}x.")
+    write_section(SECTION, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
