@@ -193,6 +193,7 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 hist_early: unwound.rotate_left(7) & MAX_COUNT,
                 under: 0,
                 probe_ns: 0,
+                probe_add_ns: 0,
                 cpu: None,
                 arg_filtered: None,
                 hist: hist_of(buckets, unit),
@@ -250,6 +251,7 @@ fn build(
         hist_early: n.filtered.rotate_left(7) & MAX_COUNT,
         probe_ns: 0,
         under: 0,
+        probe_add_ns: 0,
         cpu: None,
         // Go and C trees differ only in the words of what was left.
         go: n.count & 1 == 1,

@@ -268,6 +268,7 @@ impl<'obj> Tracer<'obj> {
                     hist_early: s.hist_early,
                     under: s.under,
                     probe_ns: 0,
+                    probe_add_ns: 0,
                     hist: Hist::from_buckets(&s.buckets),
                     arg_filtered: self
                         .filtered

@@ -75,6 +75,9 @@ pub struct Counts {
     /// The probes' own time subtracted from each call, in ns (0: none,
     /// as with `--raw`).
     pub probe_ns: u64,
+    /// The probes' own time each call leaves in its caller's reading,
+    /// subtracted from the caller, in ns.
+    pub probe_add_ns: u64,
     /// Durations in display units, in the kernel's log2 x 16 buckets.
     pub hist: Hist,
     /// `--cpu`: where the time of the calls counted went.
@@ -201,6 +204,7 @@ impl Counts {
         self.hist_early += o.hist_early;
         self.under += o.under;
         self.probe_ns = self.probe_ns.max(o.probe_ns);
+        self.probe_add_ns = self.probe_add_ns.max(o.probe_add_ns);
         self.hist.merge(&o.hist);
         if let Some(oc) = &o.cpu {
             self.cpu.get_or_insert_with(Default::default).merge(oc);

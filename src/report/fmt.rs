@@ -54,11 +54,17 @@ pub fn clock_us(t: SystemTime) -> String {
 /// The line saying how much probe time was subtracted from each call, and
 /// how many calls were shorter than that; None when nothing was.
 pub fn probe_time_note(probe_ns: u64, under: u64) -> Option<String> {
+    probe_time_note_of(probe_ns, "", under)
+}
+
+/// [`probe_time_note`] with `parts` (what the probe time is made of, in
+/// parentheses, or "") after the time.
+pub fn probe_time_note_of(probe_ns: u64, parts: &str, under: u64) -> Option<String> {
     if probe_ns == 0 {
         return None;
     }
     let mut s = format!(
-        "probe time subtracted from each call: ~{:.2} us",
+        "probe time subtracted from each call: ~{:.2} us{parts}",
         probe_ns as f64 / 1000.0
     );
     if under > 0 {

@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 
 use super::counts::{CpuSplit, Unit, CPU_PARTS};
 use super::fmt::{
-    clock, compact, cpu_json, human, print_log2_hist, probe_time_note, render_split_hist,
+    clock, compact, cpu_json, human, print_log2_hist, probe_time_note, probe_time_note_of,
+    render_split_hist,
 };
 use super::hist::Hist;
 
@@ -50,6 +51,9 @@ pub struct TreeNode {
     /// calls shorter than that.
     pub probe_ns: u64,
     pub under: u64,
+    /// The probes' own time each call leaves in its parent's reading (and
+    /// subtracted from it), in ns.
+    pub probe_add_ns: u64,
     /// Go code: what a C++ exception leaves is left by a panic here, and a
     /// site left by one is counted, never timed.
     pub go: bool,
@@ -98,6 +102,17 @@ impl TreeNode {
     }
 
     /// Own time: total less the children's, never negative.
+    /// The probe time the call sites under this node leave in its
+    /// readings (and the kernel subtracts from them), in ns, and the calls
+    /// of those sites.
+    pub fn site_probe_time(&self) -> (u64, u64) {
+        self.children.iter().fold((0, 0), |(ns, n), c| {
+            let (kns, kn) = c.site_probe_time();
+            let calls = c.calls();
+            (ns + calls * c.probe_add_ns + kns, n + calls + kn)
+        })
+    }
+
     pub fn self_ns(&self) -> u64 {
         let kids: u64 = self.children.iter().map(|c| c.total_ns).sum();
         self.total_ns.saturating_sub(kids)
@@ -240,11 +255,48 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             writeln!(w, "  {}, each part per call:", root.name)?;
             part_tables(hist, r.unit, "    ", w)?;
         }
-        if let Some(note) = probe_time_note(root.probe_ns, root.under) {
+        for note in probe_time_notes(root) {
             writeln!(w, "  {note}")?;
         }
     }
     Ok(())
+}
+
+/// What the probes took from each call of a traced function: its own
+/// probes and those of the call sites inside it. Where that is more than
+/// the call's corrected time, a second line says the reading is mostly
+/// the probes': a hit in real code (cold caches, a single-step in a large
+/// process) costs up to about twice what the calibration measures on
+/// tachy's own code, so the average may read high by up to as much as was
+/// subtracted.
+fn probe_time_notes(root: &TreeNode) -> Vec<String> {
+    let (sites_ns, site_calls) = root.site_probe_time();
+    let calls = root.count + root.unwound;
+    if site_calls == 0 || calls == 0 || root.probe_ns == 0 {
+        return probe_time_note(root.probe_ns, root.under)
+            .into_iter()
+            .collect();
+    }
+    let in_sites = sites_ns / calls;
+    let total = root.probe_ns + in_sites;
+    let parts = format!(
+        " (its own probes ~{:.2} us, {} call-site calls ~{:.2} us)",
+        root.probe_ns as f64 / 1000.0,
+        per_call(site_calls as f64 / calls as f64),
+        in_sites as f64 / 1000.0
+    );
+    let mut out: Vec<String> = probe_time_note_of(total, &parts, root.under)
+        .into_iter()
+        .collect();
+    let avg = root.total_ns as f64 / root.count.max(1) as f64;
+    if root.count > 0 && total as f64 > avg {
+        out.push(format!(
+            "the probes' own time is {:.0}% of each call's raw reading: a probe hit in real code can cost up to about twice its price measured here, so the average may read up to ~{} high (fewer call sites read closer: --depth 1, --max-overhead)",
+            100.0 * total as f64 / (total as f64 + avg),
+            human(total as f64)
+        ));
+    }
+    out
 }
 
 /// `--cpu --hist`: the log2 table of each part per call, indented.
@@ -451,6 +503,12 @@ fn node_json(n: &TreeNode) -> Value {
     if n.probe_ns > 0 {
         v["probe_ns_per_call"] = json!(n.probe_ns);
         v["shorter_than_probe_time"] = json!(n.under);
+        // A traced function's calls also hold its sites' probe time.
+        let (sites_ns, site_calls) = n.site_probe_time();
+        let calls = n.count + n.unwound;
+        if n.kind == "function" && site_calls > 0 && calls > 0 {
+            v["site_probe_ns_per_call"] = json!(sites_ns / calls);
+        }
     }
     if let Some(h) = &n.hist {
         v["log2_buckets"] = json!(h.log2_slots());
@@ -549,6 +607,7 @@ mod tests {
             cpu: None,
             probe_ns: 0,
             under: 0,
+            probe_add_ns: 0,
             go: false,
             children,
         }
@@ -775,6 +834,38 @@ mod tests {
             all_sites: false,
             roots: vec![root],
         }
+    }
+
+    /// The root's probe time is its own probes' and its sites': 100 calls
+    /// with 3 site calls each at 1.5 us and 2 deeper at 0.5 us, 0.7 us of
+    /// its own: 6.2 us a call. Read at 4 us on average, the probes are
+    /// more than the reading: a second line says so.
+    #[test]
+    fn root_probe_time_counts_every_site_call() {
+        let mut deep = node("leaf", Some("x.c:9"), "call", 200, 20_000, vec![]);
+        deep.probe_add_ns = 500;
+        let mut site = node("work", Some("x.c:3"), "call", 300, 150_000, vec![deep]);
+        site.probe_add_ns = 1_500;
+        let mut root = node("f", None, "function", 100, 400_000, vec![site]);
+        root.probe_ns = 700;
+        assert_eq!(root.site_probe_time(), (550_000, 500));
+        assert_eq!(
+            probe_time_notes(&root),
+            [
+                "probe time subtracted from each call: ~6.20 us (its own probes ~0.70 us, 5.00 call-site calls ~5.50 us)",
+                "the probes' own time is 61% of each call's raw reading: a probe hit in real code can cost up to about twice its price measured here, so the average may read up to ~6.2 us high (fewer call sites read closer: --depth 1, --max-overhead)",
+            ]
+        );
+        let v = node_json(&root);
+        assert_eq!(v["site_probe_ns_per_call"], 5_500);
+        // Read at 40 us, one line; without sites, the plain note.
+        root.total_ns = 4_000_000;
+        assert_eq!(probe_time_notes(&root).len(), 1);
+        root.children.clear();
+        assert_eq!(
+            probe_time_notes(&root),
+            ["probe time subtracted from each call: ~0.70 us"]
+        );
     }
 
     /// Sites that never ran are hidden and counted, with what is under

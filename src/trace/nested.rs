@@ -86,6 +86,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         hist_early: c.hist_early,
         cpu: c.cpu.clone(),
         probe_ns: c.probe_ns,
+        probe_add_ns: c.probe_add_ns,
         under: c.under,
         go,
         children: kids,

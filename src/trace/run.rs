@@ -283,7 +283,9 @@ impl<'p> RunState<'p> {
         }
         let mut fresh: Vec<Counts> = tracer.take()?;
         for (i, (c, n)) in self.carry.iter_mut().zip(fresh.iter_mut()).enumerate() {
-            n.probe_ns = self.live.probe_time.get(i).map_or(0, |p| p.in_ns);
+            let pt = self.live.probe_time.get(i);
+            n.probe_ns = pt.map_or(0, |p| p.in_ns);
+            n.probe_add_ns = pt.map_or(0, |p| p.add_ns);
             c.merge(n);
         }
         let fresh_groups = tracer.take_groups()?;
