@@ -244,10 +244,16 @@ pub fn exited_while_planning(s: &TraceSettings, e: anyhow::Error) -> anyhow::Err
 
 /// An error of attaching for `-p PID`, said as what caused it when the
 /// kernel refused a probe because the process had exited
-/// ([`ProcessGone`]).
+/// ([`ProcessGone`]), or when the process is gone now: a process exiting
+/// while a multi-uprobe link is made fails it with another errno, or with
+/// none libbpf leaves readable.
 pub fn exited_while_attaching(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
     match s.traced.pid() {
-        Some(pid) if e.downcast_ref::<ProcessGone>().is_some() => gone(pid),
+        Some(pid)
+            if e.downcast_ref::<ProcessGone>().is_some() || !target::process_alive(pid) =>
+        {
+            gone(pid)
+        }
         _ => e,
     }
 }
