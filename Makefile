@@ -168,9 +168,10 @@ clean:
 # bench/cgroup.py: what --cgroup adds to each call; bench/cpython.py:
 # CPython's PyObject_GetAttr, wall time against bpftrace; bench/sqlite.py:
 # sqlite3_step under nested --depth 1 and 2 against latency and bpftrace,
-# with its budgets. These share
+# with its budgets; bench/redis.py: Redis's getCommand (a single-stepped
+# exit) against bpftrace, per GET. These share
 # bench/benchlib.py.
-BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite3
+BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite3 redis-server
 
 bench: build
 	@missing=""; for p in $(BENCH_APT_PACKAGES); do \
@@ -188,6 +189,7 @@ bench: build
 	/usr/bin/python3 bench/cgroup.py
 	/usr/bin/python3 bench/cpython.py
 	/usr/bin/python3 bench/sqlite.py
+	/usr/bin/python3 bench/redis.py
 	/usr/bin/python3 bench/probe_time.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
