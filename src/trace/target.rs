@@ -249,9 +249,7 @@ pub fn exited_while_planning(s: &TraceSettings, e: anyhow::Error) -> anyhow::Err
 /// none libbpf leaves readable.
 pub fn exited_while_attaching(s: &TraceSettings, e: anyhow::Error) -> anyhow::Error {
     match s.traced.pid() {
-        Some(pid)
-            if e.downcast_ref::<ProcessGone>().is_some() || !target::process_alive(pid) =>
-        {
+        Some(pid) if e.downcast_ref::<ProcessGone>().is_some() || !target::process_alive(pid) => {
             gone(pid)
         }
         _ => e,
