@@ -19,6 +19,7 @@ fn main() {
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("CARGO_CFG_TARGET_ARCH is set by cargo");
     let vmlinux_dir = match arch.as_str() {
         "x86_64" => "x86",
+        "aarch64" => "arm64",
         other => panic!("tachy has no vmlinux.h for target architecture {other}"),
     };
     SkeletonBuilder::new()
@@ -34,6 +35,7 @@ fn main() {
     // The programs' headers (tachy.h and one per concern, profile.h) are in
     // src/bpf: cargo watches every file under a directory it is given.
     println!("cargo:rerun-if-changed=src/bpf");
+    println!("cargo:rerun-if-changed=vmlinux/{vmlinux_dir}");
     // The calibration functions (src/calibrate.rs) are found by name in
     // tachy's own binary: in .dynsym too, they outlive `strip` (make deb).
     println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=tachy_cal_*");

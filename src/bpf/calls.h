@@ -108,9 +108,10 @@ static __always_inline int do_exit_probe(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 
 	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
-	    !cond_taken(ctx->flags, cookie & TACHY_EXIT_COND_MASK))
+	    !cond_taken(reg_flags(ctx), cookie & TACHY_EXIT_COND_MASK))
 		return 0;
-	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32), 0);
+	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32),
+		       reg_link(ctx));
 }
 
 /*
@@ -151,7 +152,7 @@ static __always_inline int do_tail(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 
 	if ((cookie & TACHY_TAIL_CONDITIONAL) &&
-	    !cond_taken(ctx->flags, cookie & TACHY_TAIL_COND_MASK))
+	    !cond_taken(reg_flags(ctx), cookie & TACHY_TAIL_COND_MASK))
 		return 0;
 	return leave_frame(ctx, cookie & TACHY_TAIL_INDIRECT);
 }
@@ -167,7 +168,7 @@ static __always_inline int do_jump(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 op = cookie;
-	__u64 ip = ctx->ip, target = 0, addr, start, r[16];
+	__u64 ip = PT_REGS_IP(ctx), target = 0, addr, start, r[16];
 	__u64 before = (cookie >> TACHY_JUMP_BEFORE_SHIFT) & 0xffff;
 	__u64 after = (cookie >> TACHY_JUMP_AFTER_SHIFT) & 0xffff;
 

@@ -15,13 +15,26 @@
  * queue's rq), as per-CPU kernel symbols cannot be looked up without
  * CONFIG_KALLSYMS_ALL. 0 where the kernel does not account steal time.
  */
+struct rq___steal {
+	u64 prev_steal_time_rq;
+} __attribute__((preserve_access_index));
+
 static __always_inline __u64 steal_now(struct task_struct *p)
 {
-	if (!bpf_core_field_exists(struct rq, prev_steal_time_rq) ||
+	struct rq___steal *rq;
+
+	/*
+	 * The field is there only with CONFIG_PARAVIRT_TIME_ACCOUNTING: named
+	 * through a local flavor of struct rq (libbpf matches it to the
+	 * kernel's rq), so that the program compiles against a vmlinux.h of
+	 * a kernel without it too.
+	 */
+	if (!bpf_core_field_exists(struct rq___steal, prev_steal_time_rq) ||
 	    !bpf_core_field_exists(struct cfs_rq, rq))
 		return 0;
 	/* Direct loads of BTF pointers: no helper call per step. */
-	return p->se.cfs_rq->rq->prev_steal_time_rq;
+	rq = (struct rq___steal *)p->se.cfs_rq->rq;
+	return rq->prev_steal_time_rq;
 }
 
 /*

@@ -316,7 +316,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 id = cookie & TACHY_GO_ID_MASK, zero = 0;
 	__u32 kind = (cookie >> TACHY_GO_KIND_SHIFT) & 3;
-	__u64 g = ctx->r14;
+	__u64 g = reg_go_g(ctx);
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct gwalk_ctx c = {.kind = kind};
 	struct tachy_goroutine *gr;
@@ -401,7 +401,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 g = ctx->r14, key;
+	__u64 g = reg_go_g(ctx), key;
 	__u64 sp = PT_REGS_SP(ctx);
 	struct gwalk_ctx c = {};
 	struct tachy_goroutine *gr;

@@ -79,9 +79,16 @@ static int send_stack(__u32 kind, __u32 tid, __u64 now)
 	e->head.kind = kind;
 	e->head.tid = tid;
 	e->head.ns = now;
+#if defined(__TARGET_ARCH_arm64)
+	/* The frame pointer is x29. */
+	e->ip = BPF_CORE_READ(regs, pc);
+	e->sp = BPF_CORE_READ(regs, sp);
+	e->bp = BPF_CORE_READ(regs, regs[29]);
+#else
 	e->ip = BPF_CORE_READ(regs, ip);
 	e->sp = BPF_CORE_READ(regs, sp);
 	e->bp = BPF_CORE_READ(regs, bp);
+#endif
 	e->pages = 0;
 	e->pad = 0;
 	base = e->sp & ~(__u64)(PROFILE_PAGE - 1);

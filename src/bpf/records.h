@@ -43,7 +43,7 @@ struct {
 } rec_args SEC(".maps");
 
 /* A traced function's frame opened at index `i`: keep its argument
- * registers (SysV x86-64 order) for its record. */
+ * registers (in the ABI's order) for its record. */
 static __always_inline void rec_entry(struct pt_regs *ctx, __u32 i)
 {
 	struct tachy_rec_args *a;
@@ -56,12 +56,7 @@ static __always_inline void rec_entry(struct pt_regs *ctx, __u32 i)
 	if (!a)
 		return;
 	r = a->args[i];
-	r[0] = ctx->di;
-	r[1] = ctx->si;
-	r[2] = ctx->dx;
-	r[3] = ctx->cx;
-	r[4] = ctx->r8;
-	r[5] = ctx->r9;
+	save_args(ctx, r);
 }
 
 /* The record being put together on this CPU, its common fields set. */

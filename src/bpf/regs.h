@@ -7,9 +7,134 @@
 #define __TACHY_REGS_H
 
 /*
- * The general registers saved at the probe, numbered as x86 encodes them.
- * Copied out with constant offsets: the verifier refuses a context read at
- * a computed one, which a switch on the number compiles to.
+ * The traced thread's registers at a uprobe, for x86-64 and arm64 (the
+ * target architecture, __TARGET_ARCH_x86 or __TARGET_ARCH_arm64, is set by
+ * the build). Everything that reads a user register goes through these:
+ *
+ *   PT_REGS_SP(ctx), PT_REGS_IP(ctx)  SP and PC (bpf_tracing.h)
+ *   reg_retval(ctx)     the return value: rax, x0
+ *   reg_flags(ctx)      the condition flags in x86's EFLAGS layout
+ *   reg_go_g(ctx)       Go's current goroutine: r14, x28
+ *   reg_link(ctx)       the return address where a register holds it
+ *                       (arm64's x30 at a `ret`); 0 on x86 (on the stack)
+ *   uret_key(ctx)       a uretprobe's frame key (see tachy.bpf.c)
+ *   save_regs(ctx, r)   the general registers as the plan numbers them
+ *   save_args(ctx, r)   the first six integer arguments of a call
+ *   sys_args(regs, r)   the six arguments of a system call (kernel pt_regs)
+ *
+ * On arm64 a uprobe's context is the kernel's pt_regs, whose start is
+ * user_pt_regs (regs[31], sp, pc, pstate).
+ */
+#if defined(__TARGET_ARCH_arm64)
+
+static __always_inline __u64 reg_retval(struct pt_regs *ctx)
+{
+	return ctx->regs[0];
+}
+
+/*
+ * NZCV (pstate bits 31-28) as x86 flags: SF = N, ZF = Z, CF = !C, OF = V;
+ * the plan words ARM conditions as the x86 ones that hold on these
+ * (disasm/arm64.rs x86_condition). PF is never read for ARM code.
+ */
+static __always_inline __u64 reg_flags(struct pt_regs *ctx)
+{
+	__u64 p = ctx->pstate;
+
+	return ((p >> 31) & 1) << 7 | ((p >> 30) & 1) << 6 | (~(p >> 29) & 1) |
+	       ((p >> 28) & 1) << 11;
+}
+
+static __always_inline __u64 reg_go_g(struct pt_regs *ctx)
+{
+	return ctx->regs[28];
+}
+
+static __always_inline __u64 reg_link(struct pt_regs *ctx)
+{
+	return ctx->regs[30];
+}
+
+/* After the return SP is the caller's, the key its entry probe took. */
+static __always_inline __u64 uret_key(struct pt_regs *ctx)
+{
+	return PT_REGS_SP(ctx);
+}
+
+/* x0-x15 as r[0..15]. */
+static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
+{
+	r[0] = ctx->regs[0];
+	r[1] = ctx->regs[1];
+	r[2] = ctx->regs[2];
+	r[3] = ctx->regs[3];
+	r[4] = ctx->regs[4];
+	r[5] = ctx->regs[5];
+	r[6] = ctx->regs[6];
+	r[7] = ctx->regs[7];
+	r[8] = ctx->regs[8];
+	r[9] = ctx->regs[9];
+	r[10] = ctx->regs[10];
+	r[11] = ctx->regs[11];
+	r[12] = ctx->regs[12];
+	r[13] = ctx->regs[13];
+	r[14] = ctx->regs[14];
+	r[15] = ctx->regs[15];
+}
+
+/* AAPCS64: x0-x5. */
+static __always_inline void save_args(struct pt_regs *ctx, __u64 r[6])
+{
+	r[0] = ctx->regs[0];
+	r[1] = ctx->regs[1];
+	r[2] = ctx->regs[2];
+	r[3] = ctx->regs[3];
+	r[4] = ctx->regs[4];
+	r[5] = ctx->regs[5];
+}
+
+static __always_inline void sys_args(struct pt_regs *regs, __u64 r[6])
+{
+	r[0] = BPF_CORE_READ(regs, regs[0]);
+	r[1] = BPF_CORE_READ(regs, regs[1]);
+	r[2] = BPF_CORE_READ(regs, regs[2]);
+	r[3] = BPF_CORE_READ(regs, regs[3]);
+	r[4] = BPF_CORE_READ(regs, regs[4]);
+	r[5] = BPF_CORE_READ(regs, regs[5]);
+}
+
+#else /* x86-64 */
+
+static __always_inline __u64 reg_retval(struct pt_regs *ctx)
+{
+	return ctx->ax;
+}
+
+static __always_inline __u64 reg_flags(struct pt_regs *ctx)
+{
+	return ctx->flags;
+}
+
+static __always_inline __u64 reg_go_g(struct pt_regs *ctx)
+{
+	return ctx->r14;
+}
+
+static __always_inline __u64 reg_link(struct pt_regs *ctx)
+{
+	return 0;
+}
+
+/* After the return SP is one slot above the return address's. */
+static __always_inline __u64 uret_key(struct pt_regs *ctx)
+{
+	return PT_REGS_SP(ctx) - 8;
+}
+
+/*
+ * Numbered as x86 encodes them. Copied out with constant offsets: the
+ * verifier refuses a context read at a computed one, which a switch on the
+ * number compiles to.
  */
 static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
 {
@@ -30,6 +155,30 @@ static __always_inline void save_regs(struct pt_regs *ctx, __u64 r[16])
 	r[14] = ctx->r14;
 	r[15] = ctx->r15;
 }
+
+/* SysV x86-64: rdi, rsi, rdx, rcx, r8, r9. */
+static __always_inline void save_args(struct pt_regs *ctx, __u64 r[6])
+{
+	r[0] = ctx->di;
+	r[1] = ctx->si;
+	r[2] = ctx->dx;
+	r[3] = ctx->cx;
+	r[4] = ctx->r8;
+	r[5] = ctx->r9;
+}
+
+/* The system call ABI: rdi, rsi, rdx, r10, r8, r9. */
+static __always_inline void sys_args(struct pt_regs *regs, __u64 r[6])
+{
+	r[0] = BPF_CORE_READ(regs, di);
+	r[1] = BPF_CORE_READ(regs, si);
+	r[2] = BPF_CORE_READ(regs, dx);
+	r[3] = BPF_CORE_READ(regs, r10);
+	r[4] = BPF_CORE_READ(regs, r8);
+	r[5] = BPF_CORE_READ(regs, r9);
+}
+
+#endif
 
 /*
  * Reads the 8 bytes at user address `addr` into *out (0 where unreadable,

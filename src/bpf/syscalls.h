@@ -78,12 +78,7 @@ static __always_inline int sys_enter(struct pt_regs *regs, long nr)
 	if (by_entry)
 		by_entry_values(*id - 1, regs, 0, sc->by);
 	if (record) {
-		sc->args[0] = BPF_CORE_READ(regs, di);
-		sc->args[1] = BPF_CORE_READ(regs, si);
-		sc->args[2] = BPF_CORE_READ(regs, dx);
-		sc->args[3] = BPF_CORE_READ(regs, r10);
-		sc->args[4] = BPF_CORE_READ(regs, r8);
-		sc->args[5] = BPF_CORE_READ(regs, r9);
+		sys_args(regs, sc->args);
 	}
 	return 0;
 }

@@ -43,8 +43,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "counters.h"
 #include "cpu.h"
 #include "pending.h"
-#include "records.h"
 #include "regs.h"
+#include "records.h"
 #include "groups.h"
 #include "filters.h"
 #include "frames.h"
@@ -85,7 +85,7 @@ int tachy_exit(struct pt_regs *ctx)
 SEC("uretprobe")
 int tachy_uret(struct pt_regs *ctx)
 {
-	return do_exit(PT_REGS_SP(ctx) - 8, PT_REGS_IP(ctx));
+	return do_exit(uret_key(ctx), PT_REGS_IP(ctx));
 }
 
 SEC("uprobe")
