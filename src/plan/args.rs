@@ -178,7 +178,8 @@ enum Convention {
     Syscall,
     /// Go's register ABI: not read.
     Go,
-    /// AArch64 code (arguments in x0-x7): not read yet.
+    /// AArch64 code: arguments in x0-x7, read by position only (its
+    /// DWARF's registers are not mapped yet).
     Arm64,
 }
 
@@ -214,8 +215,9 @@ impl FuncArgs {
                 } else {
                     0
                 };
-                let params = found.remove(&f.addr);
-                let convention = if obj.arch != crate::disasm::Arch::X86_64 {
+                let arm64 = obj.arch != crate::disasm::Arch::X86_64;
+                let params = found.remove(&f.addr).filter(|_| !arm64);
+                let convention = if arm64 {
                     Convention::Arm64
                 } else if f.names.lang == crate::symbols::demangle::Lang::Go {
                     Convention::Go
@@ -283,8 +285,8 @@ impl FuncArgs {
             (_, Convention::Go) => {
                 bail!("{name}: arguments of Go functions cannot be read yet (Go passes them in its own registers)")
             }
-            (_, Convention::Arm64) => {
-                bail!("{name}: arguments of aarch64 code cannot be read yet")
+            (ArgRef::Name(n), Convention::Arm64) => {
+                bail!("{n}: arguments of aarch64 code are named by position only: arg0 to arg5 ({name})")
             }
             _ => {}
         }
@@ -297,7 +299,7 @@ impl FuncArgs {
             if self.clobbered & (1 << r) != 0 {
                 bail!(
                     "{name}: the entry probe stands after an instruction that may overwrite {} ({arg}), so its value there is not the argument",
-                    REG_NAMES[r as usize]
+                    self.reg_name(r)
                 );
             }
         }
@@ -307,10 +309,13 @@ impl FuncArgs {
     fn index(&self, i: u8) -> Result<Operand> {
         let name = &self.name;
         let reg = match self.convention {
+            // AAPCS64 and arm64's system calls: argN is xN.
+            Convention::Arm64 => i,
+            Convention::Syscall if cfg!(target_arch = "aarch64") => i,
             Convention::Syscall => SYSCALL_REGS[i as usize],
             _ => ABI_REGS[i as usize],
         };
-        let rn = REG_NAMES[reg as usize];
+        let rn = self.reg_name(reg);
         let mut op = Operand::plain(Source::Reg(reg), format!("arg{i} ({rn})"));
         // The parameter that DWARF (or the ABI) puts in that register
         // gives the width and sign.
@@ -343,6 +348,21 @@ impl FuncArgs {
             ));
         }
         Ok(op)
+    }
+
+    /// Register `r` as this function's code numbers it: `rdi` on x86-64,
+    /// `x0` on arm64.
+    fn reg_name(&self, r: u8) -> String {
+        let arm64 = match self.convention {
+            Convention::Arm64 => true,
+            Convention::Syscall => cfg!(target_arch = "aarch64"),
+            _ => false,
+        };
+        if arm64 {
+            format!("x{r}")
+        } else {
+            REG_NAMES[r as usize & 15].to_string()
+        }
     }
 
     fn named(&self, n: &str) -> Result<Operand> {
