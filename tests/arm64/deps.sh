@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make deps-arm64: what `make cross-arm64` and `make test-arm64` need on a
+# Debian x86-64 machine: the arm64 architecture in dpkg (for the arm64
+# libelf and zlib that tachy links statically), Debian's cross compilers,
+# qemu-system-aarch64, and, unpacked under target/arm64/, the arm64
+# kernel and busybox-static packages (downloaded once, not installed).
+# KERNEL_PKG picks the kernel package (default below).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=target/arm64
+PKGS="gcc-aarch64-linux-gnu g++-aarch64-linux-gnu qemu-system-arm libelf-dev:arm64 zlib1g-dev:arm64 python3"
+
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+	dpkg --add-architecture arm64
+	apt-get update -qq
+fi
+missing=""
+for p in $PKGS; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "installing:$missing"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
+fi
+
+# The kernel comes from bookworm-backports (6.12): bookworm's own 6.1
+# verifier refuses tachy's BPF program (bounds it does not follow that
+# later verifiers do). Read through apt lists of its own under $OUT/apt,
+# so the machine's apt sources stay as they are.
+APT_DIR=$PWD/$OUT/apt
+mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial"
+echo "deb [arch=arm64] http://deb.debian.org/debian bookworm-backports main" > "$APT_DIR/sources.list"
+BP=(-o Dir::Etc::SourceList="$APT_DIR/sources.list" -o Dir::Etc::SourceParts=/dev/null
+	-o Dir::State::Lists="$APT_DIR/lists" -o Dir::Cache="$APT_DIR/cache"
+	-o APT::Architecture=arm64)
+
+fetch() { # fetch PACKAGE DIR [APT OPTIONS]: downloads and unpacks PACKAGE into DIR once
+	local pkg=$1 dir=$2
+	shift 2
+	[ -e "$dir/.done" ] && return
+	rm -rf "$dir" && mkdir -p "$dir" "$OUT/debs"
+	(cd "$OUT/debs" && apt-get "$@" download "$pkg") || return 1
+	dpkg-deb -x "$(ls -t "$OUT"/debs/"${pkg%%:*}"_*.deb | head -1)" "$dir"
+	echo "$pkg" > "$dir/.done"
+}
+if [ ! -e "$OUT/kernel/.done" ]; then
+	apt-get "${BP[@]}" update -qq
+	if [ -z "${KERNEL_PKG:-}" ]; then
+		# The one the suite was last run on, else (once the archive
+		# drops it) the newest 6.12.
+		KERNEL_PKG=linux-image-6.12.95+deb12-arm64-unsigned
+		apt-cache "${BP[@]}" show "$KERNEL_PKG" >/dev/null 2>&1 ||
+			KERNEL_PKG=$(apt-cache "${BP[@]}" search --names-only '^linux-image-6\.12.*-arm64-unsigned$' |
+				grep -v -e cloud -e rt- | sort -V | tail -1 | cut -d' ' -f1)
+	fi
+	fetch "$KERNEL_PKG" "$OUT/kernel" "${BP[@]}"
+fi
+fetch busybox-static:arm64 "$OUT/busybox"
+echo "arm64 kernel: $(cat "$OUT/kernel/.done"), busybox: $(cat "$OUT/busybox/.done")"

@@ -1,0 +1,142 @@
+#!/bin/busybox sh
+# The arm64 suite's guest side: /init of the initramfs that tests/arm64/run.sh
+# boots under qemu-system-aarch64. Mounts what tachy needs, runs the arm64
+# tachy on the cross-built fixtures in /t with exact expected counts, prints
+# one "ok NAME" or "FAIL NAME: ..." line per check and then
+# "arm64-suite: PASS N FAIL M", and powers the machine off. busybox only.
+
+/bin/busybox --install -s /bin
+export PATH=/bin
+mkdir -p /proc /sys /dev /tmp
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tracefs nodev /sys/kernel/tracing
+mount -t debugfs nodev /sys/kernel/debug
+mount -t bpf bpf /sys/fs/bpf
+ulimit -l unlimited
+cd /t || exit 1
+
+pass=0
+fail=0
+say() { echo "arm64-suite: $*"; }
+ok() { say "ok $1"; pass=$((pass + 1)); }
+bad() {
+	say "FAIL $1: $2"
+	fail=$((fail + 1))
+	sed 's/^/    /' out err 2>/dev/null | head -40
+}
+
+# run NAME ARGS...: tachy ARGS with the fixture's stdin at EOF (its "go"),
+# report on stdout (JSON) into ./out, everything else into ./err; the time
+# it took is printed.
+run() {
+	name=$1
+	shift
+	t0=$(date +%s)
+	./tachy "$@" </dev/null >out 2>err
+	status=$?
+	say "ran $name in $(($(date +%s) - t0)) s (exit $status)"
+	[ $status -eq 0 ] || {
+		bad "$name" "tachy exited $status"
+		return 1
+	}
+	grep -qx done err out || {
+		bad "$name" "the fixture did not finish"
+		return 1
+	}
+	return 0
+}
+
+# json FIELD FUNC: FIELD ("count", "unwound", "filtered_by_args") of
+# function FUNC in ./out (one JSON object per report), its inner objects
+# (percentiles, --cpu parts, groups) left out.
+json() {
+	sed 's/"[a-z_]*":{[^{}]*}//g; s/"groups":\[[^]]*\]//g' out |
+		tr '{' '\n' | grep -F "\"name\":\"$2\"" |
+		sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" | head -1
+}
+
+# tagged TAG FUNC: N of the fixture's "TAG FUNC N" line ("count": the
+# calls it counted itself).
+tagged() {
+	cat err out | awk -v p="$1 $2 " 'index($0, p) == 1 { print $NF; exit }'
+}
+fixture() { tagged count "$1"; }
+
+# expect NAME WANT GOT
+expect() {
+	if [ -n "$2" ] && [ "$2" = "$3" ]; then ok "$1 ($3)"; else bad "$1" "want [$2] got [$3]"; fi
+}
+
+say "kernel $(uname -r), $(grep -m1 'CPU part' /proc/cpuinfo), $(nproc) CPUs"
+T0=$(date +%s)
+
+# Plain C: every call counted, on two threads.
+if run plain latency --json slow_sum fast_path mix_local -- ./plain 20 2; then
+	for f in slow_sum fast_path mix_local; do
+		expect "latency plain $f" "$(fixture $f)" "$(json count $f)"
+	done
+fi
+
+# C++ exceptions unwinding through probed frames: the target survives, and
+# each call is a completed or an unwound one.
+if run exits latency --json 'ex::quiet(long)' 'ex::throwing(long)' \
+	'ex::indirect(long (*)(long), long)' 'ex::via_plt(long)' \
+	'ex::cleanup(long)' -- ./exits 10; then
+	for f in 'ex::quiet(long)' 'ex::throwing(long)' \
+		'ex::indirect(long (*)(long), long)' 'ex::via_plt(long)' \
+		'ex::cleanup(long)'; do
+		c=$(json count "$f")
+		u=$(json unwound "$f")
+		thrown=$(tagged exceptions "$f")
+		expect "exceptions $f: calls" "$(fixture "$f")" "$((c + u))"
+		expect "exceptions $f: unwound" "${thrown:-0}" "$u"
+	done
+fi
+
+# Tail calls (b), indirect tail calls (br), calls through a pointer (blr).
+if run tails latency --json tail_direct tail_reg chain_end spin_leaf \
+	-- ./tails 20; then
+	for f in tail_direct tail_reg chain_end spin_leaf; do
+		expect "latency tails $f" "$(fixture $f)" "$(json count $f)"
+	done
+fi
+
+# --cpu: the same counts with the scheduler's tracepoints attached.
+if run cpu latency --json --cpu slow_sum fast_path -- ./plain 10 2; then
+	for f in slow_sum fast_path; do
+		expect "latency --cpu $f" "$(fixture $f)" "$(json count $f)"
+	done
+fi
+
+# --filter on x0: pick(v, ...) is called with v = i % 10.
+if run filter latency --json pick --filter 'arg0 == 3' -- ./args 100; then
+	expect "--filter arg0 == 3: timed" 10 "$(json count pick)"
+	expect "--filter arg0 == 3: filtered out" 90 "$(json filtered_by_args pick)"
+fi
+
+# --by caller: the return address is x30 at the `ret`.
+if run by latency --json --by caller 'grp::Table::scan(int)' -- ./by 10 2; then
+	front=$(grep -o '"function":"grp::front[^}]*},"count":[0-9]*' out | sed 's/.*://')
+	back=$(grep -o '"function":"grp::back[^}]*},"count":[0-9]*' out | sed 's/.*://')
+	expect "--by caller grp::front" 10 "$front"
+	expect "--by caller grp::back" 30 "$back"
+fi
+
+# tachy nested: the function's own count, and its sites'.
+if run nested nested --json 'app::handle(int)' -- ./nested 8 1; then
+	expect "nested app::handle(int)" "$(fixture 'app::handle(int)')" \
+		"$(json count 'app::handle(int)')"
+fi
+
+# Go: goroutine stacks that grow (and move) while the traced call is open.
+if [ -x ./gowork ]; then
+	if run go latency --json main.grow -- ./gowork grow 20; then
+		expect "go main.grow" "$(fixture main.grow)" "$(json count main.grow)"
+	fi
+fi
+
+say "took $(($(date +%s) - T0)) s"
+say "PASS $pass FAIL $fail"
+poweroff -f
