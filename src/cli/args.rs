@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 
 use super::values::{
     parse_duration_arg, parse_filter, parse_func_spec, parse_id, parse_interval, parse_label,
-    parse_listen, parse_pattern, ByKeyParser, Quoted,
+    parse_listen, parse_pattern, parse_pct, ByKeyParser, Quoted,
 };
 use crate::duration::parse_seconds;
 use crate::plan::by::ByKey;
@@ -360,6 +360,17 @@ pub struct TraceArgs {
     /// tracepoints
     #[arg(long)]
     pub cpu: bool,
+
+    /// Keep what the probes add to the traced threads' time under PCT
+    /// percent: each second, the calls counted times each probe's price
+    /// on this machine (its calibration), against the CPU time the traced
+    /// processes used (the wall time of one thread when no process is
+    /// named). Over it, call sites are detached, the deepest first, then
+    /// the dearest (calls x price); the report says which, when and why.
+    /// A traced function's own probes are never detached. Default 10 for
+    /// `nested`, none for `latency`; 0 turns the budget off
+    #[arg(long, value_name = "PCT", value_parser = parse_pct, allow_negative_numbers = true)]
+    pub max_overhead: Option<f64>,
 
     /// Time only calls whose arguments match EXPR, decided in the kernel at
     /// each call's entry; the others are counted as filtered out. EXPR

@@ -162,7 +162,13 @@ pub struct TraceSettings {
     pub top: Option<usize>,
     /// `--all`: the text report shows functions never called too.
     pub all: bool,
+    /// `--max-overhead`: the probes' overhead budget, in percent of the
+    /// traced threads' time (None: no budget).
+    pub max_overhead: Option<f64>,
 }
+
+/// `tachy nested`'s overhead budget unless `--max-overhead` says otherwise.
+pub const NESTED_MAX_OVERHEAD: f64 = 10.0;
 
 /// Where metrics for Prometheus go, and their user labels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,6 +218,7 @@ impl LatencyArgs {
         s.by = self.by;
         s.top = self.top.map(|n| n as usize);
         s.all = self.all;
+        s.max_overhead = s.max_overhead.filter(|&p| p > 0.0);
         Ok(s)
     }
 }
@@ -238,6 +245,7 @@ impl NestedArgs {
             hist: self.hist,
             all_sites: self.all_sites,
         });
+        s.max_overhead = Some(s.max_overhead.unwrap_or(NESTED_MAX_OVERHEAD)).filter(|&p| p > 0.0);
         Ok(s)
     }
 }
@@ -385,6 +393,8 @@ impl TraceArgs {
             by: Vec::new(),
             top: None,
             all: false,
+            // As given: each command says what none means, and 0 is off.
+            max_overhead: self.max_overhead,
         })
     }
 }

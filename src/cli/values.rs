@@ -104,6 +104,19 @@ pub(super) fn parse_filter(s: &str) -> std::result::Result<Filter, String> {
     Filter::parse(s).map_err(|e| format!("{e:#}"))
 }
 
+/// `--max-overhead`: a percentage, `10` or `10%`, from 0 (off) to 1000.
+pub(super) fn parse_pct(s: &str) -> std::result::Result<f64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix('%').unwrap_or(t).trim();
+    match t.parse::<f64>() {
+        Ok(v) if (0.0..=1000.0).contains(&v) => Ok(v),
+        Ok(_) => Err(format!(
+            "{s:?} is not a percentage from 0 (no budget) to 1000"
+        )),
+        Err(_) => Err(format!("{s:?} is not a percentage (e.g. 10 or 2.5%)")),
+    }
+}
+
 /// A process or thread id: a positive number.
 pub(super) fn parse_id(s: &str) -> std::result::Result<u32, String> {
     match s.trim().parse::<u32>() {

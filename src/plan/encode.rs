@@ -307,6 +307,49 @@ pub struct LinkGroup {
     pub sites: Vec<(u64, u64)>,
 }
 
+impl Program {
+    /// Whether its probes belong to one call site (its slot in the cookie):
+    /// such probes are attached one link per site, so that a site can be
+    /// detached while the others go on (`--max-overhead`).
+    pub fn is_site(self) -> bool {
+        matches!(
+            self,
+            Program::Site | Program::SiteEnd | Program::GoSite | Program::GoSiteEnd
+        )
+    }
+}
+
+impl LinkGroup {
+    /// A group of call-site probes split per slot (the site each probe
+    /// times, from its cookie), in slot order; any other group is one part
+    /// with no slot.
+    pub fn per_slot(&self) -> Vec<(Option<u32>, LinkGroup)> {
+        if !self.program.is_site() {
+            return vec![(None, self.clone())];
+        }
+        let mut by: std::collections::BTreeMap<u32, Vec<(u64, u64)>> = Default::default();
+        for &(offset, cookie) in &self.sites {
+            let slot = match self.program {
+                Program::Site | Program::GoSite => cookie & SITE_SLOT_MASK,
+                _ => cookie & 0xffff_ffff,
+            } as u32;
+            by.entry(slot).or_default().push((offset, cookie));
+        }
+        by.into_iter()
+            .map(|(slot, sites)| {
+                (
+                    Some(slot),
+                    LinkGroup {
+                        object: self.object,
+                        program: self.program,
+                        sites,
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
 /// The plan's probes grouped into links: per object and program, in the
 /// order they are attached (`Program::activation_rank`). A link holds an offset once, so a probe whose offset is
 /// already in a group goes to the next group of the same object and
@@ -742,5 +785,19 @@ mod tests {
                 (0, Program::Entry, vec![0x00]),
             ]
         );
+        // Call-site probes split per slot, each slot's probes together.
+        let site = link_groups(&plan)
+            .into_iter()
+            .find(|g| g.program == Program::Site)
+            .unwrap_or_else(|| panic!("no site group"));
+        let parts: Vec<(Option<u32>, Vec<u64>)> = site
+            .per_slot()
+            .into_iter()
+            .map(|(slot, g)| (slot, g.sites.iter().map(|s| s.0).collect()))
+            .collect();
+        assert_eq!(parts, vec![(Some(1), vec![0x30]), (Some(2), vec![0x38])]);
+        let exits = link_groups(&plan)[0].per_slot();
+        assert_eq!(exits.len(), 1);
+        assert_eq!(exits[0].0, None);
     }
 }

@@ -25,6 +25,7 @@ mod error;
 mod kernel;
 mod load;
 mod read;
+mod sites;
 mod uprobes;
 
 pub use error::{ProcessGone, Refusal};
@@ -123,6 +124,14 @@ pub struct Tracer<'obj> {
     /// The probes the kernel refused, as (object, file offset): left out,
     /// the others attached (see [`Tracer::refused_lines`]).
     pub refused: Vec<(usize, u64)>,
+    /// The pid uprobe links are limited to (-1: every process), and the
+    /// objects opened inside a process's root, held to attach again.
+    link_pid: i32,
+    held: Vec<Option<std::fs::File>>,
+    /// Per call site (slot): its probes' links, apart from `links`.
+    sites: std::collections::BTreeMap<u32, sites::SiteLinks>,
+    /// Closes the links of the sites detached during the run.
+    reaper: sites::Reaper,
 }
 
 fn silence_libbpf(verbose: bool) {
@@ -186,6 +195,10 @@ impl<'obj> Tracer<'obj> {
             load_time,
             attach_time: Duration::ZERO,
             refused: Vec::new(),
+            link_pid: -1,
+            held: Vec::new(),
+            sites: Default::default(),
+            reaper: Default::default(),
         };
         // The processes counted through the followed set: several -p, or
         // one -p with --follow (and its forks).
@@ -334,6 +347,12 @@ impl<'obj> Tracer<'obj> {
 
     pub fn link_count(&self) -> usize {
         self.links.len()
+            + self
+                .sites
+                .values()
+                .flat_map(|s| &s.links)
+                .map(|(_, l)| l.len())
+                .sum::<usize>()
     }
 }
 

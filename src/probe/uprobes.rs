@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::Skel;
-use libbpf_rs::{UprobeMultiOpts, UprobeOpts};
+use libbpf_rs::{Link, UprobeMultiOpts, UprobeOpts};
 
 use super::error::{KernelError, ProcessGone, Refusal};
 use super::skel::TachySkel;
@@ -18,7 +18,8 @@ use crate::plan::Plan;
 
 impl<'obj> Tracer<'obj> {
     /// One link per group where the kernel has uprobe_multi, one per probe
-    /// otherwise.
+    /// otherwise; call-site probes one group per site (`LinkGroup::
+    /// per_slot`), kept apart so that a site can be detached alone.
     pub(super) fn attach_uprobes(
         &mut self,
         plan: &Plan,
@@ -27,7 +28,7 @@ impl<'obj> Tracer<'obj> {
     ) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
-        let link_pid = match self.pid {
+        self.link_pid = match self.pid {
             Some(pid) if !plan.settings.follow && plan.pids.is_empty() => pid as i32,
             _ => -1,
         };
@@ -44,61 +45,87 @@ impl<'obj> Tracer<'obj> {
                 None => None,
             });
         }
+        self.held = held;
         // In the groups' order (`Program::activation_rank`): function
         // entries go live last, in every object.
         for g in groups {
-            let (Some(object), Some(held)) = (plan.objects.get(g.object), held.get(g.object))
-            else {
-                continue;
-            };
-            let display = object.display.display();
-            let fd_path = held
-                .as_ref()
-                .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
-            let path = fd_path.as_deref().unwrap_or(&object.open_path);
-            let what = || format!("cannot attach probes to {display}");
-            let prog = uprobe_program(&self.skel, g.program)?;
-            if self.multi {
-                let attach = |sites: &[(u64, u64)]| {
-                    let opts = UprobeMultiOpts {
-                        retprobe: g.program.is_return(),
-                        offsets: sites.iter().map(|s| s.0 as usize).collect(),
-                        cookies: sites.iter().map(|s| s.1).collect(),
-                        ..Default::default()
-                    };
-                    prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
-                        .map_err(KernelError::last)
-                };
-                let mut refused = Vec::new();
-                let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
-                    .map_err(attach_error)
-                    .with_context(what)?;
-                self.links.extend(links);
-                attached.fetch_add(g.sites.len() - refused.len(), Ordering::Relaxed);
-                self.refused
-                    .extend(refused.into_iter().map(|offset| (g.object, offset)));
-            } else {
-                for &(offset, cookie) in &g.sites {
-                    let opts = UprobeOpts {
-                        cookie,
-                        retprobe: g.program.is_return(),
-                        ..Default::default()
-                    };
-                    let link = prog
-                        .attach_uprobe_with_opts(link_pid, path, offset as usize, opts)
-                        .map_err(KernelError::last);
-                    match link {
-                        Ok(link) => {
-                            self.links.push(link);
-                            attached.fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) if kernel_refused(&e) => self.refused.push((g.object, offset)),
-                        Err(e) => return Err(attach_error(e)).with_context(what),
+            for (slot, part) in g.per_slot() {
+                let links = self.attach_group(plan, &part, attached)?;
+                match slot {
+                    Some(slot) => {
+                        let site = self.sites.entry(slot).or_default();
+                        site.groups.push(part);
+                        site.links.push((g.program, links));
                     }
+                    None => self.links.extend(links),
                 }
             }
         }
         Ok(())
+    }
+
+    /// Attaches one group's probes: one link where the kernel has
+    /// uprobe_multi, one per probe otherwise; the probes the kernel refuses
+    /// for their instruction are left out (and listed in `refused`).
+    pub(super) fn attach_group(
+        &mut self,
+        plan: &Plan,
+        g: &LinkGroup,
+        attached: &AtomicUsize,
+    ) -> Result<Vec<Link>> {
+        let (Some(object), Some(held)) = (plan.objects.get(g.object), self.held.get(g.object))
+        else {
+            return Ok(Vec::new());
+        };
+        let display = object.display.display();
+        let fd_path = held
+            .as_ref()
+            .map(|f| std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())));
+        let path = fd_path.as_deref().unwrap_or(&object.open_path);
+        let what = || format!("cannot attach probes to {display}");
+        let prog = uprobe_program(&self.skel, g.program)?;
+        let link_pid = self.link_pid;
+        let mut out = Vec::new();
+        if self.multi {
+            let attach = |sites: &[(u64, u64)]| {
+                let opts = UprobeMultiOpts {
+                    retprobe: g.program.is_return(),
+                    offsets: sites.iter().map(|s| s.0 as usize).collect(),
+                    cookies: sites.iter().map(|s| s.1).collect(),
+                    ..Default::default()
+                };
+                prog.attach_uprobe_multi_with_opts(link_pid, path, "", opts)
+                    .map_err(KernelError::last)
+            };
+            let mut refused = Vec::new();
+            let links = attach_dropping_refused(&attach, &g.sites, &mut refused)
+                .map_err(attach_error)
+                .with_context(what)?;
+            out.extend(links);
+            attached.fetch_add(g.sites.len() - refused.len(), Ordering::Relaxed);
+            self.refused
+                .extend(refused.into_iter().map(|offset| (g.object, offset)));
+        } else {
+            for &(offset, cookie) in &g.sites {
+                let opts = UprobeOpts {
+                    cookie,
+                    retprobe: g.program.is_return(),
+                    ..Default::default()
+                };
+                let link = prog
+                    .attach_uprobe_with_opts(link_pid, path, offset as usize, opts)
+                    .map_err(KernelError::last);
+                match link {
+                    Ok(link) => {
+                        out.push(link);
+                        attached.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if kernel_refused(&e) => self.refused.push((g.object, offset)),
+                    Err(e) => return Err(attach_error(e)).with_context(what),
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -2,6 +2,7 @@
 //! the histogram math, and the renderers (`text`, `json`). Renderers take a
 //! `&Report` and a writer and print nothing else.
 
+pub mod budget;
 pub mod counts;
 pub mod fmt;
 pub mod groups;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use super::budget::Budget;
 use super::nested;
 use super::options::ReportOptions;
 use super::run::{self, RunLimits};
@@ -18,7 +19,7 @@ use super::target::{
     wait_for_command, TraceTarget,
 };
 use crate::cli::{Mode, TraceSettings};
-use crate::plan::{self, ItemKind, Plan};
+use crate::plan::{ItemKind, Plan};
 use crate::probe::{self, Live, Tracer};
 use crate::report::fmt::human;
 use crate::resolve::Objects;
@@ -87,7 +88,8 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         sinks.0.push(Box::new(m));
     }
     warn_uretprobes(&s, &plan);
-    if s.mode.is_nested() {
+    // With a budget, the budget says what it does with many sites.
+    if s.mode.is_nested() && s.max_overhead.is_none() {
         nested::warn_many_sites(&plan);
     }
     let mut spawned = match &target.exe {
@@ -101,12 +103,16 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         None => None,
     };
     raise_fd_limit();
+    let cal = match (s.raw, s.max_overhead) {
+        (true, None) => None,
+        _ => calibration(&plan, s.verbose),
+    };
     let live = Live::new(
         &plan,
         spawned.as_ref().map(|sp| sp.pid),
-        match s.raw {
-            true => Vec::new(),
-            false => probe_time(&plan, s.verbose),
+        match (s.raw, &cal) {
+            (false, Some(c)) => c.probe_time(&plan),
+            _ => Vec::new(),
         },
     );
     let mut storage = MaybeUninit::uninit();
@@ -137,6 +143,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         pid: s.traced.pid(),
         follow: s.follow,
     };
+    let budget = budget(&s, &plan, &live, cal.as_ref());
     let end = run::run(
         &plan,
         &live,
@@ -145,6 +152,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         &mut tracer,
         spawned.as_mut(),
         &mut sinks,
+        budget,
     )?;
     sinks.finish(&plan, &opts)?;
     // The report is out. A later stop ends tachy at once: with 0, or the
@@ -206,22 +214,45 @@ fn say_attached(plan: &Plan, tracer: &Tracer) {
     );
 }
 
-/// The probes' own time per node, which the kernel subtracts from each
-/// traced call (`crate::calibrate`): measured once and cached. Without a
-/// measure, durations include it, as with `--raw`.
-fn probe_time(plan: &Plan, verbose: bool) -> Vec<plan::ProbeTime> {
+/// `--max-overhead`: the budget of the run, each node priced by what its
+/// probes add per call (`cal`), the traced threads those of the traced
+/// processes. Without a calibration there is nothing to estimate with.
+fn budget(
+    s: &TraceSettings,
+    plan: &Plan,
+    live: &Live,
+    cal: Option<&crate::calibrate::Calibration>,
+) -> Option<Budget> {
+    let pct = s.max_overhead?;
+    let Some(cal) = cal else {
+        eprintln!("tachy: --max-overhead {pct}: the probes' prices are not known here, the overhead is not kept within it");
+        return None;
+    };
+    let price = cal.probe_time(plan).iter().map(|p| p.add_ns).collect();
+    let mut pids = plan.pids.clone();
+    pids.extend(live.pid);
+    pids.sort_unstable();
+    pids.dedup();
+    let mut b = Budget::new(plan, pct, price, pids);
+    b.verbose = s.verbose;
+    Some(b)
+}
+
+/// The probes' own time, which the kernel subtracts from each traced call
+/// (`crate::calibrate`): measured once and cached. Without a measure,
+/// durations include it, as with `--raw`.
+fn calibration(plan: &Plan, verbose: bool) -> Option<crate::calibrate::Calibration> {
     if !plan
         .items
         .iter()
         .any(|i| matches!(i.kind, ItemKind::Function(_)))
     {
-        return Vec::new();
+        return None;
     }
     let started = Instant::now();
     use crate::calibrate::Source;
     match crate::calibrate::load_or_measure(verbose) {
         Ok((cal, source)) => {
-            let probe_time = cal.probe_time(plan);
             if let Source::NotCached(why) = &source {
                 eprintln!(
                     "tachy: cannot cache the probes' own time {why}: each start measures it again (set TACHY_CACHE_DIR to a writable directory)"
@@ -243,12 +274,12 @@ fn probe_time(plan: &Plan, verbose: bool) -> Vec<plan::ProbeTime> {
                     started.elapsed().as_millis()
                 );
             }
-            probe_time
+            Some(cal)
         }
         // Tracing goes on without the correction, as with --raw.
         Err(e) => {
             eprintln!("tachy: cannot measure the probes' own time ({e:#}): durations include it");
-            Vec::new()
+            None
         }
     }
 }

@@ -5,6 +5,7 @@
 //! (`options`), and the outputs behind one interface (`sink`).
 
 mod assemble;
+pub mod budget;
 mod latency;
 mod list;
 mod nested;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::assemble::{self, GroupsIn};
+use super::budget::Budget;
 use super::options::ReportOptions;
 use super::records::Recorder;
 use super::sink::{Read, Sink, Snapshot};
@@ -84,10 +85,15 @@ pub struct RunState<'p> {
     unwind_watch: Option<UnwindWatch>,
     /// An interim report was asked for by another front end.
     interim: bool,
+    /// `--max-overhead`: the budget kept, if any ([`RunState::set_budget`]).
+    budget: Option<Budget>,
     pub end: RunEnd,
 }
 
-/// Runs the loop until tracing ends.
+/// Runs the loop until tracing ends, keeping the probes' overhead within
+/// `budget` if there is one.
+// The stages of one run, each its own value: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     plan: &Plan,
     live: &Live,
@@ -96,8 +102,12 @@ pub fn run(
     tracer: &mut Tracer,
     mut spawned: Option<&mut Spawned>,
     sink: &mut dyn Sink,
+    budget: Option<Budget>,
 ) -> Result<RunEnd> {
     let mut state = RunState::new(plan, live, opts, limits, tracer, spawned.as_deref())?;
+    if let Some(b) = budget {
+        state.set_budget(b, tracer)?;
+    }
     loop {
         std::thread::sleep(Duration::from_millis(50));
         if state.step(tracer, spawned.as_deref_mut(), sink)? {
@@ -160,6 +170,7 @@ impl<'p> RunState<'p> {
             groups_max: tracer.groups_max,
             unwind_watch: UnwindWatch::new(plan, live),
             interim: false,
+            budget: None,
             end: RunEnd {
                 status: None,
                 stopped: false,
@@ -167,6 +178,15 @@ impl<'p> RunState<'p> {
                 unwind_loaded: false,
             },
         })
+    }
+
+    /// Keeps the probes' overhead within `budget` from now on: call sites
+    /// are detached when it is crossed (see `super::budget`). A plan of
+    /// more sites than a budget starts with drops the deepest at once.
+    pub fn set_budget(&mut self, mut budget: Budget, tracer: &mut Tracer) -> Result<()> {
+        budget.start(self.plan, tracer)?;
+        self.budget = Some(budget);
+        Ok(())
     }
 
     /// Asks for an interim report on the next turn: everything since the
@@ -194,8 +214,15 @@ impl<'p> RunState<'p> {
         let interim = stop::take_interim() || std::mem::take(&mut self.interim);
         self.watch_callers(now, tracer);
         let export = sink.due(now);
-        if interim || due || done || export {
+        let budget = self.budget.as_ref().is_some_and(|b| b.due(now));
+        if interim || due || done || export || budget {
             self.read(tracer, sink)?;
+        }
+        if let Some(b) = self.budget.as_mut() {
+            if budget && !done {
+                b.tick(plan, now, tracer)?;
+            }
+            b.step(now, tracer);
         }
         sink.tick(plan, now, done)?;
         if interim && !(due || done) {
@@ -282,6 +309,9 @@ impl<'p> RunState<'p> {
             }
         }
         let mut fresh: Vec<Counts> = tracer.take()?;
+        if let Some(b) = self.budget.as_mut() {
+            b.add(&fresh);
+        }
         for (i, (c, n)) in self.carry.iter_mut().zip(fresh.iter_mut()).enumerate() {
             let pt = self.live.probe_time.get(i);
             n.probe_ns = pt.map_or(0, |p| p.in_ns);
@@ -344,8 +374,10 @@ impl<'p> RunState<'p> {
                 Some(report)
             }
         };
+        let budget = self.budget.as_ref().map(Budget::note);
         sink.report(&Snapshot {
             plan,
+            budget: budget.as_ref(),
             opts: self.opts,
             counts: &counts,
             span,

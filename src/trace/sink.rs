@@ -17,6 +17,7 @@ use super::options::ReportOptions;
 use crate::cli::Format;
 use crate::export::Exporter;
 use crate::plan::Plan;
+use crate::report::budget::{self as budget_note, BudgetNote};
 use crate::report::groups::KeyValue;
 use crate::report::hlog::HlogWriter;
 use crate::report::records::{self, Record};
@@ -36,6 +37,8 @@ pub struct Snapshot<'a> {
     /// False for a SIGUSR1 interim report, whose counts the next report
     /// includes again.
     pub interval: bool,
+    /// `--max-overhead`: the estimated overhead and the sites shed.
+    pub budget: Option<&'a BudgetNote>,
 }
 
 /// What one read of the kernel's counters brought.
@@ -270,13 +273,17 @@ fn text_report(snap: &Snapshot<'_>, mut w: &mut dyn Write) -> std::io::Result<()
         (Some(t), _) => {
             let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
             writeln!(w)?;
-            tree::render_text(&report, &mut w)
+            tree::render_text(&report, &mut w)?;
         }
         (None, Some(report)) => {
             writeln!(w)?;
-            report::text::render(report, &mut w)
+            report::text::render(report, &mut w)?;
         }
-        (None, None) => Ok(()),
+        (None, None) => return Ok(()),
+    }
+    match snap.budget {
+        Some(b) => budget_note::render_text(b, w),
+        None => Ok(()),
     }
 }
 
@@ -308,10 +315,13 @@ impl Sink for JsonOutput {
             (None, Some(report)) => report::json::value(report),
             (None, None) => return Ok(()),
         };
-        let value = match snap.who {
+        let mut value = match snap.who {
             Some(who) => assemble::with_contributors(value, who),
             None => value,
         };
+        if let Some(b) = snap.budget {
+            value["overhead"] = budget_note::json_value(b);
+        }
         self.dest.report(|w| {
             serde_json::to_writer(&mut *w, &value)?;
             writeln!(w)

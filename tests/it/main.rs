@@ -6,6 +6,7 @@ mod common;
 
 mod args;
 mod arm64;
+mod budget;
 mod by;
 mod errors;
 mod exits;

@@ -119,6 +119,10 @@ const FIXTURES: &[Def] = &[
     plain("plain", &["plain.c", "fixture.h"], Tool::Cc, C),
     plain("faults", &["faults.c", "fixture.h"], Tool::Cc, C),
     plain("wide", &["wide.c", "fixture.h"], Tool::Cc, C),
+    // Its nested plan costs ~10x its work: see the source.
+    // Its leaves are called from inline assembly: no red zone.
+    plain("budget", &["budget.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-mno-red-zone"]),
     plain("ijump", &["ijump.c", "fixture.h"], Tool::Cc, C),
     // No builtins: every memset, memcpy and strlen is a call through the
     // PLT. No stdio either: it speaks the protocol by itself.

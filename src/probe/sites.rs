@@ -1,0 +1,136 @@
+//! Call sites detached and attached again while the run goes on
+//! (`--max-overhead`): each site's probes are links of their own
+//! (`LinkGroup::per_slot`), so that dropping them removes the site's
+//! breakpoints from the target (a flag the BPF side checked would leave
+//! the trap, which is the cost) and leaves every other count as it was.
+
+use std::sync::atomic::AtomicUsize;
+
+use anyhow::{anyhow, Result};
+use libbpf_rs::{Link, MapCore, MapFlags};
+
+use super::Tracer;
+use crate::plan::encode::{self, LinkGroup, Program};
+use crate::plan::Plan;
+
+/// Closes links on a thread of its own, in the order they come; dropped,
+/// it closes what is left and waits for it to be done.
+#[derive(Default)]
+pub(super) struct Reaper {
+    tx: Option<std::sync::mpsc::Sender<Vec<Link>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reaper {
+    fn close(&mut self, links: Vec<Link>) {
+        if self.tx.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel::<Vec<Link>>();
+            self.thread = Some(std::thread::spawn(move || rx.into_iter().for_each(drop)));
+            self.tx = Some(tx);
+        }
+        if let Some(tx) = &self.tx {
+            // The thread is gone only if it panicked: close them here.
+            if let Err(e) = tx.send(links) {
+                drop(e.0);
+            }
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The probes of one call site (one slot): how they were attached, and
+/// the links that hold them while they are.
+#[derive(Default)]
+pub(super) struct SiteLinks {
+    pub groups: Vec<LinkGroup>,
+    pub links: Vec<(Program, Vec<Link>)>,
+}
+
+impl<'obj> Tracer<'obj> {
+    /// Stops timing call site `slot` at once: its nodes leave the map the
+    /// BPF side finds them in, so its call opens no frame from now on. Its
+    /// probes stay until detached ([`Tracer::detach_site_calls`], then
+    /// [`Tracer::detach_site_ends`] once the calls in flight have ended).
+    pub fn stop_site(&mut self, plan: &Plan, slot: u32) {
+        for (key, _) in encode::site_nodes(plan)
+            .into_iter()
+            .filter(|&(key, _)| (key >> 32) as u32 == slot)
+        {
+            // Absent already (stopped before): nothing to do.
+            let _ = self.skel.maps.site_nodes.delete(&key.to_ne_bytes());
+        }
+    }
+
+    /// Detaches the probe on the call of site `slot`.
+    pub fn detach_site_calls(&mut self, slot: u32) {
+        self.detach_site(slot, |p| matches!(p, Program::Site | Program::GoSite));
+    }
+
+    /// Detaches the probes that end site `slot` (its calls in flight have
+    /// ended by now or are counted as left).
+    pub fn detach_site_ends(&mut self, slot: u32) {
+        self.detach_site(slot, |p| matches!(p, Program::SiteEnd | Program::GoSiteEnd));
+    }
+
+    /// Detaches the links of site `slot` whose program is `which`. The
+    /// kernel takes tens of milliseconds to remove a link's breakpoints
+    /// (more on a busy machine): the links are closed by a thread of their
+    /// own, in the order given, and the run loop goes on.
+    fn detach_site(&mut self, slot: u32, which: impl Fn(Program) -> bool) {
+        let Some(site) = self.sites.get_mut(&slot) else {
+            return;
+        };
+        let (gone, kept) = std::mem::take(&mut site.links)
+            .into_iter()
+            .partition(|(p, _)| which(*p));
+        site.links = kept;
+        let links: Vec<Link> = gone.into_iter().flat_map(|(_, l)| l).collect();
+        if !links.is_empty() {
+            self.reaper.close(links);
+        }
+    }
+
+    /// Times site `slot` again: its probes attached as at the start (the
+    /// ends first, then the call), then its nodes put back.
+    pub fn resume_site(&mut self, plan: &Plan, slot: u32) -> Result<()> {
+        let Some(site) = self.sites.get(&slot) else {
+            return Ok(());
+        };
+        let attached: Vec<Program> = site.links.iter().map(|(p, _)| *p).collect();
+        let mut groups: Vec<LinkGroup> = site
+            .groups
+            .iter()
+            .filter(|g| !attached.contains(&g.program))
+            .cloned()
+            .collect();
+        groups.sort_by_key(|g| g.program.activation_rank());
+        let refused = self.refused.len();
+        for g in groups {
+            let links = self.attach_group(plan, &g, &AtomicUsize::new(0))?;
+            if let Some(site) = self.sites.get_mut(&slot) {
+                site.links.push((g.program, links));
+            }
+        }
+        // Refused at the start already, and said then.
+        self.refused.truncate(refused);
+        for (key, node) in encode::site_nodes(plan)
+            .into_iter()
+            .filter(|&(key, _)| (key >> 32) as u32 == slot)
+        {
+            self.skel
+                .maps
+                .site_nodes
+                .update(&key.to_ne_bytes(), &node.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot time a call site again: {e}"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,172 @@
+//! What `--max-overhead` did in a run: the overhead tachy estimated, the
+//! call sites it shed to keep within the budget (when, why, dropped or
+//! timed in a share of each second), and whether the traced functions'
+//! own probes alone were over it. Rendered as lines after the text report
+//! and as the `overhead` object of a JSON report.
+
+use std::io::{self, Write};
+
+use serde_json::{json, Value};
+
+/// With a budget, a plan of more call sites than this times the first
+/// ones by depth at the start, and drops the others.
+pub const TIMED_AT_START: usize = 512;
+
+/// The overhead budget of a run, as its reports say it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetNote {
+    /// `--max-overhead`, in percent of the traced threads' time.
+    pub max_pct: f64,
+    /// What the probes added to the traced threads' time over the run so
+    /// far, in percent (None: nothing was measured yet).
+    pub estimated_pct: Option<f64>,
+    /// The call sites shed, in the order they were.
+    pub shed: Vec<ShedSite>,
+    /// The traced functions' own probes alone were estimated over the
+    /// budget (their estimate, in percent): they are never shed.
+    pub bare_over: Option<f64>,
+}
+
+/// One call site shed to keep within the budget.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShedSite {
+    /// The site's callee, and its `file:line` when known.
+    pub name: String,
+    pub site: Option<String>,
+    /// Levels below the traced function.
+    pub level: u32,
+    /// Seconds into the run.
+    pub at_s: f64,
+    pub why: Why,
+    /// None: dropped (not timed from then on); Some(share): timed in this
+    /// share of each second, its counts scaled up by its inverse.
+    pub sampled: Option<f64>,
+}
+
+/// Why a call site was shed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Why {
+    /// The estimated overhead (percent) crossed the budget.
+    Estimate(f64),
+    /// The site it is under was shed: its probes time nothing without it.
+    WithParent,
+    /// The plan had this many sites, more than a budget starts with.
+    TooMany(usize),
+}
+
+impl ShedSite {
+    fn label(&self) -> String {
+        match &self.site {
+            Some(s) => format!("{}  {s}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// The lines after the text report.
+pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
+    let est = match n.estimated_pct {
+        Some(p) => format!("~{p:.1}%"),
+        None => "not measured yet".into(),
+    };
+    writeln!(
+        w,
+        "overhead: {est} of the traced threads' time, estimated (--max-overhead {}%)",
+        trim(n.max_pct)
+    )?;
+    if let Some(p) = n.bare_over {
+        writeln!(
+            w,
+            "  the traced function's own probes alone cost ~{p:.1}%, over the budget: never shed, it is still timed"
+        )?;
+    }
+    for s in &n.shed {
+        let what = match s.sampled {
+            Some(share) => format!("sampled {}% of each second", trim(share * 100.0)),
+            None => "dropped".into(),
+        };
+        let why = match s.why {
+            Why::WithParent => "with the site it is under".to_string(),
+            Why::Estimate(p) => format!("estimated {p:.1}% > {}%", trim(n.max_pct)),
+            Why::TooMany(k) => {
+                format!("{k} call sites planned, more than {TIMED_AT_START} timed at the start")
+            }
+        };
+        writeln!(w, "  {what} at {:.1} s ({why}): {}", s.at_s, s.label())?;
+    }
+    Ok(())
+}
+
+/// A percentage as given: no decimals when it has none.
+fn trim(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The `overhead` object of a JSON report.
+pub fn json_value(n: &BudgetNote) -> Value {
+    json!({
+        "max_pct": n.max_pct,
+        "estimated_pct": n.estimated_pct,
+        "bare_over_pct": n.bare_over,
+        "shed": n.shed.iter().map(|s| json!({
+            "name": s.name,
+            "site": s.site,
+            "level": s.level,
+            "at_s": s.at_s,
+            "why": match s.why {
+                Why::Estimate(_) => "estimate",
+                Why::WithParent => "with_parent",
+                Why::TooMany(_) => "too_many_sites",
+            },
+            "estimated_pct": match s.why { Why::Estimate(p) => Some(p), _ => None },
+            "action": if s.sampled.is_some() { "sampled" } else { "dropped" },
+            "share": s.sampled,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_names_each_shed_site_when_and_why() {
+        let n = BudgetNote {
+            max_pct: 10.0,
+            estimated_pct: Some(8.25),
+            shed: vec![
+                ShedSite {
+                    name: "leaf".into(),
+                    site: Some("budget.c:40".into()),
+                    level: 2,
+                    at_s: 1.02,
+                    why: Why::Estimate(312.44),
+                    sampled: None,
+                },
+                ShedSite {
+                    name: "mid".into(),
+                    site: None,
+                    level: 1,
+                    at_s: 2.0,
+                    why: Why::Estimate(12.0),
+                    sampled: Some(0.25),
+                },
+            ],
+            bare_over: None,
+        };
+        let mut out = Vec::new();
+        render_text(&n, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n"
+        );
+        let v = json_value(&n);
+        assert_eq!(v["shed"][0]["action"], "dropped");
+        assert_eq!(v["shed"][1]["share"], 0.25);
+        assert_eq!(v["max_pct"], 10.0);
+    }
+}

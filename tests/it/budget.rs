@@ -1,0 +1,236 @@
+//! Root-run integration tests of `--max-overhead` on the `budget` fixture
+//! (tests/fixtures/budget.c): work(i) spins ~400 us, then mid(i) calls 20
+//! tiny leaves 20 times each, every leaf's end single-stepped, so that
+//! `tachy nested --depth 2 work` costs about ten times the work. The budget
+//! sheds the leaves (the deepest and dearest sites) within its first
+//! seconds, names them, keeps the other sites' shares of the parent, and
+//! never loses a call of the traced function.
+//!
+//! Every test takes the `common::serial()` lock first; those that attach
+//! probes are skipped (with a message) when not run as root.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::node::{children as kids, name, num};
+use common::run::{run_fixture, Outcome};
+use serde_json::Value;
+
+const FIXTURE: &str = "budget";
+
+/// The fixture's median CPU time per call of work in the last third of
+/// its run (its "median_late_ns" line).
+fn late_median(text: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("median_late_ns "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no median_late_ns line in {text}"))
+}
+
+/// The fixture run untraced for `seconds`: its late median.
+fn untraced(seconds: &str) -> f64 {
+    let out = Command::new(common::build(FIXTURE))
+        .arg(seconds)
+        .env("FIXTURE_NO_WAIT", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the fixture: {e}"));
+    late_median(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `tachy nested --json --depth 2 OPTS... work -- budget SECONDS`.
+fn nested(opts: &[&str], seconds: &str) -> Outcome {
+    let mut all = vec!["--json", "--depth", "2"];
+    all.extend_from_slice(opts);
+    all.push("work");
+    run_fixture("nested", &all, FIXTURE, &[seconds], &[])
+}
+
+/// The share (percent) of each site of `root` in its total, by name.
+fn shares(root: &Value) -> Vec<(String, f64)> {
+    let total = num(root, "total_ns") as f64;
+    kids(root)
+        .iter()
+        .map(|s| {
+            (
+                name(s).to_string(),
+                num(s, "total_ns") as f64 * 100.0 / total,
+            )
+        })
+        .collect()
+}
+
+/// The calls of work the fixture made are all in the reports: counted,
+/// filtered or left (nothing is shed from the traced function itself).
+fn assert_count_exact(out: &Outcome) {
+    let made = common::counts(&out.fixture_text()).get("work").copied();
+    let seen: u64 = out
+        .reports()
+        .iter()
+        .map(|r| &r["roots"][0])
+        .map(|root| num(root, "count") + num(root, "filtered") + num(root, "unwound"))
+        .sum();
+    assert_eq!(made, Some(seen), "{out}");
+}
+
+/// With the default budget (10%), the leaves are shed (named in the report,
+/// with when and why), the work's own time in the run's last third is
+/// within the budget + 5 points of its untraced time (both by the
+/// fixture's clock), and every call of work is counted. Each site kept has
+/// the share of work, once the budget has shed (the last second's
+/// report), that it has without a budget in a plan without the sites
+/// shed (--depth 1), within 10 points: shedding does not bend what it
+/// keeps. (Against the --depth 2 run without a budget it cannot: there the
+/// leaves' single-steps land in mid's own time, ~7 ms of mid's ~8 ms per
+/// call here, and make spin's share a tenth of what it is.)
+/// `--max-overhead 0` sheds nothing: every leaf is timed on every call.
+#[test]
+fn a_plan_ten_times_its_work_is_shed_to_the_budget() {
+    let _guard = common::needs_root!();
+    let base = untraced("3");
+
+    let out = nested(&["-i", "1"], "5");
+    out.assert_success();
+    let reports = out.reports();
+    let rep = reports
+        .iter()
+        .rev()
+        .find(|r| num(&r["roots"][0], "count") > 0)
+        .unwrap_or_else(|| panic!("no report with calls: {out}"));
+    let root = &rep["roots"][0];
+    assert_eq!(name(root), "work", "{out}");
+    assert_count_exact(&out);
+    let over = &rep["overhead"];
+    assert_eq!(over["max_pct"].as_f64(), Some(10.0), "{out}");
+    let shed: Vec<&Value> = over["shed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no shed sites in {out}"))
+        .iter()
+        .collect();
+    let shed_names: Vec<&str> = shed.iter().map(|s| name(s)).collect();
+    assert!(
+        shed_names.iter().any(|n| n.starts_with("leaf")),
+        "no leaf shed: {out}"
+    );
+    for s in &shed {
+        assert_eq!(s["action"], "dropped", "{out}");
+        assert!(s["at_s"].as_f64().is_some_and(|t| t > 0.5), "{out}");
+        assert!(
+            s["why"] == "with_parent" || s["estimated_pct"].as_f64().is_some_and(|p| p > 10.0),
+            "{out}"
+        );
+    }
+    // The deepest first: no level-1 site goes while a leaf is kept.
+    let leaves_kept = 20 - shed_names.iter().filter(|n| n.starts_with("leaf")).count();
+    if leaves_kept > 0 {
+        assert!(shed.iter().all(|s| s["level"] == 2), "{out}");
+    }
+    let traced = late_median(&out.fixture_text());
+    let overhead = (traced / base - 1.0) * 100.0;
+    assert!(
+        overhead <= 15.0,
+        "overhead {overhead:.1}% (late median {traced} ns, untraced {base} ns): {out}"
+    );
+
+    let all = nested(&["--max-overhead", "0"], "3");
+    all.assert_success();
+    let rep0 = all.single_report();
+    let root0 = &rep0["roots"][0];
+    assert!(rep0.get("overhead").is_none(), "{all}");
+    assert_count_exact(&all);
+    let mid = kids(root0)
+        .iter()
+        .find(|s| name(s) == "mid")
+        .unwrap_or_else(|| panic!("no mid in {all}"));
+    let leaves = kids(mid);
+    assert_eq!(leaves.len(), 20, "{all}");
+    for leaf in leaves {
+        assert_eq!(num(leaf, "count"), num(mid, "count") * 20, "{all}");
+    }
+
+    // Each site kept has its share of the parent without a budget.
+    let kept = run_fixture(
+        "nested",
+        &["--json", "--depth", "1", "--max-overhead", "0", "work"],
+        FIXTURE,
+        &["3"],
+        &[],
+    );
+    kept.assert_success();
+    let before = shares(&kept.single_report()["roots"][0]);
+    for (site, share) in shares(root) {
+        if shed_names.contains(&site.as_str()) {
+            continue;
+        }
+        let (_, was) = before
+            .iter()
+            .find(|(n, _)| *n == site)
+            .unwrap_or_else(|| panic!("{site} not in the run without a budget: {kept}"));
+        assert!(
+            (share - was).abs() <= 10.0,
+            "{site}: {share:.1}% of work with the budget, {was:.1}% without\n{out}\n{kept}"
+        );
+    }
+}
+
+/// `tachy latency` has no budget unless given one; given one its own
+/// probes exceed (0.1% of ~400 us is less than one probe hit), it says so
+/// once, sheds nothing and counts every call.
+#[test]
+fn a_function_over_the_budget_alone_is_said_once_and_still_timed() {
+    let _guard = common::needs_root!();
+    let out = run_fixture("latency", &["--json", "work"], FIXTURE, &["1"], &[]);
+    out.assert_success();
+    assert!(out.single_report().get("overhead").is_none(), "{out}");
+
+    let out = run_fixture(
+        "latency",
+        &["--json", "--max-overhead", "0.1", "work"],
+        FIXTURE,
+        &["3"],
+        &[],
+    );
+    out.assert_success();
+    let said = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("own probes cost") && l.contains("--max-overhead 0.1%"))
+        .count();
+    assert_eq!(said, 1, "{out}");
+    let rep = out.single_report();
+    assert!(rep["overhead"]["bare_over_pct"].as_f64().is_some(), "{out}");
+    assert_eq!(
+        rep["overhead"]["shed"].as_array().map(Vec::len),
+        Some(0),
+        "{out}"
+    );
+    let made = common::counts(&out.fixture_text()).get("work").copied();
+    let f = &rep["functions"][0];
+    assert_eq!(made, Some(num(f, "count") + num(f, "unwound")), "{out}");
+}
+
+/// Values that are no percentage, or out of 0..=1000, are usage errors of
+/// one line that name the option.
+#[test]
+fn bad_budgets_are_usage_errors() {
+    let _guard = common::serial();
+    for bad in ["-1", "abc", "2000", "", "10%%", "nan"] {
+        let out = common::run::Tachy::start(
+            &[
+                "nested",
+                "--dry-run",
+                "--max-overhead",
+                bad,
+                "work",
+                "--",
+                "/bin/true",
+            ],
+            &[],
+        )
+        .finish(common::run::RUN_TIMEOUT);
+        assert_eq!(out.code(), Some(2), "{bad:?}: {out}");
+        out.assert_no_panic();
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(first.contains("--max-overhead"), "{bad:?}: {out}");
+    }
+}
