@@ -8,10 +8,14 @@ TARGET_DIR := target
 .PHONY: deps build demo test check bench soak clean fuzz install uninstall deb lintian \
 	deps-arm64 cross-arm64 test-arm64
 
-# Installs the build dependencies that a fresh Debian machine lacks.
+# Installs the build dependencies that a fresh Debian machine lacks. A
+# package installed for two architectures (libelf-dev and libelf-dev:arm64
+# after `make deps-arm64`) is asked for by its native name: plain `dpkg -s`
+# refuses an ambiguous name.
 deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
-		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+		dpkg -s $$p >/dev/null 2>&1 || dpkg -s $$p:$$(dpkg --print-architecture) >/dev/null 2>&1 \
+			|| missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
@@ -150,7 +154,7 @@ deb: $(BUILD_BIN)
 	chmod 644 $(DEB_DOC)/changelog.gz
 	arch=$$(dpkg --print-architecture); \
 	size=$$(du -sk --exclude=DEBIAN $(DEB_DIR)/root | cut -f1); \
-	built=$$(dpkg-query -W -f='$${source:Package} (= $${source:Version}), ' libelf-dev zlib1g-dev); \
+	built=$$(dpkg-query -W -f='$${source:Package} (= $${source:Version}), ' libelf-dev:$$arch zlib1g-dev:$$arch); \
 	printf '%s\n' "Package: tachy" "Version: $(DEB_VERSION)" "Architecture: $$arch" \
 		"Maintainer: $(DEB_MAINTAINER)" "Installed-Size: $$size" \
 		"Depends: libc6 (>= 2.34)" "Built-Using: $${built%, }" \
@@ -195,7 +199,8 @@ BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite
 
 bench: build
 	@missing=""; for p in $(BENCH_APT_PACKAGES); do \
-		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; \
+		dpkg -s $$p >/dev/null 2>&1 || dpkg -s $$p:$$(dpkg --print-architecture) >/dev/null 2>&1 \
+			|| missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \

@@ -16,7 +16,8 @@ if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 fi
 missing=""
 for p in $PKGS; do
-	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+	dpkg -s "$p" >/dev/null 2>&1 || dpkg -s "$p:$(dpkg --print-architecture)" >/dev/null 2>&1 ||
+		missing="$missing $p"
 done
 if [ -n "$missing" ]; then
 	echo "installing:$missing"
