@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use crate::plan::args::Operand;
+use crate::plan::args::{Operand, RetKind, RetShape};
 use crate::plan::by::ByKey;
-use crate::report::fmt::ArgValue;
+use crate::report::fmt::{ArgValue, RetValue};
 use crate::report::groups::{FilePlace, KeyValue, RawGroup};
 use crate::symbols::ElfObject;
 use crate::target::{self, Mapping, ObjectRef};
@@ -32,6 +32,35 @@ pub struct Namer {
     /// `--by argN`/`NAME`: each function's operands (`Plan::by_args`),
     /// whose types say how a value reads.
     args: BTreeMap<u32, Vec<Option<Operand>>>,
+    /// `--by retval`: how each function's return value reads
+    /// (`Plan::returns`).
+    returns: BTreeMap<u32, RetShape>,
+}
+
+/// The return register's 64 bits `raw` as `shape` reads them (the whole
+/// register, signed, where no shape is known).
+pub fn ret_value(shape: Option<&RetShape>, raw: u64) -> RetValue {
+    let Some(shape) = shape else {
+        return RetValue::Int(ArgValue::Signed(raw as i64));
+    };
+    let int = ArgValue::int(raw, shape.size, shape.signed);
+    let as_i64 = match int {
+        ArgValue::Signed(v) => v,
+        ArgValue::Unsigned(v) | ArgValue::Pointer(v) | ArgValue::Register(v) => v as i64,
+    };
+    match &shape.kind {
+        RetKind::Int | RetKind::Whole => RetValue::Int(int),
+        RetKind::Pointer => RetValue::Int(ArgValue::Pointer(raw)),
+        RetKind::Bool => RetValue::Bool(as_i64 != 0),
+        RetKind::Enum(values) => RetValue::Enum {
+            value: as_i64,
+            name: values
+                .iter()
+                .find(|(v, _)| *v == as_i64)
+                .map(|(_, n)| n.clone()),
+        },
+        RetKind::Errno => RetValue::Errno(as_i64),
+    }
 }
 
 impl Namer {
@@ -43,6 +72,11 @@ impl Namer {
 
     pub fn set_args(&mut self, args: &BTreeMap<u32, Vec<Option<Operand>>>) {
         self.args = args.clone();
+    }
+
+    /// How each function's return value reads, per function id.
+    pub fn set_returns(&mut self, returns: &BTreeMap<u32, RetShape>) {
+        self.returns = returns.clone();
     }
 
     /// Reads the mappings of process `pid` unless they are known already.
@@ -235,6 +269,9 @@ impl Namer {
                     }
                 }
                 ByKey::Goroutine => KeyValue::Goroutine { goid: v },
+                ByKey::Retval => KeyValue::Retval {
+                    value: ret_value(self.returns.get(&g.id), v),
+                },
             })
             .collect()
     }

@@ -12,12 +12,14 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 	__u32 id = cookie & TACHY_ENTRY_ID_MASK;
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct tachy_thread *t;
+	int i, open = FILTER_PASS;
 	__u64 now;
-	int i;
 
 	if (!entry_wanted(bpf_get_current_pid_tgid()))
 		return 0;
-	if (arg_filter && !args_pass(id, ctx, sp, bpf_get_current_pid_tgid())) {
+	if (arg_filter)
+		open = args_pass(id, ctx, sp, bpf_get_current_pid_tgid());
+	if (open == FILTER_REJECT) {
 		/*
 		 * A rejected call opens no frame, but frames it proves gone
 		 * are gone as for any call: else its return, at their key,
@@ -62,7 +64,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 		 TACHY_FRAME_ROOT |
 			 ((cookie & TACHY_ENTRY_TAILING) ? TACHY_FRAME_TAILING
 							 : 0),
-		 0))
+		 open))
 		rec_entry(ctx, t->depth - 1);
 	return 0;
 }
@@ -111,7 +113,7 @@ static __always_inline int do_exit_probe(struct pt_regs *ctx)
 	    !cond_taken(reg_flags(ctx), cookie & TACHY_EXIT_COND_MASK))
 		return 0;
 	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32),
-		       reg_link(ctx));
+		       reg_link(ctx), reg_retval(ctx));
 }
 
 /*

@@ -82,15 +82,30 @@ static __always_inline void pass_probe_time(struct tachy_thread *t,
 }
 
 /*
+ * `tachy nested`: a traced function's frame ends; the outermost one's sites
+ * count now, if `keep` (else they are dropped with it).
+ */
+static __always_inline void end_root(struct tachy_thread *t, bool keep)
+{
+	if (t->roots)
+		t->roots--;
+	if (!t->roots)
+		flush_pending(t, keep);
+}
+
+/*
  * A frame ends normally at `now` (a traced function's: by a return, or by
  * an indirect tail jump, to which it is timed). Its duration is without the
  * probes' own time (never below zero). `ret` is its return address where
  * the probe knows it (a uretprobe, whose trampoline took the slot's place),
- * else 0: the slot still holds it.
+ * else 0: the slot still holds it. `rv` is the return register where the
+ * exit knows it (`rv_ok`): a --filter on it is decided here, and a call it
+ * rejects is counted so, not timed.
  */
 static __always_inline void close_frame(struct tachy_thread *t,
 					struct tachy_frame *f, __u64 now,
-					bool indirect_tail, __u64 ret)
+					bool indirect_tail, __u64 ret, __u64 rv,
+					bool rv_ok)
 {
 	__u32 id = f->id;
 	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
@@ -109,6 +124,14 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	__u64 d;
 
 	pass_probe_time(t, f, c);
+	/* Rejected by its return value: counted so, and otherwise as a frame
+	 * left without a return (its time goes to no one). */
+	if (arg_filter && f->slot && !(f->flags & TACHY_FRAME_SITE) &&
+	    ret_rejects(id, rv, rv_ok ? f->slot : 0)) {
+		if (nested && (f->flags & TACHY_FRAME_ROOT))
+			end_root(t, false);
+		return;
+	}
 	if (own < 0) {
 		struct tachy_stats *s = stats_of(id);
 
@@ -120,7 +143,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	 * time. */
 	d = f->inner_ns + own;
 	add_inner(t, d, d - (__u64)sd);
-	rec_close(t, f, now, d);
+	rec_close(t, f, now, d, rv, rv_ok);
 
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
 		struct tachy_pending *p = pending_of(t, id);
@@ -168,16 +191,13 @@ static __always_inline void close_frame(struct tachy_thread *t,
 
 		record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 			  indirect_tail);
-		if (t->roots)
-			t->roots--;
-		if (!t->roots)
-			flush_pending(t, keep);
+		end_root(t, keep);
 		return;
 	}
 	record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 		  indirect_tail);
 	/* f is the top frame. */
-	if (by_kind[0] == TACHY_BY_NONE)
+	if (by_kind[0] == TACHY_BY_NONE || (!rv_ok && by_has(TACHY_BY_RETVAL)))
 		return;
 	/*
 	 * The caller is read now rather than at entry: the call's own probes
@@ -185,7 +205,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	 */
 	if (by_has(TACHY_BY_CALLER) && !ret)
 		user_read8(f->sp, &ret);
-	by_close(id, d, by_frame_vals(t->depth - 1), ret);
+	by_close(id, d, by_frame_vals(t->depth - 1), ret, rv);
 }
 
 /*
@@ -225,12 +245,8 @@ static __always_inline void drop_frame(struct tachy_thread *t,
 		return;
 	}
 	count_unwound(id);
-	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
-		if (t->roots)
-			t->roots--;
-		if (!t->roots)
-			flush_pending(t, false);
-	}
+	if (nested && (f->flags & TACHY_FRAME_ROOT))
+		end_root(t, false);
 }
 
 static __always_inline struct tachy_thread *current_thread(bool create)
@@ -300,6 +316,7 @@ struct walk_ctx {
 	__u64 sp;
 	__u64 now;
 	__u64 ret;  /* the return address, where the probe knows it (or 0) */
+	__u64 rv;   /* the return register, where rv_ok */
 	__u32 only; /* a site end: the slot of the one frame to close */
 	__u32 id;   /* a function entry: its id (else ANY_ID) */
 	bool all;   /* pop every frame: the thread is exiting */
@@ -310,6 +327,7 @@ struct walk_ctx {
 	/* an exit by a tail jump to unknown code: the function frames closed
 	 * at the key are timed up to the jump */
 	bool indirect;
+	bool rv_ok; /* the exit knows the return value */
 };
 
 #define ANY_ID 0xffffffffU
@@ -417,7 +435,7 @@ static long exit_one(__u64 i, void *data)
 			return 1;
 		close_frame(t, f, c->now,
 			    c->indirect && !(f->flags & TACHY_FRAME_SITE),
-			    c->ret);
+			    c->ret, c->rv, c->rv_ok);
 		t->depth--;
 		return c->only != ANY_ID;
 	}
@@ -428,7 +446,7 @@ static long exit_one(__u64 i, void *data)
 			: NULL;
 	if ((f->flags & TACHY_FRAME_TAILSITE) &&
 	    (c->chain || (below && below->sp == c->sp))) {
-		close_frame(t, f, c->now, false, 0);
+		close_frame(t, f, c->now, false, 0, 0, false);
 	} else {
 		drop_frame(t, f, c->now);
 		c->chain = false;
@@ -470,6 +488,7 @@ static __always_inline void exit_walk(struct walk_ctx *c)
 	bpf_loop(TACHY_MAX_DEPTH, exit_one, c, 0);
 }
 
+/* A call site's end at `sp`: closes the site of slot `only`. */
 static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
 				    __u32 only, __u64 ret)
 {
@@ -479,15 +498,28 @@ static __always_inline void exit_at(struct tachy_thread *t, __u64 sp, __u64 now,
 	exit_walk(&c);
 }
 
-/* A return to the slot at `sp`; `ret`: the return address, where known. */
-static __always_inline int do_exit(__u64 sp, __u64 ret)
+/*
+ * A return to the slot at `sp`; `ret`: the return address, where known;
+ * `rv`: the return register.
+ */
+static __always_inline int do_exit(__u64 sp, __u64 ret, __u64 rv)
 {
 	struct tachy_thread *t;
 
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
-	exit_at(t, sp, bpf_ktime_get_ns(), ANY_ID, ret);
+	{
+		struct walk_ctx c = {.t = t,
+				     .sp = sp,
+				     .now = bpf_ktime_get_ns(),
+				     .only = ANY_ID,
+				     .ret = ret,
+				     .rv = rv,
+				     .rv_ok = true};
+
+		exit_walk(&c);
+	}
 	return 0;
 }
 

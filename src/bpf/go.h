@@ -67,7 +67,7 @@ static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid)
 
 	for (k = 0; k < TACHY_BY_KEYS; k++)
 		vals[k] = goid;
-	by_close(id, d, vals, 0);
+	by_close(id, d, vals, 0, 0);
 }
 
 static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)

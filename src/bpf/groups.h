@@ -212,13 +212,27 @@ static __always_inline void group_add(struct tachy_group_key *key, __u64 d)
 }
 
 /*
+ * The return value `rv` of a call of `id` as key k: as wide and signed as
+ * the function's return type (by_args), so that the bits the ABI leaves
+ * undefined above a narrower value make no groups of their own.
+ */
+static __always_inline __u64 by_ret_value(__u32 id, __u32 k, __u64 rv)
+{
+	struct tachy_by_args *a = bpf_map_lookup_elem(&by_args, &id);
+
+	if (!a)
+		return rv;
+	return opnd_extend(&a->opnd[k & (TACHY_BY_KEYS - 1)], rv);
+}
+
+/*
  * A call of function `id` that lasted d ns ends, with the key values read
  * at its entry (or a Go call's goroutine) in `vals` (NULL when none were
- * kept) and its return address `ret`: counted in its group, unless
- * --slower-than/--faster-than left it out.
+ * kept), its return address `ret` and its return register `rv`: counted
+ * in its group, unless --slower-than/--faster-than left it out.
  */
 static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals,
-				     __u64 ret)
+				     __u64 ret, __u64 rv)
 {
 	struct tachy_group_key key = {.id = id};
 	__u64 pt = bpf_get_current_pid_tgid();
@@ -237,6 +251,8 @@ static __always_inline void by_close(__u32 id, __u64 d, const __u64 *vals,
 		} else if (kind == TACHY_BY_ARG || kind == TACHY_BY_GOID) {
 			if (vals)
 				key.val[k] = vals[k];
+		} else if (kind == TACHY_BY_RETVAL) {
+			key.val[k] = by_ret_value(id, k, rv);
 		} else {
 			key.val[k] = by_close_value(kind, pt);
 		}

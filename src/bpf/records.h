@@ -79,6 +79,7 @@ static __always_inline struct tachy_record *rec_start(__u32 id, __u64 now,
 	r->tid = pt;
 	r->id = id;
 	r->flags = cpu ? TACHY_REC_CPU : 0;
+	r->ret = 0;
 	r->nsites = 0;
 	r->more_sites = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
@@ -126,11 +127,13 @@ static long rec_site_one(__u64 i, void *data)
 
 /*
  * A traced function's frame `f`, at the top of the stack, closes at `now`
- * after `d` ns: record it if it is that slow. The outermost traced call of
- * `tachy nested` carries its sites' time (what they hold pending).
+ * after `d` ns, returning `rv` where `rv_ok`: record it if it is that slow.
+ * The outermost traced call of `tachy nested` carries its sites' time
+ * (what they hold pending).
  */
 static __always_inline void rec_close(struct tachy_thread *t,
-				      struct tachy_frame *f, __u64 now, __u64 d)
+				      struct tachy_frame *f, __u64 now, __u64 d,
+				      __u64 rv, bool rv_ok)
 {
 	struct rec_sites_ctx c = {.t = t};
 	__u32 i = t->depth - 1, n = 0;
@@ -143,6 +146,10 @@ static __always_inline void rec_close(struct tachy_thread *t,
 		      parts_since(&t->cpu, f->blocked0, f->runq0));
 	if (!r)
 		return;
+	if (rv_ok) {
+		r->ret = rv;
+		r->flags |= TACHY_REC_RET;
+	}
 	a = bpf_task_storage_get(&rec_args, bpf_get_current_task_btf(), 0, 0);
 	if (a && i < TACHY_MAX_DEPTH)
 		__builtin_memcpy(r->args, a->args[i], sizeof(r->args));

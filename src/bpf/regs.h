@@ -198,6 +198,22 @@ static __noinline long user_read8(__u64 addr, __u64 *out)
 }
 
 /*
+ * v, a register that holds operand t, as t's size and sign read it: the ABI
+ * leaves the bits above a narrower argument or return value undefined.
+ */
+static __always_inline __u64 opnd_extend(struct tachy_term *t, __u64 v)
+{
+	__u32 shift = 64 - 8 * (t->size & 15);
+	bool sgn = t->flags & TACHY_TERM_SIGNED;
+
+	if (shift && shift < 64) {
+		v <<= shift;
+		v = sgn ? (__u64)((__s64)v >> shift) : v >> shift;
+	}
+	return v;
+}
+
+/*
  * The value of operand t (a --filter term's, or a --by argument's) at a
  * call's entry, with registers `r` and SP `sp`, extended from its size as
  * its sign says; non-zero when it cannot be read.
@@ -205,9 +221,7 @@ static __noinline long user_read8(__u64 addr, __u64 *out)
 static __always_inline int opnd_read(struct tachy_term *t, __u64 r[16],
 				     __u64 sp, __u64 pid_tgid, __u64 *out)
 {
-	__u32 shift = 64 - 8 * (t->size & 15);
 	__u64 v = 0;
-	bool sgn = t->flags & TACHY_TERM_SIGNED;
 
 	switch (t->kind) {
 	case TACHY_OPND_REG:
@@ -223,12 +237,7 @@ static __always_inline int opnd_read(struct tachy_term *t, __u64 r[16],
 	default:
 		v = pid_tgid >> 32;
 	}
-	/* The ABI leaves the bits above a narrower argument undefined. */
-	if (shift && shift < 64) {
-		v <<= shift;
-		v = sgn ? (__u64)((__s64)v >> shift) : v >> shift;
-	}
-	*out = v;
+	*out = opnd_extend(t, v);
 	return 0;
 }
 

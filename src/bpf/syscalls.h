@@ -24,8 +24,8 @@ struct {
 
 struct tachy_syscall {
 	__u64 start_ns;
-	__u32 id; /* id + 1 of the syscall in progress; 0: none */
-	__u32 pad;
+	__u32 id;   /* id + 1 of the syscall in progress; 0: none */
+	__u32 open; /* --filter groups left for its return value */
 	/* --cpu: the thread's sums, and their values at the call's entry */
 	struct tachy_cpu cpu;
 	__u64 blocked0;
@@ -56,20 +56,23 @@ static __always_inline int sys_enter(struct pt_regs *regs, long nr)
 {
 	struct tachy_syscall *sc;
 	__u32 key = nr, *id;
+	int open = FILTER_PASS;
 
 	if (!syscall_wanted() || nr < 0 || nr >= TACHY_MAX_SYSCALLS)
 		return 0;
 	id = bpf_map_lookup_elem(&sys_ids, &key);
 	if (!id || !*id)
 		return 0;
-	if (arg_filter &&
-	    !args_pass(*id - 1, regs, 0, bpf_get_current_pid_tgid()))
+	if (arg_filter)
+		open = args_pass(*id - 1, regs, 0, bpf_get_current_pid_tgid());
+	if (open == FILTER_REJECT)
 		return 0;
 	sc = bpf_task_storage_get(&sys_start, bpf_get_current_task_btf(), 0,
 				  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!sc)
 		return 0;
 	sc->id = *id;
+	sc->open = open;
 	sc->start_ns = bpf_ktime_get_ns();
 	if (cpu_sys)
 		steal_settle(&sc->cpu, bpf_get_current_task_btf());
@@ -83,9 +86,11 @@ static __always_inline int sys_enter(struct pt_regs *regs, long nr)
 	return 0;
 }
 
-/* A system call of `d` ns ends at `now`: record it if it is that slow. */
+/* A system call of `d` ns ends at `now`, returning `rv`: record it if it
+ * is that slow. */
 static __always_inline void rec_syscall(struct tachy_syscall *sc, __u32 id,
-					__u64 now, __u64 d, struct parts p)
+					__u64 now, __u64 d, struct parts p,
+					__u64 rv)
 {
 	struct tachy_record *r;
 
@@ -94,12 +99,14 @@ static __always_inline void rec_syscall(struct tachy_syscall *sc, __u32 id,
 	r = rec_start(id, now, d, p);
 	if (!r)
 		return;
-	r->flags |= TACHY_REC_SYSCALL;
+	r->flags |= TACHY_REC_SYSCALL | TACHY_REC_RET;
+	r->ret = rv;
 	__builtin_memcpy(r->args, sc->args, sizeof(r->args));
 	rec_send(r, 0);
 }
 
-static __always_inline int sys_exit(void)
+/* A system call returns `rv` (the kernel's value: -errno on failure). */
+static __always_inline int sys_exit(__u64 rv)
 {
 	struct tachy_syscall *sc;
 	struct parts p;
@@ -114,12 +121,14 @@ static __always_inline int sys_exit(void)
 		return 0;
 	id = sc->id - 1;
 	sc->id = 0;
+	if (arg_filter && sc->open && ret_rejects(id, rv, sc->open))
+		return 0;
 	now = bpf_ktime_get_ns();
 	d = now - sc->start_ns;
 	p = parts_since(&sc->cpu, sc->blocked0, sc->runq0);
 	record_ns(id, d, p, false);
-	by_close(id, d, sc->by, 0);
-	rec_syscall(sc, id, now, d, p);
+	by_close(id, d, sc->by, 0, rv);
+	rec_syscall(sc, id, now, d, p, rv);
 	return 0;
 }
 

@@ -85,7 +85,7 @@ int tachy_exit(struct pt_regs *ctx)
 SEC("uretprobe")
 int tachy_uret(struct pt_regs *ctx)
 {
-	return do_exit(uret_key(ctx), PT_REGS_IP(ctx));
+	return do_exit(uret_key(ctx), PT_REGS_IP(ctx), reg_retval(ctx));
 }
 
 SEC("uprobe")
@@ -139,7 +139,7 @@ int BPF_PROG(tachy_sys_enter, struct pt_regs *regs, long nr)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(tachy_sys_exit, struct pt_regs *regs, long ret)
 {
-	return sys_exit();
+	return sys_exit(ret);
 }
 
 SEC("kprobe")

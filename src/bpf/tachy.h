@@ -148,7 +148,12 @@ struct tachy_frame {
 	__u64 runq0;
 	__u32 id;
 	__u32 flags;
-	__u32 slot; /* a site's slot */
+	/*
+	 * a site's slot; a traced function's: the --filter groups whose
+	 * entry terms held and whose terms on the return value are left for
+	 * its exit (bit per group; 0: nothing left to decide)
+	 */
+	__u32 slot;
 	/*
 	 * probe time inside the caller's interval but after this frame's end:
 	 * the exit of a tail callee that closed this frame with its own
@@ -309,6 +314,7 @@ enum tachy_rec_flag {
 	TACHY_REC_CPU = 0x1,	 /* blocked_ns and runq_ns are measured */
 	TACHY_REC_SYSCALL = 0x2, /* a system call: args are its arguments */
 	TACHY_REC_SITESOK = 0x4, /* sites hold the whole call's breakdown */
+	TACHY_REC_RET = 0x8,	 /* ret holds the return value */
 };
 
 struct tachy_rec_site {
@@ -323,6 +329,8 @@ struct tachy_record {
 	__u64 blocked_ns;
 	__u64 runq_ns;
 	__u64 args[TACHY_REC_ARGS];
+	/* the return register at the exit (with TACHY_REC_RET), all 64 bits */
+	__u64 ret;
 	__u32 pid;
 	__u32 tid;
 	__u32 id;
@@ -359,7 +367,8 @@ struct tachy_stats {
 	__u64 runq_ns;
 	/* calls shorter than the probe time subtracted (bucketed as 0) */
 	__u64 under;
-	/* --filter: calls its expression rejected at their entry */
+	/* --filter: calls its expression rejected, at their entry or (by
+	 * the return value) at their exit */
 	__u64 argfilt;
 	__u64 buckets[TACHY_NBUCKETS];
 };
@@ -369,6 +378,17 @@ struct tachy_stats {
  * comparisons of the call's arguments, evaluated at its entry. A call it
  * rejects is counted (tachy_stats.argfilt) and never timed. The terms of
  * one AND group are consecutive; the last has TACHY_TERM_LAST.
+ *
+ * Terms on the return value (TACHY_OPND_RET) are left for the exit: at the
+ * entry a group holds when its other terms do; a call no group can pass
+ * is rejected there, one that a group without return-value terms passes
+ * is timed, and the others keep the groups still open (bit per group, so
+ * at most 16 groups, as many as terms) in their frame. At the exit a call
+ * passes when one of those groups' return-value terms all hold, and is
+ * otherwise counted as rejected (tachy_stats.argfilt) instead of timed.
+ * The whole expression is not evaluated at the exit because the entry
+ * registers would have to be kept per frame (the frames are the size of
+ * the thread state), and a call rejected at its entry costs nothing more.
  */
 #define TACHY_MAX_TERMS 16
 
@@ -376,6 +396,7 @@ struct tachy_stats {
 #define TACHY_OPND_STACK 1 /* 8 bytes at the entry SP + off */
 #define TACHY_OPND_TID	 2
 #define TACHY_OPND_PID	 3
+#define TACHY_OPND_RET	 4 /* the return value, at the exit */
 
 #define TACHY_CMP_EQ 0
 #define TACHY_CMP_NE 1
@@ -423,8 +444,9 @@ enum tachy_by_kind {
 	TACHY_BY_CALLER = 1, /* the return address, read at the return */
 	TACHY_BY_TID = 2,
 	TACHY_BY_PID = 3,
-	TACHY_BY_ARG = 4,  /* an integer argument, read at entry */
-	TACHY_BY_GOID = 5, /* a Go goroutine's id, read from g at its ret */
+	TACHY_BY_ARG = 4,    /* an integer argument, read at entry */
+	TACHY_BY_GOID = 5,   /* a Go goroutine's id, read from g at its ret */
+	TACHY_BY_RETVAL = 6, /* the return value, as by_args says its width */
 };
 
 /* Groups the map holds unless user space sizes it otherwise. */
@@ -460,7 +482,8 @@ struct tachy_group {
 /*
  * --by argN / NAME: where a function's keys of kind TACHY_BY_ARG are read
  * at its entry (operands as --filter's terms: kind, reg, off, size and
- * TACHY_TERM_SIGNED), per function id.
+ * TACHY_TERM_SIGNED), per function id; of kind TACHY_BY_RETVAL, the width
+ * and sign of its return value (kind TACHY_OPND_RET).
  */
 struct tachy_by_args {
 	struct tachy_term opnd[TACHY_BY_KEYS];

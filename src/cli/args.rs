@@ -32,6 +32,8 @@ Examples:
   tachy latency -p 4242 'kv::Store::get' --filter 'key == 42'   only calls with key 42
   tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000 && tid != 4250'
   tachy latency -p 4242 syscall:read --filter 'fd == 5'        reads of fd 5
+  tachy latency -p 4242 'kv::Store::get' --filter 'ret < 0'    only calls that return an error
+  tachy latency -p 4242 'kv::Store::get' --by retval   per value returned: is the slow path the error path?
   tachy latency -u -p 4242 'db::Table::scan' --by caller   per call site, at file:line
   tachy latency -p 4242 'kv::Store::get' --by tid --top 5  the 5 threads with most time
   tachy latency /usr/sbin/nginx:ngx_http_process_request --by pid   per process
@@ -379,7 +381,10 @@ pub struct TraceArgs {
     /// r8, r9), a parameter's DWARF name, tid or pid with an integer
     /// (decimal, 0x hex, negative) by == != < <= > >=, joined by && and
     /// ||, with parentheses. Names are read where each function (each
-    /// compiler clone) has them at its entry
+    /// compiler clone) has them at its entry. `ret` (or `retval`) is the
+    /// value the call returns, as its return type reads (-1 of an int is
+    /// -1; a system call's -errno), decided at its exit: a call rejected
+    /// there is counted as filtered out too
     #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
     pub filter: Option<Filter>,
 
@@ -469,8 +474,10 @@ pub struct LatencyArgs {
     /// was called from, as function at file:line), tid (thread, with its
     /// name), pid (process, with its command), argN (the integer value of
     /// argument N at entry, as --filter reads it), a DWARF parameter name
-    /// (its value: decimal as its type reads, pointers in hex) or
-    /// goroutine (Go functions: the goroutine's id); repeat for two keys
+    /// (its value: decimal as its type reads, pointers in hex), retval
+    /// (the value returned, as the return type reads: enums by name, a
+    /// system call's errno named) or goroutine (Go functions: the
+    /// goroutine's id); repeat for two keys
     /// (--by caller --by tid, --by key --by tid). Counted in the kernel
     #[arg(long = "by", value_name = "KEY", value_parser = ByKeyParser, hide_possible_values = true)]
     pub by: Vec<ByKey>,

@@ -22,11 +22,12 @@ pub(super) fn parse_func_spec(s: &str) -> std::result::Result<FuncSpec, String> 
 pub(super) struct ByKeyParser;
 
 /// The keys `--by` takes besides a parameter's name.
-pub const BY_KEYS: [&str; 10] = [
+pub const BY_KEYS: [&str; 11] = [
     "caller",
     "tid",
     "pid",
     "goroutine",
+    "retval",
     "arg0",
     "arg1",
     "arg2",

@@ -32,7 +32,9 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use crate::symbols::elf::params::{self, EntryLoc, FuncParams, Param, ParamType, REG_NAMES};
+use crate::symbols::elf::params::{
+    self, EntryLoc, FuncParams, Param, ParamType, Returns, REG_NAMES,
+};
 use crate::symbols::{ElfObject, Function};
 
 /// Integer argument registers of the SysV x86-64 function call ABI, as
@@ -54,15 +56,18 @@ pub enum ArgRef {
     Tid,
     /// The process id (the thread group id).
     Pid,
+    /// The return value (`ret` or `retval`), read at the call's exit.
+    Ret,
 }
 
 impl ArgRef {
-    /// `argN` (N from 0 to 5), `tid`, `pid`, or a parameter name (a C
-    /// identifier).
+    /// `argN` (N from 0 to 5), `tid`, `pid`, `ret` (`retval`), or a
+    /// parameter name (a C identifier).
     pub fn parse(s: &str) -> Result<ArgRef> {
         match s {
             "tid" => return Ok(ArgRef::Tid),
             "pid" => return Ok(ArgRef::Pid),
+            "ret" | "retval" => return Ok(ArgRef::Ret),
             _ => {}
         }
         if let Some(n) = s.strip_prefix("arg") {
@@ -94,6 +99,7 @@ impl std::fmt::Display for ArgRef {
             ArgRef::Name(n) => f.write_str(n),
             ArgRef::Tid => f.write_str("tid"),
             ArgRef::Pid => f.write_str("pid"),
+            ArgRef::Ret => f.write_str("ret"),
         }
     }
 }
@@ -111,6 +117,47 @@ pub enum Source {
     Tid,
     /// The calling thread's process id.
     Pid,
+    /// The return value, in the return register at the call's exit.
+    Ret,
+}
+
+/// How a function's return value reads (from its DWARF return type).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetShape {
+    /// Bytes of the return register that are the value (1, 2, 4 or 8).
+    pub size: u8,
+    pub signed: bool,
+    pub kind: RetKind,
+    /// The type, for messages and `--dry-run` (`int`, `enum state`).
+    pub type_name: String,
+}
+
+/// What kind of value a function returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetKind {
+    /// An integer (or a character).
+    Int,
+    /// An address: shown in hex.
+    Pointer,
+    /// `bool`: `true` or `false`.
+    Bool,
+    /// An enum: shown by its enumerators' names (value, name).
+    Enum(Vec<(i64, String)>),
+    /// A system call's result: a negative value is an errno, named.
+    Errno,
+    /// Nothing says: the whole register, as a signed number.
+    Whole,
+}
+
+impl RetShape {
+    fn whole(type_name: &str) -> RetShape {
+        RetShape {
+            size: 8,
+            signed: true,
+            kind: RetKind::Whole,
+            type_name: type_name.into(),
+        }
+    }
 }
 
 /// An operand resolved for one function.
@@ -282,6 +329,11 @@ impl FuncArgs {
         match (arg, &self.convention) {
             (ArgRef::Tid, _) => return Ok(Operand::plain(Source::Tid, "tid".into())),
             (ArgRef::Pid, _) => return Ok(Operand::plain(Source::Pid, "pid".into())),
+            (ArgRef::Ret, _) => {
+                return self
+                    .ret_operand()
+                    .map_err(|e| anyhow::anyhow!("{arg}: {e:#}"))
+            }
             (_, Convention::Go) => {
                 bail!("{name}: arguments of Go functions cannot be read yet (Go passes them in its own registers)")
             }
@@ -293,7 +345,7 @@ impl FuncArgs {
         let op = match arg {
             ArgRef::Index(i) => self.index(*i)?,
             ArgRef::Name(n) => self.named(n)?,
-            ArgRef::Tid | ArgRef::Pid => unreachable!("handled above"),
+            ArgRef::Tid | ArgRef::Pid | ArgRef::Ret => unreachable!("handled above"),
         };
         if let Source::Reg(r) = op.source {
             if self.clobbered & (1 << r) != 0 {
@@ -304,6 +356,84 @@ impl FuncArgs {
             }
         }
         Ok(op)
+    }
+
+    /// The return value as an operand read at the exit, or one line saying
+    /// why it cannot be read (`f returns void`).
+    pub fn ret_operand(&self) -> Result<Operand> {
+        let r = self.returns()?;
+        Ok(Operand {
+            source: Source::Ret,
+            size: r.size,
+            signed: r.signed,
+            pointer: r.kind == RetKind::Pointer,
+            what: format!("ret ({})", r.type_name),
+            note: self.returns_note(),
+        })
+    }
+
+    /// How this function's return value reads, or one line saying why it
+    /// cannot be read (`f returns void`).
+    pub fn returns(&self) -> Result<RetShape> {
+        let name = &self.name;
+        match self.convention {
+            Convention::Syscall => {
+                return Ok(RetShape {
+                    kind: RetKind::Errno,
+                    ..RetShape::whole("long")
+                })
+            }
+            Convention::Go => return Ok(RetShape::whole("Go's first integer result")),
+            _ => {}
+        }
+        let Some(ps) = &self.params else {
+            return Ok(RetShape::whole("rax, no DWARF"));
+        };
+        let int = |size: u8, signed: bool, kind: RetKind, ty: &str| RetShape {
+            size,
+            signed,
+            kind,
+            type_name: ty.to_string(),
+        };
+        Ok(match &ps.returns {
+            Returns::Void => bail!("{name} returns void"),
+            Returns::Bool { size } => int(*size, false, RetKind::Bool, "bool"),
+            Returns::Enum {
+                size,
+                signed,
+                name: ty,
+                values,
+            } => int(*size, *signed, RetKind::Enum(values.clone()), ty),
+            Returns::Value(ParamType::Int { size, signed, name }) => {
+                int(*size, *signed, RetKind::Int, name)
+            }
+            Returns::Value(ParamType::Pointer { name }) => int(8, false, RetKind::Pointer, name),
+            Returns::Value(ParamType::Float { name: ty }) => bail!(
+                "{name} returns floating point ({ty}): tachy reads integer and pointer return values"
+            ),
+            Returns::Value(ParamType::Aggregate { name: ty }) => bail!(
+                "{name} returns {ty} by value: tachy reads integer and pointer return values"
+            ),
+            Returns::Value(ParamType::Other { name: ty }) => bail!(
+                "{name} returns {ty}: tachy reads integer and pointer return values of up to 8 bytes"
+            ),
+        })
+    }
+
+    /// What to say once of how this function's return value is read,
+    /// where no type says it.
+    pub fn returns_note(&self) -> Option<String> {
+        let name = &self.name;
+        match (&self.convention, &self.params) {
+            (Convention::Go, _) => Some(format!(
+                "{name}: ret is Go's first integer result register, read as a signed 64-bit number"
+            )),
+            (Convention::Syscall, _) => None,
+            (_, None) => Some(format!(
+                "{name} has no DWARF: ret is the whole return register, read as a signed 64-bit number"
+            )),
+            _ => None,
+        }
     }
 
     fn index(&self, i: u8) -> Result<Operand> {
@@ -614,6 +744,7 @@ pub fn syscall_params(args: &[(String, String)]) -> FuncParams {
     FuncParams {
         params,
         nocall: false,
+        returns: Default::default(),
     }
 }
 
@@ -806,6 +937,7 @@ mod tests {
                 ),
             ],
             nocall: false,
+            returns: Default::default(),
         }
     }
 
@@ -903,6 +1035,7 @@ mod tests {
                 ),
             ],
             nocall: false,
+            returns: Default::default(),
         };
         let f = FuncArgs::from_params("Store::get(int) [clone .isra.0]", ".isra.0", Some(ps));
         let op = f.resolve(&name("key")).unwrap();
@@ -984,6 +1117,7 @@ mod tests {
                 param("q", int("int", 4, true), EntryLoc::NotAtEntry),
             ],
             nocall: false,
+            returns: Default::default(),
         };
         let f = FuncArgs::from_params("S::get [clone .isra.0]", ".isra.0", Some(clone));
         assert_eq!(
@@ -1005,6 +1139,7 @@ mod tests {
                 .map(|i| param(&format!("a{i}"), int("long", 8, true), EntryLoc::Frame))
                 .collect(),
             nocall: false,
+            returns: Default::default(),
         };
         let f = FuncArgs::from_params("g", "", Some(many));
         assert_eq!(show(&f).len(), RECORD_PARAMS);

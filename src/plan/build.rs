@@ -155,14 +155,35 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
     }
     // What each item knows of its arguments, read once for the features
     // that read them.
-    let by_arg = s.by.iter().any(|k| matches!(k, ByKey::Arg(_)));
+    let by_arg =
+        s.by.iter()
+            .any(|k| matches!(k, ByKey::Arg(_) | ByKey::Retval));
     let args = if req.filter.is_some() || s.record_min_ns.is_some() || by_arg {
         TracedArgs::read(&plan, &roots)
     } else {
         TracedArgs::default()
     };
+    let filter_ret = req.filter.as_ref().is_some_and(Filter::reads_ret);
+    if filter_ret || s.by.contains(&ByKey::Retval) {
+        let what = if filter_ret {
+            "--filter ret"
+        } else {
+            "--by retval"
+        };
+        refuse_unknown_returns(&plan, what)?;
+    }
     if let Some(f) = &req.filter {
         add_filters(&mut plan, f, &args)?;
+    }
+    if s.read_ret {
+        for (id, a) in &args.syscalls {
+            plan.returns.insert(*id, a.returns()?);
+        }
+        for (_, _, id, a) in &args.functions {
+            if let Ok(r) = a.returns() {
+                plan.returns.insert(*id, r);
+            }
+        }
     }
     if s.record_min_ns.is_some() {
         add_record_args(&mut plan, &args);
@@ -274,6 +295,33 @@ fn refuse_throwing_uretprobes(resolved: &resolve::Resolution) -> Result<()> {
                 ))
                 .into());
             }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses `what` (`--filter ret`, `--by retval`) where a traced function
+/// may leave where its return value is not known: by a tail jump to code
+/// tachy does not follow, or a jump checked at run time. A uretprobe sees
+/// every return.
+fn refuse_unknown_returns(plan: &Plan, what: &str) -> Result<()> {
+    for item in &plan.items {
+        match &item.kind {
+            ItemKind::KernelFunction => {
+                return Err(UsageError(format!(
+                    "{what}: the return values of kernel functions ({}) are not read",
+                    item.name
+                ))
+                .into())
+            }
+            ItemKind::Function(t) if t.exits.value_unknown > 0 => {
+                return Err(UsageError(format!(
+                    "{what}: {} may leave by a jump to code tachy cannot follow ({} such ways out), where its return value is not known: --uretprobe times it to its return",
+                    item.name, t.exits.value_unknown
+                ))
+                .into())
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -446,7 +494,10 @@ fn add_record_args(plan: &mut Plan, args: &TracedArgs) {
 /// cannot be resolved is a usage error; notes (what argN means on a clone)
 /// go to stderr once each.
 fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
-    if !by.iter().any(|k| matches!(k, ByKey::Arg(_))) {
+    if !by
+        .iter()
+        .any(|k| matches!(k, ByKey::Arg(_) | ByKey::Retval))
+    {
         return Ok(());
     }
     let operands = |a: &FuncArgs| -> Result<Vec<Option<Operand>>> {
@@ -454,6 +505,10 @@ fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
             .map(|k| match k {
                 ByKey::Arg(r) => a
                     .resolve(r)
+                    .map(Some)
+                    .map_err(|e| UsageError(format!("--by {k}: {e:#}")).into()),
+                ByKey::Retval => a
+                    .ret_operand()
                     .map(Some)
                     .map_err(|e| UsageError(format!("--by {k}: {e:#}")).into()),
                 _ => Ok(None),

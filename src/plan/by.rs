@@ -40,6 +40,9 @@ pub enum ByKey {
     Arg(ArgRef),
     /// A Go function's goroutine (`g.goid`).
     Goroutine,
+    /// The value the call returned (`retval`, `ret`), as the function's
+    /// return type reads it.
+    Retval,
 }
 
 /// Keys at most, as the BPF side keeps them (TACHY_BY_KEYS).
@@ -56,10 +59,11 @@ impl ByKey {
             other => match ArgRef::parse(other) {
                 Ok(ArgRef::Tid) => Ok(ByKey::Tid),
                 Ok(ArgRef::Pid) => Ok(ByKey::Pid),
+                Ok(ArgRef::Ret) => Ok(ByKey::Retval),
                 Ok(a) => Ok(ByKey::Arg(a)),
                 Err(e) if other.starts_with("arg") => Err(e),
                 Err(_) => Err(anyhow!(
-                    "{other:?} is not a key to group by: use caller, tid, pid, goroutine, argN or a parameter name"
+                    "{other:?} is not a key to group by: use caller, tid, pid, goroutine, retval, argN or a parameter name"
                 )),
             },
         }
@@ -82,6 +86,7 @@ impl ByKey {
             ByKey::Pid => "pid".into(),
             ByKey::Arg(a) => a.to_string(),
             ByKey::Goroutine => "goroutine".into(),
+            ByKey::Retval => "retval".into(),
         }
     }
 }

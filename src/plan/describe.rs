@@ -403,6 +403,7 @@ mod tests {
                     rets: 2,
                     tail_callees: Vec::new(),
                     unknown_tails: 1,
+                    value_unknown: 3,
                     internal_jumps: 0,
                     checked_jumps: 2,
                     unchecked_jumps: 0,

@@ -431,6 +431,7 @@ mod tests {
                     early_stepped: 0,
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
+                    value_unknown: 0,
                     internal_jumps: 0,
                     checked_jumps: 0,
                     unchecked_jumps: 0,

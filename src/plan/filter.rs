@@ -16,6 +16,7 @@ pub const OPND_REG: u8 = 0;
 pub const OPND_STACK: u8 = 1;
 pub const OPND_TID: u8 = 2;
 pub const OPND_PID: u8 = 3;
+pub const OPND_RET: u8 = 4;
 /// Term flags (TACHY_TERM_*): compare signed; the last of its AND group.
 pub const TERM_SIGNED: u8 = 0x1;
 pub const TERM_LAST: u8 = 0x2;
@@ -101,6 +102,7 @@ pub fn encode_operand(op: &Operand) -> Encoded {
         Source::Stack(o) => (OPND_STACK, 0, o),
         Source::Tid => (OPND_TID, 0, 0),
         Source::Pid => (OPND_PID, 0, 0),
+        Source::Ret => (OPND_RET, 0, 0),
     };
     Encoded {
         value: 0,
@@ -238,6 +240,12 @@ impl Filter {
             }
         }
         out
+    }
+
+    /// Whether some comparison reads the return value (decided at the
+    /// call's exit).
+    pub fn reads_ret(&self) -> bool {
+        self.operands().contains(&&ArgRef::Ret)
     }
 
     /// The filter for one function: every operand resolved where that

@@ -78,6 +78,10 @@ pub struct ExitSummary {
     pub tail_callees: Vec<String>,
     /// Tail jumps to an unknown callee: timed up to the jump.
     pub unknown_tails: usize,
+    /// Ways out, of the function or of its tail callees, where its return
+    /// value is not known: tail jumps to unknown code, and jumps checked
+    /// at run time (which may leave it).
+    pub value_unknown: usize,
     /// Indirect jumps proven to stay inside the function: not probed.
     pub internal_jumps: usize,
     /// Indirect jumps whose target is checked at run time (the function's
@@ -196,6 +200,7 @@ impl Plan {
                     early_stepped: 0,
                     tail_callees: Vec::new(),
                     unknown_tails: 0,
+                    value_unknown: 0,
                     internal_jumps: decoded.internal_jumps.len(),
                     checked_jumps: 0,
                     unchecked_jumps: 0,
@@ -338,6 +343,7 @@ impl Plan {
             early_stepped: 0,
             tail_callees: Vec::new(),
             unknown_tails: 0,
+            value_unknown: 0,
             internal_jumps: decoded
                 .internal_jumps
                 .iter()
@@ -358,7 +364,10 @@ impl Plan {
         while let Some(d) = work.pop() {
             let early = d.early_exits();
             for &r in &d.rets {
-                let Some(points) = early.get(&r) else {
+                let points = early.get(&r).filter(|points| {
+                    !self.settings.read_ret || points.iter().all(|p| value_kept(obj, &d, p, r))
+                });
+                let Some(points) = points else {
                     self.push(obj, object, r, super::RET_EXIT)?;
                     continue;
                 };
@@ -424,6 +433,7 @@ impl Plan {
                         if own {
                             exits.unknown_tails += 1;
                         }
+                        exits.value_unknown += 1;
                     }
                 }
             }
@@ -495,8 +505,34 @@ impl Plan {
         };
         self.push(obj, object, addr, ProbeKind::Jump { cookie })?;
         exits.checked_jumps += 1;
+        exits.value_unknown += 1;
         Ok(true)
     }
+}
+
+/// Whether the return register at early exit `p` is still the value the
+/// `ret` at `r` returns: nothing on the straight-line way from it to the
+/// `ret` writes the register. The way starts at the jump's target for a
+/// jump taken into the epilogue, after a `jcc` that falls into it, at the
+/// instruction itself otherwise (both of a `jcc` that does either).
+fn value_kept(obj: &ElfObject, d: &Decoded, p: &crate::disasm::EarlyExit, r: u64) -> bool {
+    let insn = d.insns.iter().find(|i| i.addr == p.addr);
+    let next = insn.map_or(p.addr, |i| p.addr + u64::from(i.len));
+    let from = match insn.and_then(|i| i.jump) {
+        Some((t, None)) => t,
+        Some((t, Some(c))) => match p.cond {
+            Some(pc) if pc == c => t,
+            Some(_) => next,
+            None => t.min(next),
+        },
+        None => p.addr,
+    };
+    if from > r || r - from > 4096 {
+        return false;
+    }
+    // Bit 0: rax on x86-64, x0 on arm64, where a value is returned.
+    obj.code(from, r - from)
+        .is_some_and(|c| crate::disasm::written_registers(obj.arch, c, from) & 1 == 0)
 }
 
 /// A jump checked at run time stays inside only past the entry probe: a

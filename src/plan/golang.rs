@@ -104,6 +104,7 @@ impl Plan {
             early_stepped: 0,
             tail_callees: Vec::new(),
             unknown_tails: 0,
+            value_unknown: 0,
             internal_jumps: decoded.internal_jumps.len(),
             checked_jumps: 0,
             unchecked_jumps: decoded.checked_jumps.len(),

@@ -250,6 +250,10 @@ pub struct Settings {
     /// Count the calls entered per process, for reports that say which
     /// processes contributed.
     pub count_procs: bool,
+    /// Something reads the return value at the exit (`--filter ret`,
+    /// `--by retval`, records): an early exit stands only where the
+    /// return register already holds it.
+    pub read_ret: bool,
 }
 
 impl Item {
@@ -304,6 +308,9 @@ pub struct Plan {
     /// key reads an argument (None for the other keys), in the order of
     /// `settings.by`.
     pub by_args: std::collections::BTreeMap<u32, Vec<Option<args::Operand>>>,
+    /// How each item's return value reads, per item id, where something
+    /// reads it (`--filter ret`, `--by retval`, records).
+    pub returns: std::collections::BTreeMap<u32, args::RetShape>,
     /// `--record-slower-than`: what each item's records print of its
     /// arguments, per item id.
     pub record_args: std::collections::BTreeMap<u32, Vec<args::RecordArg>>,

@@ -293,6 +293,7 @@ fn by_kind(key: &ByKey) -> types::tachy_by_kind {
         ByKey::Pid => types::tachy_by_kind::TACHY_BY_PID,
         ByKey::Arg(_) => types::tachy_by_kind::TACHY_BY_ARG,
         ByKey::Goroutine => types::tachy_by_kind::TACHY_BY_GOID,
+        ByKey::Retval => types::tachy_by_kind::TACHY_BY_RETVAL,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct KernelRecord {
     /// arguments.
     pub args: [u64; 6],
     pub syscall: bool,
+    /// The return register at the exit, where the exit knows it.
+    pub ret: Option<u64>,
     pub pid: u32,
     pub tid: u32,
     /// The function (item) id.
@@ -57,6 +59,7 @@ impl KernelRecord {
             parts: (r.flags.0 & REC_CPU != 0).then_some((r.blocked_ns, r.runq_ns)),
             args: r.args,
             syscall: r.flags.0 & REC_SYSCALL != 0,
+            ret: (r.flags.0 & REC_RET != 0).then_some(r.ret),
             pid: r.pid,
             tid: r.tid,
             id: r.id,
@@ -76,6 +79,7 @@ impl KernelRecord {
 const REC_CPU: u32 = types::tachy_rec_flag::TACHY_REC_CPU.0;
 const REC_SYSCALL: u32 = types::tachy_rec_flag::TACHY_REC_SYSCALL.0;
 const REC_SITESOK: u32 = types::tachy_rec_flag::TACHY_REC_SITESOK.0;
+const REC_RET: u32 = types::tachy_rec_flag::TACHY_REC_RET.0;
 
 /// Reads the records of `--record-slower-than` from the ring buffer.
 pub struct RecordReader {

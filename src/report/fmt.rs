@@ -225,6 +225,218 @@ impl ArgValue {
     }
 }
 
+/// A value a call returned, as its function's return type reads.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RetValue {
+    /// An integer or an address (hex in text).
+    Int(ArgValue),
+    Bool(bool),
+    /// An enum's value, with its enumerator's name where DWARF gives one.
+    Enum {
+        value: i64,
+        name: Option<String>,
+    },
+    /// A system call's result: a negative one is an errno, named.
+    Errno(i64),
+}
+
+impl RetValue {
+    /// `-1`, `0x7f..`, `true`, `READY`, `-11 (EAGAIN)`.
+    pub fn text(&self) -> String {
+        match self {
+            RetValue::Int(v) => v.text(),
+            RetValue::Bool(b) => b.to_string(),
+            RetValue::Enum { name: Some(n), .. } => n.clone(),
+            RetValue::Enum { value, name: None } => value.to_string(),
+            RetValue::Errno(v) => match self.name() {
+                Some(n) => format!("{v} ({n})"),
+                None => v.to_string(),
+            },
+        }
+    }
+
+    /// The value as a JSON number (a bool as a bool).
+    pub fn json(&self) -> Value {
+        match self {
+            RetValue::Int(v) => v.json(),
+            RetValue::Bool(b) => json!(b),
+            RetValue::Enum { value, .. } | RetValue::Errno(value) => json!(value),
+        }
+    }
+
+    /// An enumerator's or an errno's name.
+    pub fn name(&self) -> Option<String> {
+        match self {
+            RetValue::Enum { name, .. } => name.clone(),
+            RetValue::Errno(v) if *v < 0 => errno_name(v.unsigned_abs()).map(str::to_string),
+            _ => None,
+        }
+    }
+
+    /// Its JSON object: the value, its name where it has one, an address
+    /// in hex too.
+    pub fn json_object(&self) -> Value {
+        let mut v = json!({ "value": self.json() });
+        if let Some(n) = self.name() {
+            v["name"] = json!(n);
+        }
+        if let RetValue::Int(ArgValue::Pointer(p)) = self {
+            v["hex"] = json!(format!("{p:#x}"));
+        }
+        v
+    }
+}
+
+/// The name of Linux errno `e` (x86-64 and arm64 number them alike).
+pub fn errno_name(e: u64) -> Option<&'static str> {
+    const NAMES: [&str; 134] = [
+        "",
+        "EPERM",
+        "ENOENT",
+        "ESRCH",
+        "EINTR",
+        "EIO",
+        "ENXIO",
+        "E2BIG",
+        "ENOEXEC",
+        "EBADF",
+        "ECHILD",
+        "EAGAIN",
+        "ENOMEM",
+        "EACCES",
+        "EFAULT",
+        "ENOTBLK",
+        "EBUSY",
+        "EEXIST",
+        "EXDEV",
+        "ENODEV",
+        "ENOTDIR",
+        "EISDIR",
+        "EINVAL",
+        "ENFILE",
+        "EMFILE",
+        "ENOTTY",
+        "ETXTBSY",
+        "EFBIG",
+        "ENOSPC",
+        "ESPIPE",
+        "EROFS",
+        "EMLINK",
+        "EPIPE",
+        "EDOM",
+        "ERANGE",
+        "EDEADLK",
+        "ENAMETOOLONG",
+        "ENOLCK",
+        "ENOSYS",
+        "ENOTEMPTY",
+        "ELOOP",
+        "",
+        "ENOMSG",
+        "EIDRM",
+        "ECHRNG",
+        "EL2NSYNC",
+        "EL3HLT",
+        "EL3RST",
+        "ELNRNG",
+        "EUNATCH",
+        "ENOCSI",
+        "EL2HLT",
+        "EBADE",
+        "EBADR",
+        "EXFULL",
+        "ENOANO",
+        "EBADRQC",
+        "EBADSLT",
+        "",
+        "EBFONT",
+        "ENOSTR",
+        "ENODATA",
+        "ETIME",
+        "ENOSR",
+        "ENONET",
+        "ENOPKG",
+        "EREMOTE",
+        "ENOLINK",
+        "EADV",
+        "ESRMNT",
+        "ECOMM",
+        "EPROTO",
+        "EMULTIHOP",
+        "EDOTDOT",
+        "EBADMSG",
+        "EOVERFLOW",
+        "ENOTUNIQ",
+        "EBADFD",
+        "EREMCHG",
+        "ELIBACC",
+        "ELIBBAD",
+        "ELIBSCN",
+        "ELIBMAX",
+        "ELIBEXEC",
+        "EILSEQ",
+        "ERESTART",
+        "ESTRPIPE",
+        "EUSERS",
+        "ENOTSOCK",
+        "EDESTADDRREQ",
+        "EMSGSIZE",
+        "EPROTOTYPE",
+        "ENOPROTOOPT",
+        "EPROTONOSUPPORT",
+        "ESOCKTNOSUPPORT",
+        "EOPNOTSUPP",
+        "EPFNOSUPPORT",
+        "EAFNOSUPPORT",
+        "EADDRINUSE",
+        "EADDRNOTAVAIL",
+        "ENETDOWN",
+        "ENETUNREACH",
+        "ENETRESET",
+        "ECONNABORTED",
+        "ECONNRESET",
+        "ENOBUFS",
+        "EISCONN",
+        "ENOTCONN",
+        "ESHUTDOWN",
+        "ETOOMANYREFS",
+        "ETIMEDOUT",
+        "ECONNREFUSED",
+        "EHOSTDOWN",
+        "EHOSTUNREACH",
+        "EALREADY",
+        "EINPROGRESS",
+        "ESTALE",
+        "EUCLEAN",
+        "ENOTNAM",
+        "ENAVAIL",
+        "EISNAM",
+        "EREMOTEIO",
+        "EDQUOT",
+        "ENOMEDIUM",
+        "EMEDIUMTYPE",
+        "ECANCELED",
+        "ENOKEY",
+        "EKEYEXPIRED",
+        "EKEYREVOKED",
+        "EKEYREJECTED",
+        "EOWNERDEAD",
+        "ENOTRECOVERABLE",
+        "ERFKILL",
+        "EHWPOISON",
+    ];
+    match e {
+        512 => Some("ERESTARTSYS"),
+        513 => Some("ERESTARTNOINTR"),
+        514 => Some("ERESTARTNOHAND"),
+        516 => Some("ERESTART_RESTARTBLOCK"),
+        _ => NAMES
+            .get(usize::try_from(e).ok()?)
+            .copied()
+            .filter(|n| !n.is_empty()),
+    }
+}
+
 /// A register value as a number where it looks like one (small, or a
 /// small negative), in hex where it looks like an address.
 pub fn arg_text(v: u64) -> String {

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use serde_json::{json, Map, Value};
 
 use super::counts::{Counts, Unit};
-use super::fmt::{ArgValue, PERCENTILES};
+use super::fmt::{ArgValue, RetValue, PERCENTILES};
 use super::hist::round_to_precision;
 
 /// One group of one function as the kernel counted it in an interval.
@@ -102,6 +102,10 @@ pub enum KeyValue {
     Goroutine {
         goid: u64,
     },
+    /// The value the calls returned.
+    Retval {
+        value: RetValue,
+    },
 }
 
 impl KeyValue {
@@ -126,6 +130,7 @@ impl KeyValue {
             KeyValue::Process { pid, comm } => format!("pid {pid} ({comm})"),
             KeyValue::Arg { name, value } => format!("{name} {}", value.text()),
             KeyValue::Goroutine { goid } => format!("goroutine {goid}"),
+            KeyValue::Retval { value } => format!("retval {}", value.text()),
         }
     }
 
@@ -140,6 +145,7 @@ impl KeyValue {
             // The label's name says which argument: the value alone.
             KeyValue::Arg { value, .. } => value.text(),
             KeyValue::Goroutine { goid } => goid.to_string(),
+            KeyValue::Retval { value } => value.text(),
             other => other.text(),
         }
     }
@@ -188,6 +194,7 @@ impl KeyValue {
                 (key, v)
             }
             KeyValue::Goroutine { goid } => ("goroutine".into(), json!({ "goid": goid })),
+            KeyValue::Retval { value } => ("retval".into(), value.json_object()),
         }
     }
 }

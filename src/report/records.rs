@@ -16,10 +16,13 @@
 //! (integers in decimal as their type reads, pointers in hex), or `arg0`,
 //! `arg1`, `arg2` (the first three argument registers) where no DWARF
 //! names them; `name=?` is a value that cannot be read at the entry
-//! probe (JSON: `"value": null`). JSON, one object per line:
+//! probe (JSON: `"value": null`). `ret=` is the value the call returned,
+//! as its return type reads (an enum by name, a system call's errno named:
+//! `ret=-11 (EAGAIN)`), where it is known. JSON, one object per line:
 //! `{"type": "record", "time": <unix seconds, float>, "pid", "tid", "comm",
 //! "function", "duration_ns", "cpu": {"oncpu_ns", "blocked_ns",
-//! "runnable_ns"} (with --cpu), "args": [{"name", "value"}], "sites":
+//! "runnable_ns"} (with --cpu), "args": [{"name", "value"}], "ret" (the
+//! value, where known) and "ret_name" (an enumerator's or errno's), "sites":
 //! [{"name", "location", "level", "count", "total_ns"}] (tachy nested),
 //! "more_sites"}`. Before each report a `{"type": "records_lost", "lost":
 //! N}` object says how many records the ring buffer had no room for.
@@ -29,7 +32,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use super::fmt::{clock_us, human, ArgValue};
+use super::fmt::{clock_us, human, ArgValue, RetValue};
 
 /// One call that took at least the threshold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +52,9 @@ pub struct Record {
     /// The call's arguments, as the function's DWARF names them (else
     /// `arg0`...), in order.
     pub args: Vec<Arg>,
+    /// The value it returned, where the exit knows it and the function
+    /// returns one.
+    pub ret: Option<RetValue>,
     /// `tachy nested`: what each call site took in this call. `None` where
     /// the call's sites cannot be told apart from those of the traced call
     /// it runs in (a traced function called inside another traced one).
@@ -105,6 +111,9 @@ pub fn render_text(r: &Record, w: &mut impl Write) -> io::Result<()> {
             }
         }
     }
+    if let Some(v) = &r.ret {
+        write!(w, "  ret={}", v.text())?;
+    }
     writeln!(w)?;
     let Some(sites) = &r.sites else {
         return Ok(());
@@ -153,6 +162,12 @@ pub fn value(r: &Record) -> Value {
         .map(|a| json!({"name": a.name, "value": a.value.map(ArgValue::json)}))
         .collect();
     m.insert("args".into(), Value::Array(args));
+    if let Some(v) = &r.ret {
+        m.insert("ret".into(), v.json());
+        if let Some(n) = v.name() {
+            m.insert("ret_name".into(), json!(n));
+        }
+    }
     if let Some(sites) = &r.sites {
         let sites: Vec<Value> = sites
             .iter()
@@ -225,6 +240,7 @@ mod tests {
                 arg("flags", Some(ArgValue::int(u64::MAX, 2, false))),
                 arg("gone", None),
             ],
+            ret: None,
             sites: None,
             more_sites: 0,
         };
@@ -257,6 +273,10 @@ mod tests {
                 },
             ]),
             more_sites: 3,
+            ret: Some(RetValue::Enum {
+                value: 2,
+                name: Some("SCAN_PARTIAL".into()),
+            }),
             ..plain.clone()
         };
         let syscall = Record {
@@ -266,6 +286,7 @@ mod tests {
                 arg("arg1", Some(ArgValue::Register(0x5612_0000_1000))),
                 arg("arg2", Some(ArgValue::Register(-4i64 as u64))),
             ],
+            ret: Some(RetValue::Errno(-11)),
             ..plain.clone()
         };
         vec![plain, cpu, nested, syscall]

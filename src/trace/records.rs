@@ -82,6 +82,12 @@ impl Recorder {
                 .parts
                 .map(|(blocked, runq)| [k.dur_ns.saturating_sub(blocked + runq), blocked, runq]),
             args: record_args(plan, k),
+            // A function that returns nothing (or a value tachy does not
+            // read) has no shape.
+            ret: k.ret.and_then(|raw| {
+                let shape = plan.returns.get(&k.id)?;
+                Some(crate::naming::ret_value(Some(shape), raw))
+            }),
             sites,
             more_sites: k.more_sites,
         }

@@ -130,6 +130,7 @@ impl<'p> RunState<'p> {
         let ids = plan.ids() as usize;
         let mut namer = Namer::default();
         namer.set_args(&plan.by_args);
+        namer.set_returns(&plan.returns);
         // Where to look for a caller's file once its process has exited.
         let mut known: Vec<PathBuf> = plan
             .objects

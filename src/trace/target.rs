@@ -126,6 +126,9 @@ impl TraceTarget {
                 record_min_ns: s.record,
                 cgroup: self.cgroup.as_ref().map(|(c, _)| (c.id, c.level)),
                 count_procs: s.traced.scoping().is_some(),
+                read_ret: s.filter.as_ref().is_some_and(|f| f.reads_ret())
+                    || s.by.contains(&crate::plan::by::ByKey::Retval)
+                    || s.record.is_some(),
             },
             pid: s.traced.pid(),
             pids: self.pids.clone(),

@@ -29,6 +29,7 @@ mod privilege;
 mod probe_time;
 mod reach;
 mod records;
+mod retval;
 mod shapes;
 mod why;
 mod wide;

@@ -109,6 +109,28 @@ pub struct FuncParams {
     /// DWARF says the function does not follow the platform's calling
     /// convention (`DW_CC_nocall`: clang's dead-argument elimination).
     pub nocall: bool,
+    /// What it returns.
+    pub returns: Returns,
+}
+
+/// A function's return type, as far as reading its value cares.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Returns {
+    /// Nothing (no `DW_AT_type` on the subprogram).
+    #[default]
+    Void,
+    /// A value of this type; `bool` and enums are told apart.
+    Value(ParamType),
+    /// A `bool` (or `_Bool`) of this many bytes.
+    Bool { size: u8 },
+    /// An enum of this width and sign, with its enumerators' values and
+    /// names.
+    Enum {
+        size: u8,
+        signed: bool,
+        name: String,
+        values: Vec<(i64, String)>,
+    },
 }
 
 impl FuncParams {
@@ -329,7 +351,100 @@ fn read_params(
             }
         }
     }
-    Some(FuncParams { params, nocall })
+    let returns = match attr_chain(unit, off, gimli::DW_AT_type).and_then(|v| unit_ref(unit, v)) {
+        None => Returns::Void,
+        Some(t) => returns(dwarf, unit, t),
+    };
+    Some(FuncParams {
+        params,
+        nocall,
+        returns,
+    })
+}
+
+/// What a return type DIE is: a `bool` or an enum (with its enumerators)
+/// told apart from the other integers, through typedefs and qualifiers.
+fn returns(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, off: UnitOffset) -> Returns {
+    let ty = classify(dwarf, unit, off);
+    let mut at = off;
+    for _ in 0..16 {
+        let Ok(e) = unit.entry(at) else { break };
+        match e.tag() {
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_atomic_type => {
+                match e
+                    .attr_value(gimli::DW_AT_type)
+                    .ok()
+                    .flatten()
+                    .and_then(|v| unit_ref(unit, v))
+                {
+                    Some(n) => at = n,
+                    None => break,
+                }
+            }
+            gimli::DW_TAG_base_type => {
+                let boolean = matches!(
+                    e.attr_value(gimli::DW_AT_encoding).ok().flatten(),
+                    Some(AttributeValue::Encoding(gimli::DW_ATE_boolean))
+                );
+                if let (true, ParamType::Int { size, .. }) = (boolean, &ty) {
+                    return Returns::Bool { size: *size };
+                }
+                break;
+            }
+            gimli::DW_TAG_enumeration_type => {
+                let ParamType::Int { size, signed, name } = ty else {
+                    break;
+                };
+                return Returns::Enum {
+                    size,
+                    signed,
+                    name,
+                    values: enumerators(dwarf, unit, at),
+                };
+            }
+            _ => break,
+        }
+    }
+    Returns::Value(ty)
+}
+
+/// The (value, name) of each enumerator of an enumeration type DIE.
+fn enumerators(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    off: UnitOffset,
+) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let Ok(mut tree) = unit.entries_tree(Some(off)) else {
+        return out;
+    };
+    let Ok(root) = tree.root() else {
+        return out;
+    };
+    let mut children = root.children();
+    while let Ok(Some(child)) = children.next() {
+        let e = child.entry();
+        if e.tag() != gimli::DW_TAG_enumerator || out.len() >= 4096 {
+            continue;
+        }
+        let name = e
+            .attr_value(gimli::DW_AT_name)
+            .ok()
+            .flatten()
+            .and_then(|v| string(dwarf, unit, v));
+        let value = e
+            .attr_value(gimli::DW_AT_const_value)
+            .ok()
+            .flatten()
+            .and_then(|v| v.sdata_value().or(v.udata_value().map(|u| u as i64)));
+        if let (Some(n), Some(v)) = (name, value) {
+            out.push((v, n));
+        }
+    }
+    out
 }
 
 /// Whether the subprogram's frame base is `DW_OP_call_frame_cfa` (what GCC

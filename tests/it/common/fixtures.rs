@@ -117,6 +117,7 @@ const FIXTURES: &[Def] = &[
     with_libfixture("nested_o2", &["nested.cpp", "libfixture.h", "fixture.h"],
           &["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-I{src}"]),
     plain("plain", &["plain.c", "fixture.h"], Tool::Cc, C),
+    plain("retval", &["retval.c", "fixture.h"], Tool::Cc, C),
     plain("faults", &["faults.c", "fixture.h"], Tool::Cc, C),
     plain("wide", &["wide.c", "fixture.h"], Tool::Cc, C),
     // Its nested plan costs ~10x its work: see the source.
