@@ -1,16 +1,19 @@
 //! `tachy explore`: a live terminal explorer of one process. The first
 //! screen is where its time goes, from a sampling profile of its threads
 //! on the CPU and blocked (`sampler`, unwound and named by `stacks`, added
-//! up by `profile`); Enter on a function times it exactly with `tachy
-//! latency` (`watch`). The screens are a pure model (`ui`); this file is
-//! the run loop: terminal, keys, signals, refresh once a second. `--print`
-//! prints the first screen's rows instead, for scripts and tests.
+//! up by `profile`); Enter on a function times it and its call sites
+//! exactly, in this process, as `tachy nested` does (`session`), and shows
+//! its source annotated with them (`func`), drilling into callees. The
+//! screens are a pure model (`ui`, `func`); this file is the run loop:
+//! terminal, keys, signals, refresh once a second. `--print` prints the
+//! first screen's rows instead, for scripts and tests.
 
+pub mod func;
 pub mod profile;
 pub mod sampler;
+pub mod session;
 pub mod stacks;
 pub mod ui;
-pub mod watch;
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -28,11 +31,18 @@ use self::ui::{Action, Key, Model, View};
 const EXAMPLES: &str = "\
 Examples:
   tachy explore -p 4242                  where the time of process 4242 goes, live
-  tachy explore -p 4242 --print -d 5     the same rows after 5 s, printed
+  tachy explore -p 4242 handle_request   the source of handle_request, timed live
+  tachy explore -p 4242 --print -d 5     the first screen's rows after 5 s, printed
 
-Keys: Up/Down (j/k) move, s sorts (total, on-CPU, blocked, self), Enter
-times the function exactly (tachy latency), Esc goes back, q or Ctrl-C
-quits. Quitting, SIGTERM and SIGHUP detach every probe.";
+Keys of the first screen: Up/Down (j/k) move, s sorts (total, on-CPU,
+blocked, self), Enter times the function and its call sites exactly.
+Keys of a function's view (its source, each call line with its calls per
+call, average and share of the function's time, as tachy nested counts
+them): Enter on a call line drills into the callee (its probes are added
+and the counters restart), Esc goes back up (at the top: to the first
+screen), r resets the counters, w writes the tree as tachy nested --json
+prints it to tachy-explore-PID-N.json. q or Ctrl-C quits; quitting,
+SIGTERM and SIGHUP detach every probe and leave the process running.";
 
 /// `tachy explore`'s arguments.
 #[derive(Args, Debug)]
@@ -41,6 +51,10 @@ pub struct ExploreArgs {
     /// The process to explore
     #[arg(short, long, value_name = "PID")]
     pub pid: u32,
+
+    /// Open this function's view at once: FUNC, LIB:FUNC or PATH:FUNC
+    #[arg(value_name = "FUNC", conflicts_with = "print")]
+    pub func: Option<String>,
 
     /// Print the profile's rows after -d SECS instead of the full-screen view
     #[arg(long)]
@@ -88,12 +102,17 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
         "self" => Sort::SelfCpu,
         _ => Sort::Total,
     };
-    let sampler = Sampler::start(a.pid)?;
     let collector = Collector::new(a.pid);
     if a.print {
+        let sampler = Sampler::start(a.pid)?;
         print(a, sampler, collector, sort)
     } else {
-        interactive(a.pid, sampler, collector)
+        // Started on a function, the profile is taken when asked for.
+        let sampler = match a.func {
+            Some(_) => None,
+            None => Some(Sampler::start(a.pid)?),
+        };
+        interactive(a.pid, a.func, sampler, collector)
     }
 }
 
@@ -234,15 +253,93 @@ fn key_of(k: crossterm::event::KeyEvent) -> Option<Key> {
     })
 }
 
-fn interactive(pid: u32, sampler: Sampler, mut c: Collector) -> Result<i32> {
+/// Standard error while the screen is drawn: what tracing says there
+/// (notes, warnings) would be drawn over the screen, so it goes to a pipe
+/// whose lines the view shows; restored on drop.
+struct Stderr {
+    saved: libc::c_int,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Stderr {
+    fn capture() -> Option<Stderr> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe writes two descriptors into the array; dup and dup2
+        // only change this process's descriptor table.
+        let saved = unsafe {
+            if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                return None;
+            }
+            let saved = libc::dup(2);
+            if saved < 0 || libc::dup2(fds[1], 2) < 0 {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+                return None;
+            }
+            libc::close(fds[1]);
+            saved
+        };
+        // SAFETY: fds[0] is a descriptor this process owns and nothing else
+        // uses.
+        let read = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(read).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Some(Stderr { saved, lines })
+    }
+}
+
+impl Drop for Stderr {
+    fn drop(&mut self) {
+        // SAFETY: puts back the descriptor saved by capture.
+        unsafe {
+            libc::dup2(self.saved, 2);
+            libc::close(self.saved);
+        }
+    }
+}
+
+/// Writes the tree of the function view as `tachy nested --json` prints
+/// it, to a new file of the current directory; says where.
+fn write_tree(pid: u32, view: &func::FuncView) -> String {
+    let Some(t) = &view.tree else {
+        return "nothing counted yet".into();
+    };
+    let value = crate::report::tree::json_value(&t.report);
+    let path = (1..)
+        .map(|n| std::path::PathBuf::from(format!("tachy-explore-{pid}-{n}.json")))
+        .find(|p| !p.exists())
+        .unwrap_or_default();
+    let text = serde_json::to_string(&value).unwrap_or_default() + "\n";
+    match std::fs::write(&path, text) {
+        Ok(()) => format!("wrote {}", path.display()),
+        Err(e) => format!("cannot write {}: {e}", path.display()),
+    }
+}
+
+fn interactive(
+    pid: u32,
+    func: Option<String>,
+    sampler: Option<Sampler>,
+    mut c: Collector,
+) -> Result<i32> {
     let comm = crate::scope::comm(pid).unwrap_or_else(|| "?".into());
     let mut model = Model::new(format!("pid {pid} ({comm})"), Profile::default());
+    model.pid = pid;
     let screen = Screen::enter()?;
+    let stderr = Stderr::capture();
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut term = ratatui::Terminal::new(backend).context("cannot draw on the terminal")?;
     term.clear().ok();
-    let mut sampler = Some(sampler);
-    let mut watch: Option<watch::Watch> = None;
+    let mut sampler = sampler;
+    let mut session: Option<session::Session> = None;
+    let mut first = func.map(|f| model.trace(f.clone(), f));
     let mut next_draw = Instant::now();
     let mut dirty = true;
     let result = loop {
@@ -253,20 +350,29 @@ fn interactive(pid: u32, sampler: Sampler, mut c: Collector) -> Result<i32> {
             let events = s.read(Duration::from_millis(20));
             c.add(events);
         }
-        if let (Some(w), View::Trace(t)) = (watch.as_mut(), &mut model.view) {
-            for line in w.read() {
-                match line {
-                    watch::Line::Report(v) => t.add_report(&v),
-                    watch::Line::Said(s) => t.say(s),
-                    watch::Line::Ended => t.ended = true,
+        if let View::Func(v) = &mut model.view {
+            if let Some(s) = session.as_ref() {
+                for u in s.updates.try_iter() {
+                    match u {
+                        session::Update::Started(st) => v.started(st),
+                        session::Update::Tree(t) => v.tree = Some(t),
+                        session::Update::Failed(e) => v.say(e),
+                        session::Update::Ended => v.ended = true,
+                    }
+                    dirty = true;
                 }
-                dirty = true;
+            }
+            if let Some(e) = stderr.as_ref() {
+                for line in e.lines.try_iter() {
+                    v.say(line);
+                    dirty = true;
+                }
             }
         }
         if !crate::target::process_alive(pid) {
             break Ok(0);
         }
-        let mut action = Action::None;
+        let mut action = first.take().unwrap_or(Action::None);
         match crossterm::event::poll(Duration::from_millis(30)) {
             Ok(true) => match crossterm::event::read() {
                 Ok(crossterm::event::Event::Key(k)) => {
@@ -285,23 +391,38 @@ fn interactive(pid: u32, sampler: Sampler, mut c: Collector) -> Result<i32> {
         }
         match action {
             Action::Quit => break Ok(0),
-            Action::Trace { spec, .. } => {
+            Action::Trace(req) | Action::Replan(req) => {
                 // The profile stops: its numbers stay on the first screen.
                 if let Some(s) = sampler.take() {
                     model.lost = s.lost();
                 }
-                match watch::Watch::start(pid, &spec) {
-                    Ok(w) => watch = Some(w),
-                    Err(e) => {
-                        if let View::Trace(t) = &mut model.view {
-                            t.say(format!("{e:#}"));
-                        }
-                    }
+                // The probes of the new plan replace the old: the kernel
+                // is given the new plan whole.
+                if let Some(s) = session.take() {
+                    s.stop();
+                }
+                session = Some(session::Session::start(req));
+            }
+            Action::Reset => {
+                if let Some(s) = session.as_ref() {
+                    s.reset();
+                }
+                if let View::Func(v) = &mut model.view {
+                    v.tree = None;
+                    v.message = Some("counters reset".into());
+                }
+            }
+            Action::Write => {
+                if let View::Func(v) = &mut model.view {
+                    v.message = Some(write_tree(pid, v));
                 }
             }
             Action::Untrace => {
-                if let Some(w) = watch.take() {
-                    w.stop();
+                if let Some(s) = session.take() {
+                    s.stop();
+                }
+                if sampler.is_none() && c.profile.samples == 0 {
+                    sampler = Sampler::start(pid).ok();
                 }
             }
             Action::None => {}
@@ -321,11 +442,12 @@ fn interactive(pid: u32, sampler: Sampler, mut c: Collector) -> Result<i32> {
             }
         }
     };
-    if let Some(w) = watch.take() {
-        w.stop();
+    if let Some(s) = session.take() {
+        s.stop();
     }
     drop(sampler);
     drop(term);
+    drop(stderr);
     drop(screen);
     result
 }

@@ -8,9 +8,10 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Row as TableRow, Table, TableState};
 use ratatui::Frame;
-use serde_json::Value;
 
+use super::func::{FuncAction, FuncView};
 use super::profile::{Profile, Row, Sort};
+use super::session::Request;
 use crate::report::fmt::human;
 
 /// A key, as the model knows it.
@@ -30,85 +31,49 @@ pub enum Key {
     Interrupt,
 }
 
+/// Where a movement key takes the selection among `n` rows; `None` for
+/// other keys.
+pub fn moved(key: Key, selected: usize, n: usize) -> Option<usize> {
+    let last = n.saturating_sub(1);
+    Some(match key {
+        Key::Up | Key::Char('k') => selected.saturating_sub(1),
+        Key::Down | Key::Char('j') => (selected + 1).min(last),
+        Key::PageUp => selected.saturating_sub(10),
+        Key::PageDown => (selected + 10).min(last),
+        Key::Home => 0,
+        Key::End => last,
+        _ => return None,
+    })
+}
+
 /// What the run loop must do after a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     None,
     Quit,
-    /// Time this function exactly: `tachy latency` of `spec`.
-    Trace {
-        spec: String,
-        shown: String,
-    },
+    /// Time this function exactly, with its call sites.
+    Trace(Request),
+    /// Trace again with other probes (a callee drilled into).
+    Replan(Request),
+    /// Counting starts again from zero.
+    Reset,
+    /// Write the current tree as `tachy nested --json` prints it.
+    Write,
     /// Stop timing and go back to the profile.
     Untrace,
 }
 
-/// The numbers of one report of `tachy latency --json` for the function.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Interval {
-    pub count: u64,
-    pub avg_ns: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-}
-
-/// The function being timed.
-#[derive(Clone, Debug, Default)]
-pub struct TraceView {
-    pub shown: String,
-    pub spec: String,
-    /// Reports read, and the calls and ns they counted together.
-    pub reports: u64,
-    pub count: u64,
-    pub total_ns: u64,
-    pub last: Option<Interval>,
-    /// The probes' own time per call, as the report says.
-    pub probe_ns: Option<u64>,
-    /// What `tachy latency` said on standard error, last lines.
-    pub said: Vec<String>,
-    pub ended: bool,
-}
-
-impl TraceView {
-    /// Adds one report of `tachy latency --json`.
-    pub fn add_report(&mut self, v: &Value) {
-        let Some(f) = v["functions"].as_array().and_then(|a| a.first()) else {
-            return;
-        };
-        let n = |key: &str| f[key].as_u64().unwrap_or(0);
-        let p = |key: &str| f["percentiles_ns"][key].as_u64().unwrap_or(0);
-        self.reports += 1;
-        self.count += n("count");
-        self.total_ns += n("total_ns");
-        self.probe_ns = f["probe_ns_per_call"].as_u64().or(self.probe_ns);
-        self.last = Some(Interval {
-            count: n("count"),
-            avg_ns: n("avg_ns"),
-            p50_ns: p("p50"),
-            p99_ns: p("p99"),
-            max_ns: n("max_ns"),
-        });
-    }
-
-    pub fn say(&mut self, line: String) {
-        self.said.push(line);
-        let extra = self.said.len().saturating_sub(4);
-        self.said.drain(..extra);
-    }
-}
-
 /// Which screen is shown.
-#[derive(Clone, Debug)]
 pub enum View {
     Profile,
-    Trace(TraceView),
+    Func(Box<FuncView>),
 }
 
 pub struct Model {
     /// `pid 4242 (server)`.
     pub target: String,
+    /// The process explored.
+    pub pid: u32,
     pub profile: Profile,
     pub sort: Sort,
     /// The selected row, by position in the sorted rows.
@@ -126,6 +91,7 @@ impl Model {
     pub fn new(target: String, profile: Profile) -> Model {
         Model {
             target,
+            pid: 0,
             profile,
             sort: Sort::Total,
             selected: 0,
@@ -142,27 +108,28 @@ impl Model {
 
     pub fn update(&mut self, key: Key) -> Action {
         self.message = None;
-        match (&self.view, key) {
+        match (&mut self.view, key) {
             (_, Key::Interrupt | Key::Char('q')) => Action::Quit,
-            (View::Trace(_), Key::Esc) => {
-                self.view = View::Profile;
-                Action::Untrace
-            }
-            (View::Trace(_), _) => Action::None,
+            (View::Func(v), key) => match v.update(key) {
+                FuncAction::None => Action::None,
+                FuncAction::Replan(r) => Action::Replan(r),
+                FuncAction::Reset => Action::Reset,
+                FuncAction::Write => Action::Write,
+                FuncAction::Leave => {
+                    self.view = View::Profile;
+                    Action::Untrace
+                }
+            },
             (View::Profile, key) => self.update_profile(key),
         }
     }
 
     fn update_profile(&mut self, key: Key) -> Action {
-        let n = self.rows().len();
-        let last = n.saturating_sub(1);
+        if let Some(at) = moved(key, self.selected, self.rows().len()) {
+            self.selected = at;
+            return Action::None;
+        }
         match key {
-            Key::Up | Key::Char('k') => self.selected = self.selected.saturating_sub(1),
-            Key::Down | Key::Char('j') => self.selected = (self.selected + 1).min(last),
-            Key::PageUp => self.selected = self.selected.saturating_sub(10),
-            Key::PageDown => self.selected = (self.selected + 10).min(last),
-            Key::Home => self.selected = 0,
-            Key::End => self.selected = last,
             Key::Tab | Key::Char('s') => {
                 self.sort = self.sort.next();
                 self.selected = 0;
@@ -182,16 +149,22 @@ impl Model {
                 } else {
                     row.shown
                 };
-                self.view = View::Trace(TraceView {
-                    shown: shown.clone(),
-                    spec: spec.clone(),
-                    ..Default::default()
-                });
-                return Action::Trace { spec, shown };
+                return self.trace(spec, shown);
             }
             _ => {}
         }
         Action::None
+    }
+
+    /// Opens the function view of `spec`, which the run loop traces.
+    pub fn trace(&mut self, spec: String, shown: String) -> Action {
+        let req = Request {
+            pid: self.pid,
+            spec,
+            expand: Vec::new(),
+        };
+        self.view = View::Func(Box::new(FuncView::new(req.clone(), shown)));
+        Action::Trace(req)
     }
 
     pub fn draw(&self, f: &mut Frame) {
@@ -203,7 +176,7 @@ impl Model {
         .areas(f.area());
         match &self.view {
             View::Profile => self.draw_profile(f, head, body, foot),
-            View::Trace(t) => self.draw_trace(t, f, head, body, foot),
+            View::Func(v) => v.draw(&self.target, f, f.area()),
         }
     }
 
@@ -289,61 +262,6 @@ impl Model {
             .unwrap_or_else(|| "Enter trace  s sort  Up/Down move  q quit".to_string());
         f.render_widget(Paragraph::new(help), foot);
     }
-
-    fn draw_trace(&self, t: &TraceView, f: &mut Frame, head: Rect, body: Rect, foot: Rect) {
-        let probe = match t.probe_ns {
-            Some(ns) => format!("probe time {} per call", human(ns as f64)),
-            None => "attaching probes...".to_string(),
-        };
-        f.render_widget(
-            Paragraph::new(vec![
-                Line::from(Span::styled(
-                    format!("tachy explore  {}  > {}", self.target, t.shown),
-                    Style::new().add_modifier(Modifier::BOLD),
-                )),
-                Line::from(format!("tachy latency {}  {probe}", t.spec)),
-            ]),
-            head,
-        );
-        let mut lines = vec![Line::from("")];
-        let avg_all = if t.count > 0 {
-            human(t.total_ns as f64 / t.count as f64)
-        } else {
-            "-".into()
-        };
-        lines.push(Line::from(format!(
-            "  calls        {:>12}   in {} s",
-            t.count, t.reports
-        )));
-        lines.push(Line::from(format!("  avg          {avg_all:>12}")));
-        if let Some(l) = &t.last {
-            lines.push(Line::from(""));
-            lines.push(Line::from("  last second"));
-            lines.push(Line::from(format!("  calls        {:>12}", l.count)));
-            for (name, ns) in [
-                ("avg", l.avg_ns),
-                ("p50", l.p50_ns),
-                ("p99", l.p99_ns),
-                ("max", l.max_ns),
-            ] {
-                let v = if l.count > 0 {
-                    human(ns as f64)
-                } else {
-                    "-".into()
-                };
-                lines.push(Line::from(format!("  {name:<12} {v:>12}")));
-            }
-        }
-        if !t.said.is_empty() {
-            lines.push(Line::from(""));
-            lines.extend(t.said.iter().map(|s| Line::from(format!("  {s}"))));
-        }
-        if t.ended {
-            lines.push(Line::from("  tracing ended"));
-        }
-        f.render_widget(Paragraph::new(lines), body);
-        f.render_widget(Paragraph::new("Esc back  q quit"), foot);
-    }
 }
 
 #[cfg(test)]
@@ -421,10 +339,11 @@ mod tests {
         // stack first.
         assert_eq!(
             m.update(Key::Enter),
-            Action::Trace {
+            Action::Trace(Request {
+                pid: 0,
                 spec: "/bin/app:spin".into(),
-                shown: "spin".into()
-            }
+                expand: Vec::new(),
+            })
         );
         assert_eq!(m.update(Key::Down), Action::None);
         assert_eq!(m.update(Key::Esc), Action::Untrace);
@@ -432,22 +351,145 @@ mod tests {
         assert_eq!(m.update(Key::Char('q')), Action::Quit);
     }
 
-    #[test]
-    fn trace_screen_adds_reports() {
+    /// A function view of `step` (calls 40) with call sites on its lines
+    /// 3 and 4 and one placed nowhere, `mid` expanded.
+    fn func_model() -> Model {
+        use crate::callsites::{Site, SiteKind};
+        use crate::explore::session::{Source, Started, Tree};
+        use crate::plan::{Item, ItemKind, Plan, SiteNode};
+        use crate::report::tree::TreeReport;
+        let site = |addr: u64, name: &str, line: Option<u32>, parent: u32, expanded| SiteNode {
+            parent,
+            slot: addr as u32,
+            site: Site {
+                addr,
+                ret: Some(addr + 5),
+                kind: SiteKind::Call,
+                callee: Some(0x100),
+                callee_raw: Some(name.into()),
+                name: name.into(),
+                location: line.map(|l| format!("app.c:{l}")),
+            },
+            level: 1,
+            expanded,
+        };
+        let mut plan = Plan::default();
+        plan.items = vec![Item {
+            name: "step".into(),
+            raw_name: "step".into(),
+            kind: ItemKind::Syscall { nr: 0 },
+        }];
+        plan.sites = vec![
+            site(1, "mid", Some(3), 0, true),
+            site(2, "leaf", Some(4), 0, false),
+            site(3, "leaf", None, 0, false),
+            site(4, "leaf", Some(9), 1, false),
+        ];
+        plan.finish();
+        let node = |name: &str, count, total_ns, children| {
+            crate::report::tree::tests::node(name, None, "call", count, total_ns, children)
+        };
+        let mut root = node(
+            "step",
+            40,
+            40_000,
+            vec![
+                node("mid", 40, 20_000, vec![node("leaf", 80, 8_000, vec![])]),
+                node("leaf", 120, 6_000, vec![]),
+                node("leaf", 0, 0, vec![]),
+            ],
+        );
+        root.kind = "function";
+        let lines = [
+            "void step(void)",
+            "{",
+            "    mid();",
+            "    leaf(); leaf();",
+            "}",
+        ];
         let mut m = model();
         m.update(Key::Enter);
-        let View::Trace(t) = &mut m.view else {
+        let View::Func(v) = &mut m.view else {
             panic!("not tracing")
         };
-        let rep: Value = serde_json::from_str(
-            r#"{"functions":[{"count":7,"total_ns":7000,"avg_ns":1000,"max_ns":3000,
-               "probe_ns_per_call":1200,"percentiles_ns":{"p50":900,"p99":2900}}]}"#,
-        )
-        .unwrap();
-        t.add_report(&rep);
-        t.add_report(&rep);
-        assert_eq!((t.count, t.reports), (14, 2));
+        v.started(Box::new(Started {
+            request: v.request.clone().unwrap(),
+            plan,
+            sources: [(
+                0,
+                Source {
+                    path: "/src/app.c".into(),
+                    lines: (1..).zip(lines.iter().map(|l| l.to_string())).collect(),
+                    inlined: [(4, "helper".to_string())].into(),
+                },
+            )]
+            .into(),
+            price: Some("~2.0 us (entry emulated, exit emulated)".into()),
+        }));
+        v.tree = Some(Tree {
+            report: TreeReport {
+                time: std::time::SystemTime::UNIX_EPOCH,
+                timestamp: false,
+                unit: crate::report::Unit::Nsec,
+                filter: None,
+                all_sites: false,
+                roots: vec![root],
+            },
+            percentiles: vec![(Some(900), Some(2_900)); 5],
+            seconds: 3.0,
+        });
+        m
+    }
+
+    #[test]
+    fn function_screen_at_80x24() {
+        let m = func_model();
         let s = screen(&m, 80, 24);
-        crate::golden::check("src/explore/golden", "trace_80x24.txt", s.as_bytes());
+        assert!(s.contains("step  calls 99  avg 9.9 us"), "{s}");
+        crate::golden::check("src/explore/golden", "function_80x24.txt", s.as_bytes());
+    }
+
+    #[test]
+    fn enter_drills_into_a_callee_and_esc_comes_back() {
+        let mut m = func_model();
+        let rows = |m: &Model| match &m.view {
+            View::Func(v) => v.rows(),
+            View::Profile => Vec::new(),
+        };
+        // Lines 1-5, then the site placed nowhere.
+        let r = rows(&m);
+        assert_eq!(r.len(), 6);
+        assert_eq!(r[2].site, Some(1));
+        assert_eq!((r[3].site, r[3].line), (Some(2), Some(4)));
+        assert_eq!((r[5].site, r[5].line), (Some(3), None));
+        assert!(r[3].inlined);
+        assert_eq!(m.update(Key::Enter), Action::None);
+        m.update(Key::Down);
+        m.update(Key::Down);
+        // mid is expanded already: no new probes.
+        assert_eq!(m.update(Key::Enter), Action::None);
+        let View::Func(v) = &m.view else { panic!() };
+        assert_eq!(v.breadcrumb(), "step > mid");
+        assert_eq!(v.current(), Some(1));
+        assert!(
+            v.own_line().starts_with("mid  calls 40  avg 500 ns"),
+            "{}",
+            v.own_line()
+        );
+        // Back up, then into leaf, which needs its probes.
+        assert_eq!(m.update(Key::Esc), Action::None);
+        for _ in 0..3 {
+            m.update(Key::Down);
+        }
+        assert_eq!(
+            m.update(Key::Enter),
+            Action::Replan(Request {
+                pid: 0,
+                spec: "/bin/app:main".into(),
+                expand: vec!["leaf".into()],
+            })
+        );
+        m.update(Key::Esc);
+        assert_eq!(m.update(Key::Esc), Action::Untrace);
     }
 }

@@ -320,7 +320,7 @@ fn part_tables(
 
 /// Calls of a site per call of its parent: two decimals, more when those
 /// would show a site that ran as 0.00 (two significant digits).
-fn per_call(v: f64) -> String {
+pub fn per_call(v: f64) -> String {
     if v == 0.0 || v >= 0.005 {
         return format!("{v:.2}");
     }
@@ -581,11 +581,12 @@ pub fn render_svg(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::time::{Duration, UNIX_EPOCH};
 
-    fn node(
+    /// A node with these counts and nothing else.
+    pub(crate) fn node(
         name: &str,
         site: Option<&str>,
         kind: &'static str,

@@ -241,7 +241,7 @@ fn budget(
 /// The probes' own time, which the kernel subtracts from each traced call
 /// (`crate::calibrate`): measured once and cached. Without a measure,
 /// durations include it, as with `--raw`.
-fn calibration(plan: &Plan, verbose: bool) -> Option<crate::calibrate::Calibration> {
+pub(crate) fn calibration(plan: &Plan, verbose: bool) -> Option<crate::calibrate::Calibration> {
     if !plan
         .items
         .iter()
@@ -368,7 +368,7 @@ fn shown_names(items: &[(&str, Option<&std::path::Path>)]) -> Vec<String> {
 
 /// Every probe link is a file descriptor (one per probe where uprobe_multi
 /// is missing): allow as many as the hard limit lets this process have.
-fn raise_fd_limit() {
+pub(crate) fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit on a local struct.
     unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();
@@ -382,7 +382,7 @@ fn raise_fd_limit() {
 /// Attaches the plan's probes. Attaching thousands of probes takes
 /// seconds: after a second without an end, say what is going on and
 /// how far it got.
-fn attach<'o>(
+pub(crate) fn attach<'o>(
     storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
     plan: &Plan,
     live: &Live,

@@ -6,14 +6,14 @@
 
 mod assemble;
 pub mod budget;
-mod latency;
+pub(crate) mod latency;
 mod list;
-mod nested;
+pub(crate) mod nested;
 mod options;
 mod records;
 pub mod run;
 pub mod sink;
-mod target;
+pub(crate) mod target;
 
 pub use latency::latency;
 pub use list::list;

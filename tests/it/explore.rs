@@ -2,7 +2,9 @@
 //! terminal (`new-session -d -x W -y H`), keys go in with `send-keys` and
 //! the screen comes out with `capture-pane -p`. The fixture `explore` has
 //! a spinning thread and a blocking one; on signals it pauses them, then
-//! calls its spinning function a known number of times.
+//! calls its spinning function and `explore_step` (one call of `step_mid`,
+//! three of `step_leaf`, each from a line of its own) a known number of
+//! times.
 
 use std::path::Path;
 use std::process::Command;
@@ -91,26 +93,6 @@ fn row_of(screen: &str, func: &str) -> Option<usize> {
         .position(|l| l.split_whitespace().any(|w| w == func))
 }
 
-/// Processes whose command line holds `needle`, other than this test.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| p != me)
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .map(|c| {
-                    let c = String::from_utf8_lossy(&c).replace('\0', " ");
-                    c.contains(needle) && c.contains("latency")
-                })
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
 fn uprobes_on(path: &Path) -> usize {
     let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events")
         .or_else(|_| std::fs::read_to_string("/sys/kernel/debug/tracing/uprobe_events"))
@@ -162,7 +144,7 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
         Some("paused")
     );
     t.keys(&["Enter"]);
-    t.wait_for(20, "the probes attached", |s| s.contains("probe time"));
+    t.wait_for(20, "the first report", |s| s.contains("spin_hot  calls 0"));
     libc_kill(pid, libc::SIGUSR2);
     let said = format!("count spin_hot {calls}");
     assert_eq!(
@@ -170,15 +152,16 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
         Some(said.as_str())
     );
     let s = t.wait_for(10, "the exact count", |s| {
-        s.lines().any(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            w.len() >= 2 && w[0] == "calls" && w[1] == calls.to_string() && w.contains(&"in")
-        })
+        s.contains(&format!(" spin_hot  calls {calls}  avg"))
     });
-    assert!(s.contains("spin_hot"), "{s}");
+    assert!(s.contains("probes in place"), "{s}");
 
-    // A hang-up (the SSH session dropped) ends the explorer and its
-    // tracer; the target runs on with no probe left.
+    hang_up(&t, explorer, &mut fx);
+}
+
+/// A hang-up (the SSH session dropped) ends the explorer and its tracing;
+/// the target runs on with no probe left.
+fn hang_up(t: &Tmux, explorer: i32, fx: &mut Fixture) {
     libc_kill(explorer as u32, libc::SIGHUP);
     let until = Instant::now() + Duration::from_secs(10);
     while t.alive() && Instant::now() < until {
@@ -189,11 +172,8 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
         "explore still runs after SIGHUP:\n{}",
         t.screen()
     );
-    let until = Instant::now() + Duration::from_secs(5);
-    while !processes_with(&format!("{pid}")).is_empty() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(processes_with(&format!("{pid}")), Vec::<u32>::new());
+    // Its links were descriptors of its own: gone with it.
+    assert!(!Path::new(&format!("/proc/{explorer}")).exists());
     assert_eq!(uprobes_on(&common::build("explore")), 0);
     assert!(fx.is_running(), "the target died");
 }
@@ -240,6 +220,198 @@ fn print_lists_the_same_rows() {
     let block = row_of(&text, "block_wait").unwrap_or_else(|| panic!("no block_wait:\n{text}"));
     assert!(spin < block, "{text}");
     assert!(fx.is_running(), "the target died");
+}
+
+/// The screen with what changes from run to run masked: numbers (with
+/// their units and the spaces before them) become `#`, the fixtures'
+/// directory `DIR`.
+fn masked(screen: &str) -> String {
+    let dir = common::build("explore")
+        .parent()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let text = screen.replace(src, "DIR").replace(&dir, "DIR");
+    let number = |w: &str| {
+        let w = w.trim_start_matches('~');
+        w.starts_with(|c: char| c.is_ascii_digit())
+            && w.chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | '%' | 'i'))
+    };
+    let mut out = String::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split(' ').filter(|w| !w.is_empty()).collect();
+        let mut kept: Vec<&str> = Vec::new();
+        let mut i = 0;
+        while i < words.len() {
+            if number(words[i]) {
+                kept.push("#");
+                if words
+                    .get(i + 1)
+                    .is_some_and(|u| ["ns", "us", "ms", "s"].contains(u))
+                {
+                    i += 1;
+                }
+            } else {
+                kept.push(words[i]);
+            }
+            i += 1;
+        }
+        out.push_str(&kept.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+/// Compares `got` with golden file `name` of src/explore/golden;
+/// `TACHY_BLESS=1` rewrites it.
+fn golden(name: &str, got: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/explore/golden")
+        .join(name);
+    if std::env::var_os("TACHY_BLESS").is_some() {
+        std::fs::write(&path, got).expect("golden file written");
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
+    assert_eq!(got, want, "{name} differs; TACHY_BLESS=1 rewrites it");
+}
+
+/// The words of the screen's row whose source text is `text`, the
+/// `n`th such row (0 first).
+fn site_row(screen: &str, text: &str, n: usize) -> Vec<String> {
+    screen
+        .lines()
+        .filter(|l| l.trim_end().ends_with(text))
+        .nth(n)
+        .unwrap_or_else(|| panic!("no row {n} of {text}:\n{screen}"))
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn function_view_counts_each_call_site_drills_down_and_back() {
+    let _g = needs_root!();
+    let calls = 40;
+    let mut fx = Fixture::spawn("explore", &[&calls.to_string()]);
+    fx.go();
+    let pid = fx.pid();
+    libc_kill(pid, libc::SIGUSR1);
+    assert_eq!(
+        fx.read_line(Duration::from_secs(10)).as_deref(),
+        Some("paused")
+    );
+    // Run where `w` writes its file.
+    let dir = std::env::temp_dir().join(format!("tachy-explore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let t = Tmux::start(
+        &format!(
+            "cd {} && {} explore -p {pid} explore_step",
+            dir.display(),
+            tachy().display()
+        ),
+        80,
+        24,
+    );
+    let explorer = t.pane_pid();
+    t.wait_for(20, "the first report", |s| {
+        s.contains("explore_step  calls 0")
+    });
+    libc_kill(pid, libc::SIGUSR2);
+    let said = format!("count spin_hot {calls}");
+    assert_eq!(
+        fx.read_line(Duration::from_secs(20)).as_deref(),
+        Some(said.as_str())
+    );
+    let s = t.wait_for(10, "the exact count", |s| {
+        s.contains(&format!(" explore_step  calls {calls}  avg"))
+    });
+    // Its source, each call line with its calls per call: one call of
+    // step_mid and three of step_leaf, each from a line of its own.
+    let mid = site_row(&s, "step_mid();", 0);
+    assert_eq!(mid[1], "1.00", "{s}");
+    for n in 0..3 {
+        let leaf = site_row(&s, "step_leaf();", n);
+        assert_eq!(leaf[1], "1.00", "{s}");
+        assert!(leaf.iter().any(|w| w.ends_with('%')), "{s}");
+    }
+    assert!(s.contains("explore.c"), "{s}");
+    golden("function_tmux_80x24.txt", &masked(&s));
+
+    // Into step_mid: its probes are added, counted from zero.
+    t.keys(&["Down", "Enter"]);
+    t.wait_for(20, "step_mid's view", |s| {
+        s.contains("explore_step > step_mid") && s.contains(" step_mid  calls 0")
+    });
+    libc_kill(pid, libc::SIGUSR2);
+    assert_eq!(
+        fx.read_line(Duration::from_secs(20)).as_deref(),
+        Some(said.as_str())
+    );
+    let s = t.wait_for(10, "step_mid's exact count", |s| {
+        s.contains(&format!(" step_mid  calls {calls}  avg"))
+    });
+    for n in 0..2 {
+        assert_eq!(site_row(&s, "step_leaf();", n)[1], "1.00", "{s}");
+    }
+    assert!(s.contains("--expand step_mid"), "{s}");
+
+    // Esc: back to explore_step, whose counts went on.
+    t.keys(&["Escape"]);
+    let s = t.wait_for(10, "explore_step again", |s| {
+        s.contains(&format!(" explore_step  calls {calls}  avg"))
+            && !s.contains("explore_step > step_mid")
+    });
+    assert_eq!(site_row(&s, "step_mid();", 0)[1], "1.00", "{s}");
+
+    // w: the tree as tachy nested --json prints it, step_mid broken down.
+    t.keys(&["w"]);
+    let s = t.wait_for(10, "the file written", |s| {
+        s.contains("wrote tachy-explore-")
+    });
+    let name = s
+        .split_whitespace()
+        .find(|w| w.starts_with("tachy-explore-"))
+        .unwrap_or_default();
+    let path = dir.join(name);
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{s}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let root = &v["roots"][0];
+    assert_eq!(root["name"], "explore_step", "{v}");
+    assert_eq!(root["count"], calls, "{v}");
+    let kids = root["children"].as_array().expect("children");
+    let counts: Vec<(&str, u64)> = kids
+        .iter()
+        .map(|k| {
+            (
+                k["name"].as_str().unwrap_or(""),
+                k["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("step_mid", calls),
+            ("step_leaf", calls),
+            ("step_leaf", calls),
+            ("step_leaf", calls)
+        ],
+        "{v}"
+    );
+    let under: Vec<u64> = kids[0]["children"]
+        .as_array()
+        .expect("step_mid's sites")
+        .iter()
+        .map(|k| k["count"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(under, [calls, calls], "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    hang_up(&t, explorer, &mut fx);
 }
 
 fn libc_kill(pid: u32, sig: libc::c_int) {

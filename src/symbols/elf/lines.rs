@@ -73,6 +73,35 @@ impl LineTable {
         Some(LineTable { ctx })
     }
 
+    /// The line of the function's own code that holds `addr` (its
+    /// outermost frame), as the file's full path and the line number, and
+    /// the function inlined there that the instruction belongs to, if any:
+    /// what a source view of the function annotates.
+    pub fn own_line(&self, addr: u64) -> Option<(String, u32, Option<String>)> {
+        if addr >= u64::MAX - 1 {
+            return None;
+        }
+        let mut frames = self.ctx.find_frames(addr).skip_all_loads().ok()?;
+        let mut inner: Option<String> = None;
+        let mut outer = None;
+        let mut n = 0;
+        while let Ok(Some(f)) = frames.next() {
+            if n == 0 {
+                inner = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.raw_name().ok().map(|r| demangle(r.as_ref()).full));
+            }
+            n += 1;
+            outer = f
+                .location
+                .as_ref()
+                .and_then(|l| Some((l.file?.to_string(), l.line?)));
+        }
+        let (file, line) = outer?;
+        Some((file, line, inner.filter(|_| n > 1)))
+    }
+
     pub fn locate(&self, addr: u64) -> Option<Location> {
         // addr2line looks one byte past the address; no code sits at the
         // very top of the address space anyway.

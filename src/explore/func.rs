@@ -1,0 +1,483 @@
+//! The function view: a traced function's source, each line holding a
+//! call site annotated with its calls per call of the function, average
+//! and share of the function's time, from the reports of a
+//! [`super::session`] (the tree `tachy nested --json` prints for the same
+//! probes); the function's own line (count, average, p50/p99, self time);
+//! a breadcrumb of the callees drilled into. Pure: keys in, screen out.
+
+use std::cell::Cell;
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::session::{Request, Started, Tree};
+use crate::callsites::SiteKind;
+use crate::plan::Plan;
+use crate::report::fmt::human;
+use crate::report::tree::{per_call, TreeNode};
+
+/// One step of the breadcrumb below the traced function: the call site
+/// drilled into, by its call's address and callee's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub addr: u64,
+    pub name: String,
+}
+
+/// What a key asks of the run loop, in the function view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FuncAction {
+    None,
+    /// Trace again with these probes (a callee to break down).
+    Replan(Request),
+    /// Counting starts again from zero.
+    Reset,
+    /// Write the tree as `tachy nested --json` prints it.
+    Write,
+    /// Back to the profile.
+    Leave,
+}
+
+/// One row of the view: a source line, or a call site on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub line: Option<u32>,
+    pub text: String,
+    /// The call site's node id.
+    pub site: Option<u32>,
+    /// The line holds code of an inlined function.
+    pub inlined: bool,
+}
+
+#[derive(Default)]
+pub struct FuncView {
+    pub request: Option<Request>,
+    /// The traced function as the profile named it.
+    pub shown: String,
+    pub started: Option<Box<Started>>,
+    pub tree: Option<Tree>,
+    pub path: Vec<Step>,
+    pub selected: usize,
+    /// The first row shown (kept so that the selection moves, not the
+    /// text, until it reaches an edge).
+    pub top: Cell<usize>,
+    /// What tracing said (errors, notes), last lines.
+    pub said: Vec<String>,
+    pub ended: bool,
+    /// A one-line message (why Enter did nothing, where `w` wrote).
+    pub message: Option<String>,
+}
+
+impl FuncView {
+    pub fn new(request: Request, shown: String) -> FuncView {
+        FuncView {
+            request: Some(request),
+            shown,
+            ..Default::default()
+        }
+    }
+
+    pub fn say(&mut self, line: String) {
+        self.said.push(line);
+        let extra = self.said.len().saturating_sub(3);
+        self.said.drain(..extra);
+    }
+
+    /// Tracing started again with other probes: its counters start at
+    /// zero; the breadcrumb stays.
+    pub fn started(&mut self, s: Box<Started>) {
+        self.started = Some(s);
+        self.tree = None;
+        self.ended = false;
+    }
+
+    /// The node shown, by id in the plan: the traced function, or the call
+    /// site the breadcrumb ends at.
+    pub fn current(&self) -> Option<u32> {
+        let plan = &self.started.as_ref()?.plan;
+        node_at(plan, &self.path)
+    }
+
+    pub fn rows(&self) -> Vec<Row> {
+        let (Some(s), Some(id)) = (self.started.as_ref(), self.current()) else {
+            return Vec::new();
+        };
+        rows(s, id)
+    }
+
+    pub fn update(&mut self, key: super::ui::Key) -> FuncAction {
+        use super::ui::Key;
+        self.message = None;
+        if let Some(at) = super::ui::moved(key, self.selected, self.rows().len()) {
+            self.selected = at;
+            return FuncAction::None;
+        }
+        match key {
+            Key::Char('r') => return FuncAction::Reset,
+            Key::Char('w') => return FuncAction::Write,
+            Key::Esc => {
+                if self.path.pop().is_none() {
+                    return FuncAction::Leave;
+                }
+                self.selected = 0;
+                self.top.set(0);
+            }
+            Key::Enter => return self.drill(),
+            _ => {}
+        }
+        FuncAction::None
+    }
+
+    /// Enter on a call line: its callee's view, traced first if its call
+    /// sites are not yet.
+    fn drill(&mut self) -> FuncAction {
+        let (Some(s), Some(req)) = (self.started.as_ref(), self.request.as_ref()) else {
+            return FuncAction::None;
+        };
+        let Some(row) = self.rows().get(self.selected).cloned() else {
+            return FuncAction::None;
+        };
+        let Some(x) = row.site.and_then(|id| s.plan.site(id)) else {
+            self.message = Some("no call on this line".into());
+            return FuncAction::None;
+        };
+        let (Some(raw), false) = (x.site.callee_raw.clone(), x.site.kind == SiteKind::Indirect)
+        else {
+            self.message = Some(format!("{}: the callee is not known", x.site.name));
+            return FuncAction::None;
+        };
+        let expanded = x.expanded;
+        self.path.push(Step {
+            addr: x.site.addr,
+            name: x.site.name.clone(),
+        });
+        self.selected = 0;
+        self.top.set(0);
+        if expanded {
+            return FuncAction::None;
+        }
+        let mut next = req.clone();
+        if !next.expand.contains(&raw) {
+            next.expand.push(raw);
+        }
+        self.request = Some(next.clone());
+        self.message = Some("probes added: counters restarted".into());
+        FuncAction::Replan(next)
+    }
+
+    /// The breadcrumb: the traced function, then each callee drilled into.
+    pub fn breadcrumb(&self) -> String {
+        let root = match self.started.as_ref().and_then(|s| s.plan.items.first()) {
+            Some(i) => i.name.clone(),
+            None => self.shown.clone(),
+        };
+        std::iter::once(root)
+            .chain(self.path.iter().map(|s| s.name.clone()))
+            .collect::<Vec<_>>()
+            .join(" > ")
+    }
+
+    /// The current node's line: calls, average, p50/p99, self time.
+    pub fn own_line(&self) -> String {
+        let (Some(s), Some(id)) = (self.started.as_ref(), self.current()) else {
+            return "planning and attaching probes...".into();
+        };
+        let name = match s.plan.node(id) {
+            Some(n) => n.name().to_string(),
+            None => "?".into(),
+        };
+        let Some(t) = self.tree.as_ref() else {
+            return format!("{name}  waiting for the first report");
+        };
+        let Some(n) = tree_node(&s.plan, t, id) else {
+            return name;
+        };
+        let calls = n.calls();
+        let mut line = format!("{name}  calls {calls}");
+        let timed = n.timed_calls();
+        if timed > 0 {
+            let (p50, p99) = t.percentiles.get(id as usize).copied().unwrap_or_default();
+            let p = |v: Option<u64>| v.map_or("-".to_string(), |v| human(v as f64));
+            line.push_str(&format!(
+                "  avg {}  p50 {}  p99 {}  self {}",
+                human(n.total_ns as f64 / timed as f64),
+                p(p50),
+                p(p99),
+                human(n.self_ns() as f64 / timed as f64)
+            ));
+        }
+        line
+    }
+
+    pub fn draw(&self, target: &str, f: &mut Frame, area: Rect) {
+        let [head, body, said, foot] = Layout::vertical([
+            Constraint::Length(4),
+            Constraint::Min(1),
+            Constraint::Length(self.said.len().min(3) as u16 + u16::from(self.ended)),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        let bold = Style::new().add_modifier(Modifier::BOLD);
+        let probes = match &self.started {
+            Some(s) => format!(
+                "{} probes in place{}",
+                s.plan.probes.len(),
+                s.price
+                    .as_ref()
+                    .map_or(String::new(), |p| format!("; per call {p}"))
+            ),
+            None => "planning and attaching probes...".into(),
+        };
+        let counted = match &self.tree {
+            Some(t) => format!("counted {:.0} s", t.seconds),
+            None => String::new(),
+        };
+        let command = self.request.as_ref().map_or(String::new(), |r| r.command());
+        f.render_widget(
+            Paragraph::new(vec![
+                Line::from(Span::styled(
+                    format!("tachy explore  {target}  {}", self.breadcrumb()),
+                    bold,
+                )),
+                Line::from(format!("{command}  {counted}")),
+                Line::from(probes),
+                Line::from(Span::styled(format!(" {}", self.own_line()), bold)),
+            ]),
+            head,
+        );
+        self.draw_rows(f, body);
+        let mut lines: Vec<Line> = self.said.iter().map(|s| Line::from(s.as_str())).collect();
+        if self.ended {
+            lines.push(Line::from("tracing ended"));
+        }
+        f.render_widget(Paragraph::new(lines), said);
+        let help = self.message.clone().unwrap_or_else(|| {
+            "Enter drill  Esc back  r reset  w write json  Up/Down move  q quit".into()
+        });
+        f.render_widget(Paragraph::new(help), foot);
+    }
+
+    fn draw_rows(&self, f: &mut Frame, area: Rect) {
+        let rows = self.rows();
+        let height = area.height.saturating_sub(1) as usize;
+        let sel = self.selected.min(rows.len().saturating_sub(1));
+        let mut top = self.top.get();
+        if sel < top {
+            top = sel;
+        } else if height > 0 && sel >= top + height {
+            top = sel + 1 - height;
+        }
+        self.top.set(top);
+        let s = self.started.as_deref();
+        let id = self.current();
+        let parent = match (s, id, &self.tree) {
+            (Some(s), Some(id), Some(t)) => tree_node(&s.plan, t, id),
+            _ => None,
+        };
+        let mut lines = vec![Line::from(Span::styled(
+            format!(
+                "{:<2}{:>5} {:>8} {:>9} {:>6}  {}",
+                "",
+                "LINE",
+                "CALLS/C",
+                "AVG",
+                "SHARE",
+                match (s, id) {
+                    (Some(s), Some(id)) => s
+                        .sources
+                        .get(&id)
+                        .map_or("CALL SITE".to_string(), |x| x.path.clone()),
+                    _ => String::new(),
+                }
+            ),
+            Style::new().add_modifier(Modifier::REVERSED),
+        ))];
+        for (i, r) in rows.iter().enumerate().skip(top).take(height) {
+            let nums = match (r.site, s, parent) {
+                (Some(site), Some(s), Some(p)) => site_numbers(&s.plan, p, site),
+                _ => (String::new(), String::new(), String::new()),
+            };
+            let text = format!(
+                "{}{:>5}{} {:>8} {:>9} {:>6}  {}",
+                if i == sel { "> " } else { "  " },
+                r.line.map_or(String::new(), |l| l.to_string()),
+                if r.inlined { "i" } else { " " },
+                nums.0,
+                nums.1,
+                nums.2,
+                r.text
+            );
+            let style = match (i == sel, r.site.is_some()) {
+                (true, _) => Style::new().add_modifier(Modifier::REVERSED),
+                (false, true) => Style::new().add_modifier(Modifier::BOLD),
+                _ => Style::new(),
+            };
+            lines.push(Line::from(Span::styled(text, style)));
+        }
+        f.render_widget(Paragraph::new(lines), area);
+    }
+}
+
+/// A site's calls per call of its parent, average and share of the
+/// parent's time, as the text of `tachy nested` writes them.
+fn site_numbers(plan: &Plan, parent: &TreeNode, site: u32) -> (String, String, String) {
+    let Some(c) = child_of(plan, parent, site) else {
+        return Default::default();
+    };
+    let pcount = parent.calls();
+    let rate = if pcount > 0 {
+        c.calls() as f64 / pcount as f64
+    } else {
+        0.0
+    };
+    let avg = match c.timed_calls() {
+        0 => "-".into(),
+        n => human(c.total_ns as f64 / n as f64),
+    };
+    let share = match parent.total_ns {
+        0 => "-".into(),
+        t => format!("{:.1}%", c.total_ns as f64 * 100.0 / t as f64),
+    };
+    (per_call(rate), avg, share)
+}
+
+/// The child of `parent` (a node of the report) that is site `id`.
+fn child_of<'a>(plan: &Plan, parent: &'a TreeNode, id: u32) -> Option<&'a TreeNode> {
+    let up = plan.site(id)?.parent;
+    let k = plan.children(up).iter().position(|&c| c == id)?;
+    parent.children.get(k)
+}
+
+/// The node of the plan the breadcrumb `path` leads to from the first
+/// traced function.
+pub fn node_at(plan: &Plan, path: &[Step]) -> Option<u32> {
+    if plan.items.is_empty() {
+        return None;
+    }
+    let mut id = 0u32;
+    for step in path {
+        id = *plan.children(id).iter().find(|&&c| {
+            plan.site(c)
+                .is_some_and(|x| x.site.addr == step.addr && x.site.name == step.name)
+        })?;
+    }
+    Some(id)
+}
+
+/// The report's node of plan node `id`.
+pub fn tree_node<'a>(plan: &Plan, t: &'a Tree, id: u32) -> Option<&'a TreeNode> {
+    let mut chain = vec![id];
+    let mut at = id;
+    while let Some(x) = plan.site(at) {
+        at = x.parent;
+        chain.push(at);
+    }
+    let mut node = t.report.roots.get(*chain.last()? as usize)?;
+    for w in chain.windows(2).rev() {
+        let (child, parent) = (w[0], w[1]);
+        let k = plan.children(parent).iter().position(|&c| c == child)?;
+        node = node.children.get(k)?;
+    }
+    Some(node)
+}
+
+/// The file:line a call site's location starts with, as (file, line).
+fn site_line(location: &str) -> Option<(&str, u32)> {
+    let first = location.split(' ').next()?;
+    let (file, line) = first.rsplit_once(':')?;
+    Some((file, line.parse().ok()?))
+}
+
+/// A call site of the node shown, and the line it is on.
+struct Placed {
+    id: u32,
+    /// The file and line of the function's own code that holds it.
+    at: Option<(String, u32)>,
+    name: String,
+    inlined: bool,
+}
+
+/// The rows of node `id`'s view: its source lines, each call site under
+/// the line that holds it (the first on the line itself); without the
+/// source, its call sites grouped by line.
+fn rows(s: &Started, id: u32) -> Vec<Row> {
+    let plan = &s.plan;
+    let sites: Vec<Placed> = plan
+        .children(id)
+        .iter()
+        .filter_map(|&c| {
+            let x = plan.site(c)?;
+            let loc = x.site.location.as_deref();
+            Some(Placed {
+                id: c,
+                at: loc.and_then(site_line).map(|(f, l)| (f.to_string(), l)),
+                name: x.site.name.clone(),
+                inlined: loc.is_some_and(|l| l.contains("(inlined")),
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut placed = vec![false; sites.len()];
+    if let Some(src) = s.sources.get(&id).filter(|x| !x.lines.is_empty()) {
+        let base = src.path.rsplit('/').next().unwrap_or(&src.path);
+        for (n, text) in &src.lines {
+            let inlined = src.inlined.contains_key(n);
+            let here: Vec<usize> = sites
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| x.at.as_ref().is_some_and(|(f, l)| f == base && l == n))
+                .map(|(k, _)| k)
+                .collect();
+            match here.split_first() {
+                None => out.push(Row {
+                    line: Some(*n),
+                    text: text.clone(),
+                    site: None,
+                    inlined,
+                }),
+                Some((&first, more)) => {
+                    let mut text = text.clone();
+                    if !more.is_empty() || sites[first].inlined {
+                        text = format!("{text}  [{}]", sites[first].name);
+                    }
+                    out.push(Row {
+                        line: Some(*n),
+                        text,
+                        site: Some(sites[first].id),
+                        inlined: inlined || sites[first].inlined,
+                    });
+                    for &k in more {
+                        out.push(Row {
+                            line: None,
+                            text: format!("  + {}", sites[k].name),
+                            site: Some(sites[k].id),
+                            inlined: sites[k].inlined,
+                        });
+                    }
+                    for k in here {
+                        placed[k] = true;
+                    }
+                }
+            }
+        }
+    }
+    for (k, x) in sites.iter().enumerate() {
+        if placed[k] {
+            continue;
+        }
+        let loc = plan
+            .site(x.id)
+            .and_then(|n| n.site.location.clone())
+            .unwrap_or_else(|| "?".into());
+        out.push(Row {
+            line: None,
+            text: format!("{loc}  {}", x.name),
+            site: Some(x.id),
+            inlined: x.inlined,
+        });
+    }
+    out
+}

@@ -1,0 +1,365 @@
+//! Exact timing of the functions picked in the explorer, in this process:
+//! the arguments of `tachy nested -p PID FUNC [--expand CALLEE]...` go
+//! through the command's own validation, planning, attach and run loop
+//! ([`crate::trace::run::RunState`], one turn every 50 ms, a report each
+//! second), and each report is the tree `tachy nested --json` prints for
+//! the same probes, counted since the probes were attached (or since the
+//! last reset). A session runs on a thread of its own, which owns the
+//! plan, the BPF object and the links: stopping it detaches every probe.
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use clap::Parser;
+
+use crate::cli::{self, TraceSettings};
+use crate::plan::{self, ItemKind, Node, Plan};
+use crate::probe::{self, Live};
+use crate::report::tree::TreeReport;
+use crate::report::{json, Counts, Unit};
+use crate::resolve::Objects;
+use crate::trace::run::{RunLimits, RunState};
+use crate::trace::sink::{Sink, Snapshot};
+use crate::trace::{latency, nested, target::TraceTarget, ReportOptions};
+
+/// What to trace: the `tachy nested` command of the same probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub pid: u32,
+    /// `PATH:RAW` of the function.
+    pub spec: String,
+    /// Raw names of the callees broken down too (`--expand`).
+    pub expand: Vec<String>,
+}
+
+impl Request {
+    /// The arguments of the equivalent `tachy nested` command, after
+    /// `tachy nested`.
+    pub fn args(&self) -> Vec<String> {
+        let mut a = vec!["-p".to_string(), self.pid.to_string(), self.spec.clone()];
+        for e in &self.expand {
+            a.push("--expand".into());
+            a.push(e.clone());
+        }
+        a
+    }
+
+    /// The equivalent command, as it can be typed.
+    pub fn command(&self) -> String {
+        let words: Vec<String> = self
+            .args()
+            .iter()
+            .map(|w| match w.contains([' ', '(', ')', '<', '>', '*', '&']) {
+                true => format!("'{w}'"),
+                false => w.clone(),
+            })
+            .collect();
+        format!("tachy nested {}", words.join(" "))
+    }
+}
+
+/// A function's source lines, from its DWARF line table and the file on
+/// disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Source {
+    /// The file's path, as DWARF names it.
+    pub path: String,
+    /// The file's text from the function's first line to its last, as
+    /// (line number, text); empty when the file cannot be read.
+    pub lines: Vec<(u32, String)>,
+    /// Lines of the function's own code holding code of an inlined
+    /// function, with its name.
+    pub inlined: HashMap<u32, String>,
+}
+
+/// Planned and attached.
+pub struct Started {
+    pub request: Request,
+    pub plan: Plan,
+    /// The source of each node whose call sites are in the plan (the
+    /// traced function and the expanded callees), by node id.
+    pub sources: HashMap<u32, Source>,
+    /// What one call of the traced function costs in probe hits, from
+    /// this machine's prices when known (as `--dry-run` prints it).
+    pub price: Option<String>,
+}
+
+/// The report of one interval turned cumulative.
+pub struct Tree {
+    pub report: TreeReport,
+    /// Per node id, p50 and p99 (ns) of its counted calls.
+    pub percentiles: Vec<(Option<u64>, Option<u64>)>,
+    /// Seconds counted.
+    pub seconds: f64,
+}
+
+/// What a session says to the explorer.
+#[allow(clippy::large_enum_variant)]
+pub enum Update {
+    Started(Box<Started>),
+    Tree(Tree),
+    /// Planning or attaching failed, or tracing ended with an error.
+    Failed(String),
+    /// Tracing ended (the process exited).
+    Ended,
+}
+
+enum Command {
+    Reset,
+    Stop,
+}
+
+pub struct Session {
+    commands: Sender<Command>,
+    pub updates: Receiver<Update>,
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Session {
+    /// Plans and attaches `req` on a thread of its own, which then reports
+    /// once a second.
+    pub fn start(req: Request) -> Session {
+        let (commands, cmd_rx) = mpsc::channel();
+        let (tx, updates) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            if let Err(e) = run(&req, &tx, &cmd_rx) {
+                let _ = tx.send(Update::Failed(format!("{e:#}")));
+            }
+            let _ = done_tx.send(());
+        });
+        Session {
+            commands,
+            updates,
+            done,
+            thread: Some(thread),
+        }
+    }
+
+    /// Counting starts again from zero.
+    pub fn reset(&self) {
+        let _ = self.commands.send(Command::Reset);
+    }
+
+    /// Stops tracing: its probes are detached when this returns, unless
+    /// planning or attaching has not ended within two seconds (the kernel
+    /// detaches them when this process ends: the links are descriptors).
+    pub fn stop(mut self) {
+        let _ = self.commands.send(Command::Stop);
+        match self.done.recv_timeout(Duration::from_secs(2)) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// The settings `tachy nested` makes of the request's arguments.
+fn settings(req: &Request) -> Result<TraceSettings> {
+    let mut argv = vec!["tachy".to_string(), "nested".to_string()];
+    argv.extend(req.args());
+    let cli = cli::Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("{}", e.kind()))?;
+    match cli.cmd {
+        cli::Command::Nested(a) => a.validate(),
+        _ => anyhow::bail!("not a nested command"),
+    }
+}
+
+fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Result<()> {
+    let s = settings(req)?;
+    let mut objects = Objects::default();
+    let mut target = TraceTarget::new(&s)?;
+    let request = target.request(&s);
+    let plan = target.plan(&request, &mut objects)?;
+    plan.check_host_arch()?;
+    probe::check_environment()?;
+    let opts = ReportOptions::new(&s);
+    let sources = sources(&plan, &mut objects);
+    latency::raise_fd_limit();
+    let probe_time = latency::calibration(&plan, false).map_or(Vec::new(), |c| c.probe_time(&plan));
+    let live = Live::new(&plan, None, probe_time);
+    // Measured by now, if they were not cached.
+    let prices = crate::calibrate::cached_prices();
+    let price = plan.call_price(0, prices.as_ref());
+    let mut storage = MaybeUninit::uninit();
+    let mut tracer = latency::attach(&mut storage, &plan, &live, false)?;
+    let _ = tx.send(Update::Started(Box::new(Started {
+        request: req.clone(),
+        plan: plan.clone(),
+        sources,
+        price,
+    })));
+    let limits = RunLimits {
+        interval: Some(Duration::from_secs(1)),
+        duration: None,
+        pid: Some(req.pid),
+        follow: false,
+    };
+    let mut sink = Cumulative {
+        tx: tx.clone(),
+        counts: vec![Counts::default(); plan.ids() as usize],
+        since: Instant::now(),
+    };
+    let mut state = RunState::new(&plan, &live, &opts, limits, &mut tracer, None)?;
+    loop {
+        match commands.recv_timeout(Duration::from_millis(50)) {
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            Ok(Command::Reset) => sink.reset(),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if state.step(&mut tracer, None, &mut sink)? {
+            let _ = tx.send(Update::Ended);
+            return Ok(());
+        }
+    }
+}
+
+/// Adds up each interval's counts and sends the tree of the sum.
+struct Cumulative {
+    tx: Sender<Update>,
+    counts: Vec<Counts>,
+    since: Instant,
+}
+
+impl Cumulative {
+    fn reset(&mut self) {
+        self.counts.iter_mut().for_each(|c| *c = Counts::default());
+        self.since = Instant::now();
+    }
+}
+
+impl Sink for Cumulative {
+    fn report(&mut self, snap: &Snapshot<'_>) -> Result<()> {
+        let Some(t) = &snap.opts.tree else {
+            return Ok(());
+        };
+        if !snap.interval {
+            return Ok(());
+        }
+        for (c, n) in self.counts.iter_mut().zip(snap.counts) {
+            c.merge(n);
+        }
+        let report = nested::tree_report(snap.plan, snap.opts, t, &self.counts);
+        let percentiles = self
+            .counts
+            .iter()
+            .map(|c| percentiles(c, snap.opts.unit))
+            .collect();
+        let _ = self.tx.send(Update::Tree(Tree {
+            report,
+            percentiles,
+            seconds: self.since.elapsed().as_secs_f64(),
+        }));
+        Ok(())
+    }
+}
+
+/// p50 and p99 of `c` in ns: as `tachy latency --json` says them for a
+/// traced function; for a call site, whose exact extremes the kernel does
+/// not keep, the midpoint of the bucket (as `--hist` buckets it).
+fn percentiles(c: &Counts, unit: Unit) -> (Option<u64>, Option<u64>) {
+    if c.max_ns > 0 {
+        let p = json::percentiles_ns(c, unit);
+        return (p.first().copied().flatten(), p.get(2).copied().flatten());
+    }
+    let p = c.hist.percentiles(&[50.0, 99.0]);
+    let mid = |b: Option<&Option<(u64, u64)>>| {
+        b.copied()
+            .flatten()
+            .map(|(lo, hi)| (lo + (hi - lo) / 2).saturating_mul(unit.ns()))
+    };
+    (mid(p.first()), mid(p.get(1)))
+}
+
+/// The source of each node with call sites in the plan.
+fn sources(plan: &Plan, objects: &mut Objects) -> HashMap<u32, Source> {
+    let mut out = HashMap::new();
+    let ids = (0..plan.items.len() as u32).chain(
+        plan.site_ids()
+            .filter(|(_, x)| x.expanded)
+            .map(|(id, _)| id),
+    );
+    for id in ids {
+        if let Some(src) = source_of(plan, id, objects) {
+            out.insert(id, src);
+        }
+    }
+    out
+}
+
+/// Where node `id`'s function is: its object and an address in it.
+fn function_of(plan: &Plan, id: u32) -> Option<(usize, u64)> {
+    if let Some(Node::Item(i)) = plan.node(id) {
+        return match &i.kind {
+            ItemKind::Function(t) => Some((t.object, t.addr)),
+            _ => None,
+        };
+    }
+    // A callee: where its first call site is probed.
+    let first = plan.children(id).first()?;
+    let slot = plan.site(*first)?.slot;
+    plan.slots.get(slot as usize).copied()
+}
+
+fn source_of(plan: &Plan, id: u32, objects: &mut Objects) -> Option<Source> {
+    let (object, addr) = function_of(plan, id)?;
+    let obj = objects.get(plan.objects.get(object)?).ok()?;
+    let f = obj.symbols().ok()?.function_containing(addr)?;
+    let decoded = plan::decode_function(&obj, &f).ok()?;
+    let table = obj.line_table()?;
+    let mut at: HashMap<String, (u32, u32, usize)> = HashMap::new();
+    let mut inlined = HashMap::new();
+    let mut own = Vec::new();
+    for insn in &decoded.insns {
+        let Some((file, line, inl)) = table.own_line(insn.addr) else {
+            continue;
+        };
+        let e = at.entry(file.clone()).or_insert((line, line, 0));
+        e.0 = e.0.min(line);
+        e.1 = e.1.max(line);
+        e.2 += 1;
+        own.push((file, line, inl));
+    }
+    // The function's file: the one most of its code comes from.
+    let (path, &(first, last, _)) = at.iter().max_by_key(|(_, v)| v.2)?;
+    for (file, line, inl) in own {
+        if let (true, Some(name)) = (&file == path, inl) {
+            inlined.entry(line).or_insert(name);
+        }
+    }
+    // The line that opens the function is above its first instruction's.
+    let first = first.saturating_sub(1).max(1);
+    let text = read_source(path, plan.pid);
+    let lines = match text {
+        Some(t) => t
+            .lines()
+            .enumerate()
+            .map(|(i, l)| (i as u32 + 1, l.replace('\t', "    ")))
+            .filter(|(n, _)| (first..=last).contains(n))
+            .collect(),
+        None => Vec::new(),
+    };
+    Some(Source {
+        path: path.clone(),
+        lines,
+        inlined,
+    })
+}
+
+/// The text of a source file: as the traced process sees its file system
+/// (a container's), else as this one does.
+fn read_source(path: &str, pid: Option<u32>) -> Option<String> {
+    let in_root = pid.map(|p| format!("/proc/{p}/root{path}"));
+    if let Some(t) = in_root.and_then(|p| std::fs::read_to_string(p).ok()) {
+        return Some(t);
+    }
+    std::fs::read_to_string(path).ok()
+}
