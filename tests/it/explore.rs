@@ -172,8 +172,20 @@ fn hang_up(t: &Tmux, explorer: i32, fx: &mut Fixture) {
         "explore still runs after SIGHUP:\n{}",
         t.screen()
     );
-    // Its links were descriptors of its own: gone with it.
-    assert!(!Path::new(&format!("/proc/{explorer}")).exists());
+    // Its links were descriptors of its own: gone with it (a zombie not
+    // yet reaped by tmux has closed its descriptors too).
+    let exited = || {
+        std::fs::read_to_string(format!("/proc/{explorer}/stat")).map_or(true, |st| {
+            st.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while !exited() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(exited(), "explore {explorer} still runs");
     assert_eq!(uprobes_on(&common::build("explore")), 0);
     assert!(fx.is_running(), "the target died");
 }
