@@ -320,7 +320,7 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let t = Tmux::start(
         &format!(
-            "cd {} && {} explore -p {pid} explore_step",
+            "cd {} && exec {} explore -p {pid} explore_step",
             dir.display(),
             tachy().display()
         ),
