@@ -305,6 +305,22 @@ impl Drop for Stderr {
     }
 }
 
+/// After a stop, the run loop has three seconds to detach and restore the
+/// terminal; then the process ends as it is. When the terminal hangs up,
+/// crossterm's poll can spin on the dead terminal and never return to the
+/// loop; the links are descriptors, so the kernel detaches every probe when
+/// the process ends, and the traced process runs on.
+fn watch_stop() {
+    std::thread::spawn(|| {
+        while !STOP.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: _exit ends the process at once; nothing is shared.
+        unsafe { libc::_exit(0) };
+    });
+}
+
 /// Writes the tree of the function view as `tachy nested --json` prints
 /// it, to a new file of the current directory; says where.
 fn write_tree(pid: u32, view: &func::FuncView) -> String {
@@ -337,6 +353,7 @@ fn interactive(
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut term = ratatui::Terminal::new(backend).context("cannot draw on the terminal")?;
     term.clear().ok();
+    watch_stop();
     let mut sampler = sampler;
     let mut session: Option<session::Session> = None;
     let mut first = func.map(|f| model.trace(f.clone(), f));
