@@ -134,6 +134,20 @@ pub struct Tracer<'obj> {
     reaper: sites::Reaper,
 }
 
+impl Drop for Tracer<'_> {
+    /// Closes every link side by side (see `sites::Reaper`): each waits
+    /// for the kernel's RCU grace periods, tens of milliseconds here, and
+    /// the 1,024 links of a nested plan of 512 sites took 50 s to close
+    /// one after another.
+    fn drop(&mut self) {
+        let mut all = std::mem::take(&mut self.links);
+        for (_, site) in std::mem::take(&mut self.sites) {
+            all.extend(site.links.into_iter().flat_map(|(_, l)| l));
+        }
+        self.reaper.close(all);
+    }
+}
+
 fn silence_libbpf(verbose: bool) {
     let level = if verbose {
         libbpf_rs::PrintLevel::Info
