@@ -80,19 +80,38 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
             "  the traced function's own probes alone cost ~{p:.1}%, over the budget: never shed, it is still timed"
         )?;
     }
+    // Sites shed with the site they are under are counted, one line per
+    // moment and action (a drop at depth 2 can take hundreds with it);
+    // the JSON report names each.
+    let mut under: Vec<(String, u64, usize)> = Vec::new();
     for s in &n.shed {
         let what = match s.sampled {
             Some(share) => format!("sampled {}% of each second", trim(share * 100.0)),
             None => "dropped".into(),
         };
         let why = match s.why {
-            Why::WithParent => "with the site it is under".to_string(),
+            Why::WithParent => {
+                let tenth = (s.at_s * 10.0).round() as u64;
+                match under.iter_mut().find(|(w, t, _)| *w == what && *t == tenth) {
+                    Some(u) => u.2 += 1,
+                    None => under.push((what, tenth, 1)),
+                }
+                continue;
+            }
             Why::Estimate(p) => format!("estimated {p:.1}% > {}%", trim(n.max_pct)),
             Why::TooMany(k) => {
                 format!("{k} call sites planned, more than {TIMED_AT_START} timed at the start")
             }
         };
         writeln!(w, "  {what} at {:.1} s ({why}): {}", s.at_s, s.label())?;
+    }
+    for (what, tenth, k) in under {
+        writeln!(
+            w,
+            "  {what} at {:.1} s with the sites above them: {k} call site{} under them",
+            tenth as f64 / 10.0,
+            if k == 1 { "" } else { "s" }
+        )?;
     }
     Ok(())
 }
@@ -155,6 +174,22 @@ mod tests {
                     why: Why::Estimate(12.0),
                     sampled: Some(0.25),
                 },
+                ShedSite {
+                    name: "leaf2".into(),
+                    site: Some("budget.c:52".into()),
+                    level: 3,
+                    at_s: 1.02,
+                    why: Why::WithParent,
+                    sampled: None,
+                },
+                ShedSite {
+                    name: "leaf3".into(),
+                    site: Some("budget.c:53".into()),
+                    level: 3,
+                    at_s: 1.02,
+                    why: Why::WithParent,
+                    sampled: None,
+                },
             ],
             bare_over: None,
         };
@@ -162,11 +197,13 @@ mod tests {
         render_text(&n, &mut out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             String::from_utf8_lossy(&out),
-            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n"
+            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n  dropped at 1.0 s with the sites above them: 2 call sites under them\n"
         );
         let v = json_value(&n);
         assert_eq!(v["shed"][0]["action"], "dropped");
         assert_eq!(v["shed"][1]["share"], 0.25);
+        assert_eq!(v["shed"][3]["name"], "leaf3");
+        assert_eq!(v["shed"][3]["why"], "with_parent");
         assert_eq!(v["max_pct"], 10.0);
     }
 }
