@@ -32,7 +32,8 @@ const volatile __u32 cgroup_level = 0;
 
 /*
  * --cgroup, several -p, --comm, --pgrep: calls entered per process (tgid),
- * read and cleared by user space with each report.
+ * counted up from the first; user space reads the growth since its last
+ * read.
  */
 const volatile bool count_procs = false;
 
@@ -66,10 +67,11 @@ static __always_inline bool entry_wanted(__u64 pid_tgid)
 	if (!count_procs)
 		return true;
 	n = bpf_map_lookup_elem(&procs, &tgid);
+	/* Two threads making the entry at once: the second adds to it. */
+	if (!n && bpf_map_update_elem(&procs, &tgid, &one, BPF_NOEXIST))
+		n = bpf_map_lookup_elem(&procs, &tgid);
 	if (n)
 		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&procs, &tgid, &one, BPF_NOEXIST);
 	return true;
 }
 

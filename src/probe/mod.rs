@@ -132,6 +132,8 @@ pub struct Tracer<'obj> {
     sites: std::collections::BTreeMap<u32, sites::SiteLinks>,
     /// Closes the links of the sites detached during the run.
     reaper: sites::Reaper,
+    /// Calls entered per process, as last read (`take_procs`).
+    procs_seen: std::collections::HashMap<u32, u64>,
 }
 
 impl Drop for Tracer<'_> {
@@ -213,6 +215,7 @@ impl<'obj> Tracer<'obj> {
             held: Vec::new(),
             sites: Default::default(),
             reaper: Default::default(),
+            procs_seen: Default::default(),
         };
         // The processes counted through the followed set: several -p, or
         // one -p with --follow (and its forks).
