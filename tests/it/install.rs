@@ -134,7 +134,15 @@ fn completions_offer_ids_after_p_and_t_and_keys_after_by() {
     assert!(got.contains(&tid) && numeric(&got), "{got:?}");
     assert_eq!(complete_in(&dir, "tachy latency --by c"), vec!["caller"]);
     let keys = complete_in(&dir, "tachy latency --by ");
-    for k in ["caller", "tid", "pid", "goroutine", "arg0", "arg5"] {
+    for k in [
+        "caller",
+        "tid",
+        "pid",
+        "goroutine",
+        "retval",
+        "arg0",
+        "arg5",
+    ] {
         assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
     }
     // zsh and fish: the same, by their own means.
@@ -147,7 +155,10 @@ fn completions_offer_ids_after_p_and_t_and_keys_after_by() {
     assert_eq!(zsh.matches(":PID:_pids'").count(), 8, "{zsh}");
     assert_eq!(zsh.matches(":TID:_tachy_tids'").count(), 4, "{zsh}");
     assert!(zsh.contains("_tachy_tids() {"));
-    assert!(zsh.contains(":KEY:(caller tid pid goroutine arg0"), "{zsh}");
+    assert!(
+        zsh.contains(":KEY:(caller tid pid goroutine retval arg0"),
+        "{zsh}"
+    );
     let fish = script("fish");
     for line in fish
         .lines()

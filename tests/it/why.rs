@@ -117,9 +117,10 @@ fn every_sleep_is_blocked_when_a_switch_in_goes_unseen() {
     for r in &recs {
         let c = &r["cpu"];
         assert!(num(c, "blocked_ns") >= 4_900_000, "{r}");
-        // The fixture spends 5-20 us on a CPU per call; a tick (4 ms at
-        // 250 Hz) is the most the repair may leave on the CPU side.
-        assert!(num(c, "oncpu_ns") < 1_000_000, "{r}");
+        // The fixture spends 5-20 us on a CPU per call (a clean CI run
+        // saw 1.01 ms once, at load); a tick (4 ms at 250 Hz) is the most
+        // the repair may leave on the CPU side. The fault read 5 ms.
+        assert!(num(c, "oncpu_ns") < 4_000_000, "{r}");
     }
 }
 
