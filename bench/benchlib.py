@@ -80,6 +80,31 @@ def run_workload(argv, tracer, go="g", tachy_timeout=10, stop=False):
     return out, "".join(lines)
 
 
+def attach_tracer(cmd, word, wait_s, name, victim=None):
+    """Starts tracer `cmd` (its stderr with its stdout) and waits up to
+    `wait_s` for a line starting with `word` (tachy's "Tracing ",
+    bpftrace's "Attaching"). Returns the process, the list its lines go to
+    and the thread reading them. On a timeout, kills it and `victim` and
+    exits naming `name`."""
+    tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    attached = threading.Event()
+
+    def watch():
+        for l in tp.stdout:
+            lines.append(l)
+            if l.startswith(word):
+                attached.set()
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    if not attached.wait(wait_s):
+        tp.kill()
+        if victim:
+            victim.kill()
+        sys.exit(f"bench: {name} did not attach: {''.join(lines)[-300:]}")
+    return tp, lines, reader
+
+
 def medians(res):
     """The median of each variant's rounds."""
     return {v: statistics.median(xs) for v, xs in res.items()}

@@ -30,11 +30,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from benchlib import (ROUNDS, TACHY, load_average, medians, require_root, rounds_cell,
-                      write_section)
+from benchlib import (ROUNDS, TACHY, attach_tracer, load_average, medians, require_root,
+                      rounds_cell, write_section)
 
 GETS = int(os.environ.get("BENCH_REDIS_GETS", "50000"))
 SECTION = "## Redis getCommand: a single-stepped exit"
@@ -70,20 +69,8 @@ def run_once(variant, port, pid, exe):
            "bpftrace": ["bpftrace", "-p", str(pid), "-e", BT.format(exe=exe, f=FUNC)]}.get(variant)
     tp, lines = None, []
     if cmd:
-        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        attached = threading.Event()
         word = "Attaching" if variant == "bpftrace" else "Tracing "
-
-        def watch():
-            for l in tp.stdout:
-                lines.append(l)
-                if l.startswith(word):
-                    attached.set()
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        if not attached.wait(60):
-            tp.kill()
-            sys.exit(f"bench: {variant} did not attach: {''.join(lines)[-300:]}")
+        tp, lines, reader = attach_tracer(cmd, word, 60, variant)
         time.sleep(0.3)
     subprocess.run(["redis-benchmark", "-p", str(port), "-t", "get", "-n", str(GETS), "-c", "2",
                     "-q"], capture_output=True, check=True)

@@ -33,11 +33,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
-from benchlib import (OUT, ROUNDS, TACHY, load_average, medians, require_root,
-                      rounds_cell, write_section)
+from benchlib import (OUT, ROUNDS, TACHY, attach_tracer, load_average, medians,
+                      require_root, rounds_cell, write_section)
 
 SQLITE = "/usr/bin/sqlite3"
 ROWS = int(os.environ.get("BENCH_SQLITE_ROWS", "3000"))
@@ -96,21 +95,8 @@ def run_once(variant, sql, db):
     cmd = tracer(variant, wp.pid)
     tp, lines = None, []
     if cmd:
-        tp = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        attached = threading.Event()
-        word = ATTACHED.get(variant, "Tracing ")
-
-        def watch():
-            for l in tp.stdout:
-                lines.append(l)
-                if l.startswith(word):
-                    attached.set()
-        reader = threading.Thread(target=watch, daemon=True)
-        reader.start()
-        if not attached.wait(120):
-            tp.kill()
-            wp.kill()
-            sys.exit(f"bench: {variant} did not attach: {''.join(lines)[-300:]}")
+        tp, lines, reader = attach_tracer(cmd, ATTACHED.get(variant, "Tracing "), 120, variant,
+                                          victim=wp)
         time.sleep(0.2)
     t0 = time.monotonic()
     wp.stdin.write(sql)
