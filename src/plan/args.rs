@@ -11,7 +11,7 @@
 //!    each function's own subprogram DIE says about its parameters (a
 //!    compiler clone has its own); [`FuncArgs::for_syscall`] does the same
 //!    for a system call (registers of the syscall ABI, named and typed as
-//!    the kernel's tracing describes them, [`syscall_params`]).
+//!    the kernel's tracing describes them, [`abi::syscall_params`]).
 //! 3. [`FuncArgs::resolve`] gives an [`Operand`]: a register, a stack slot
 //!    at the entry SP, the thread id or the process id, with the width and
 //!    signedness to compare it with, a description for messages, and a
@@ -32,18 +32,11 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
+use super::abi::{self, syscall_params, sysv_reg, ABI_REGS, SYSCALL_REGS};
 use crate::symbols::elf::params::{
     self, EntryLoc, FuncParams, Param, ParamType, Returns, REG_NAMES,
 };
 use crate::symbols::{ElfObject, Function};
-
-/// Integer argument registers of the SysV x86-64 function call ABI, as
-/// x86 encoding numbers: rdi, rsi, rdx, rcx, r8, r9.
-pub const ABI_REGS: [u8; 6] = [7, 6, 2, 1, 8, 9];
-
-/// Argument registers of the x86-64 system call ABI: rdi, rsi, rdx, r10,
-/// r8, r9.
-pub const SYSCALL_REGS: [u8; 6] = [7, 6, 2, 10, 8, 9];
 
 /// An operand as the user wrote it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -439,10 +432,8 @@ impl FuncArgs {
     fn index(&self, i: u8) -> Result<Operand> {
         let name = &self.name;
         let reg = match self.convention {
-            // AAPCS64 and arm64's system calls: argN is xN.
-            Convention::Arm64 => i,
-            Convention::Syscall if cfg!(target_arch = "aarch64") => i,
-            Convention::Syscall => SYSCALL_REGS[i as usize],
+            Convention::Arm64 => abi::aapcs64_reg(i),
+            Convention::Syscall => abi::syscall_reg(i),
             _ => ABI_REGS[i as usize],
         };
         let rn = self.reg_name(reg);
@@ -454,7 +445,7 @@ impl FuncArgs {
                 p.at_entry == EntryLoc::Reg(reg)
                     || (matches!(self.convention, Convention::Abi)
                         && !matches!(p.at_entry, EntryLoc::Reg(_) | EntryLoc::Stack(_))
-                        && abi_reg(ps, *k) == Some(reg))
+                        && sysv_reg(ps, *k) == Some(reg))
             })
         });
         if let Some((_, p)) = holder {
@@ -488,11 +479,7 @@ impl FuncArgs {
             Convention::Syscall => cfg!(target_arch = "aarch64"),
             _ => false,
         };
-        if arm64 {
-            format!("x{r}")
-        } else {
-            REG_NAMES[r as usize & 15].to_string()
-        }
+        abi::reg_name(arm64, r)
     }
 
     fn named(&self, n: &str) -> Result<Operand> {
@@ -568,7 +555,7 @@ impl FuncArgs {
             // A function that follows the ABI has its arguments where the
             // ABI puts them at its first instruction, whatever DWARF says
             // of later instructions (-O0 code stores them in its frame).
-            (_, None) => match abi_reg(ps, k) {
+            (_, None) => match sysv_reg(ps, k) {
                 Some(r) => Source::Reg(r),
                 None => bail!(
                     "{n} of {name} is not passed in an integer register (after floating-point or struct parameters): tachy cannot place it"
@@ -726,56 +713,6 @@ impl FuncArgs {
     }
 }
 
-/// The parameters of a system call whose arguments are (C type, name), in
-/// the syscall ABI's registers. The kernel passes each in a full register;
-/// its C type gives the width and sign that count (`int fd` compares as a
-/// 32-bit signed value); a type not known here reads as 64 unsigned bits.
-pub fn syscall_params(args: &[(String, String)]) -> FuncParams {
-    let params = args
-        .iter()
-        .zip(SYSCALL_REGS)
-        .map(|((ty, name), reg)| Param {
-            name: Some(name.clone()),
-            ty: syscall_type(ty),
-            at_entry: EntryLoc::Reg(reg),
-            artificial: false,
-        })
-        .collect();
-    FuncParams {
-        params,
-        nocall: false,
-        returns: Default::default(),
-    }
-}
-
-/// A system call argument's C type (as tracefs writes it) as a parameter
-/// type.
-fn syscall_type(ty: &str) -> ParamType {
-    let name = ty.to_string();
-    let base: Vec<&str> = ty
-        .split_whitespace()
-        .filter(|w| !matches!(*w, "const" | "volatile" | "__user"))
-        .collect();
-    let base = base.join(" ");
-    // Typedefs of pointers the kernel's syscall headers use.
-    if ty.contains('*') || matches!(base.as_str(), "cap_user_header_t" | "cap_user_data_t") {
-        return ParamType::Pointer { name };
-    }
-    let (size, signed) = match base.as_str() {
-        "char" | "signed char" => (1, true),
-        "unsigned char" | "u8" | "__u8" => (1, false),
-        "short" | "s16" => (2, true),
-        "unsigned short" | "umode_t" | "u16" | "__u16" => (2, false),
-        "int" | "signed int" | "pid_t" | "clockid_t" | "timer_t" | "key_t" | "mqd_t"
-        | "key_serial_t" | "rwf_t" | "s32" | "__s32" => (4, true),
-        "unsigned int" | "unsigned" | "uid_t" | "gid_t" | "qid_t" | "u32" | "__u32" => (4, false),
-        "long" | "long int" | "off_t" | "loff_t" | "ssize_t" | "time_t" | "s64" | "__s64"
-        | "long long" => (8, true),
-        _ => (8, false),
-    };
-    ParamType::Int { size, signed, name }
-}
-
 /// Width and signedness of a parameter compared as an integer.
 fn width(ty: &ParamType) -> Option<(u8, bool)> {
     match ty {
@@ -783,28 +720,6 @@ fn width(ty: &ParamType) -> Option<(u8, bool)> {
         ParamType::Pointer { .. } => Some((8, false)),
         _ => None,
     }
-}
-
-/// The register the SysV ABI passes parameter `k` in, counting the integer
-/// and pointer parameters before it; None past the sixth, or after a
-/// parameter whose class takes more thought (a struct by value, a type
-/// DWARF does not give).
-fn abi_reg(ps: &FuncParams, k: usize) -> Option<u8> {
-    let mut n = 0usize;
-    for (i, p) in ps.params.iter().enumerate() {
-        let int = match &p.ty {
-            ParamType::Int { .. } | ParamType::Pointer { .. } => true,
-            ParamType::Float { .. } => false,
-            _ => return None,
-        };
-        if i == k {
-            return int.then(|| ABI_REGS.get(n).copied()).flatten();
-        }
-        if int {
-            n += 1;
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -866,7 +781,7 @@ mod tests {
 
     #[test]
     fn system_call_types_give_width_and_sign() {
-        let w = |t: &str| match syscall_type(t) {
+        let w = |t: &str| match abi::syscall_type(t) {
             ParamType::Int { size, signed, .. } => {
                 format!("{size}{}", if signed { "s" } else { "u" })
             }

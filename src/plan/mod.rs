@@ -6,6 +6,7 @@
 //! Nothing here attaches probes or loads BPF; `args` reads the kernel's
 //! tracefs for the arguments of system calls.
 
+mod abi;
 pub mod args;
 mod build;
 pub mod by;

@@ -1,0 +1,115 @@
+//! The register tables of the calling conventions tachy reads arguments
+//! under: which register holds the Nth integer argument of a SysV x86-64
+//! call, an x86-64 system call, an AAPCS64 (arm64) call and an arm64
+//! system call, and how a register is named in messages. Registers are
+//! numbered as `tachy.h` numbers them: x86 encoding numbers on x86-64
+//! (0 rax ... 7 rdi, 8-15 r8-r15), `xN` as N on arm64. A system call's
+//! arguments are typed from their C types as tracefs writes them. Go's register ABI
+//! is not read (its functions' arguments are refused by `args`). Pure
+//! data; nothing here decides which convention a function follows.
+
+use crate::symbols::elf::params::{EntryLoc, FuncParams, Param, ParamType, REG_NAMES};
+
+/// Integer argument registers of the SysV x86-64 function call ABI, as
+/// x86 encoding numbers: rdi, rsi, rdx, rcx, r8, r9.
+pub const ABI_REGS: [u8; 6] = [7, 6, 2, 1, 8, 9];
+
+/// Argument registers of the x86-64 system call ABI: rdi, rsi, rdx, r10,
+/// r8, r9.
+pub const SYSCALL_REGS: [u8; 6] = [7, 6, 2, 10, 8, 9];
+
+/// The register of integer argument `i` under AAPCS64: `xi` (x0-x7).
+pub fn aapcs64_reg(i: u8) -> u8 {
+    i
+}
+
+/// The register of system call argument `i` on the architecture tachy was
+/// built for: x86-64's syscall ABI, or `xi` on arm64.
+pub fn syscall_reg(i: u8) -> u8 {
+    if cfg!(target_arch = "aarch64") {
+        i
+    } else {
+        SYSCALL_REGS[i as usize]
+    }
+}
+
+/// Register `r` as messages name it: `rdi` on x86-64, `x0` on arm64.
+pub fn reg_name(arm64: bool, r: u8) -> String {
+    if arm64 {
+        format!("x{r}")
+    } else {
+        REG_NAMES[r as usize & 15].to_string()
+    }
+}
+
+/// The parameters of a system call whose arguments are (C type, name), in
+/// the syscall ABI's registers. The kernel passes each in a full register;
+/// its C type gives the width and sign that count (`int fd` compares as a
+/// 32-bit signed value); a type not known here reads as 64 unsigned bits.
+pub fn syscall_params(args: &[(String, String)]) -> FuncParams {
+    let params = args
+        .iter()
+        .zip(SYSCALL_REGS)
+        .map(|((ty, name), reg)| Param {
+            name: Some(name.clone()),
+            ty: syscall_type(ty),
+            at_entry: EntryLoc::Reg(reg),
+            artificial: false,
+        })
+        .collect();
+    FuncParams {
+        params,
+        nocall: false,
+        returns: Default::default(),
+    }
+}
+
+/// A system call argument's C type (as tracefs writes it) as a parameter
+/// type.
+pub fn syscall_type(ty: &str) -> ParamType {
+    let name = ty.to_string();
+    let base: Vec<&str> = ty
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "const" | "volatile" | "__user"))
+        .collect();
+    let base = base.join(" ");
+    // Typedefs of pointers the kernel's syscall headers use.
+    if ty.contains('*') || matches!(base.as_str(), "cap_user_header_t" | "cap_user_data_t") {
+        return ParamType::Pointer { name };
+    }
+    let (size, signed) = match base.as_str() {
+        "char" | "signed char" => (1, true),
+        "unsigned char" | "u8" | "__u8" => (1, false),
+        "short" | "s16" => (2, true),
+        "unsigned short" | "umode_t" | "u16" | "__u16" => (2, false),
+        "int" | "signed int" | "pid_t" | "clockid_t" | "timer_t" | "key_t" | "mqd_t"
+        | "key_serial_t" | "rwf_t" | "s32" | "__s32" => (4, true),
+        "unsigned int" | "unsigned" | "uid_t" | "gid_t" | "qid_t" | "u32" | "__u32" => (4, false),
+        "long" | "long int" | "off_t" | "loff_t" | "ssize_t" | "time_t" | "s64" | "__s64"
+        | "long long" => (8, true),
+        _ => (8, false),
+    };
+    ParamType::Int { size, signed, name }
+}
+
+/// The register the SysV ABI passes parameter `k` in, counting the integer
+/// and pointer parameters before it; None past the sixth, or after a
+/// parameter whose class takes more thought (a struct by value, a type
+/// DWARF does not give).
+pub fn sysv_reg(ps: &FuncParams, k: usize) -> Option<u8> {
+    let mut n = 0usize;
+    for (i, p) in ps.params.iter().enumerate() {
+        let int = match &p.ty {
+            ParamType::Int { .. } | ParamType::Pointer { .. } => true,
+            ParamType::Float { .. } => false,
+            _ => return None,
+        };
+        if i == k {
+            return int.then(|| ABI_REGS.get(n).copied()).flatten();
+        }
+        if int {
+            n += 1;
+        }
+    }
+    None
+}
