@@ -201,10 +201,10 @@ fn entry_pc(
     unit: &gimli::Unit<R<'_>>,
     e: &gimli::DebuggingInformationEntry<'_, '_, R<'_>>,
 ) -> Option<u64> {
-    if let Ok(Some(v)) = e.attr_value(gimli::DW_AT_low_pc) {
+    if let Some(v) = attr(e, gimli::DW_AT_low_pc) {
         return dwarf.attr_address(unit, v).ok().flatten();
     }
-    e.attr_value(gimli::DW_AT_ranges).ok().flatten()?;
+    attr(e, gimli::DW_AT_ranges)?;
     let mut ranges = dwarf.die_ranges(unit, e).ok()?;
     ranges.next().ok().flatten().map(|r| r.begin)
 }
@@ -219,7 +219,7 @@ fn attr_chain<'u>(
     let mut off = off;
     for _ in 0..8 {
         let e = unit.entry(off).ok()?;
-        if let Ok(Some(v)) = e.attr_value(at) {
+        if let Some(v) = attr(&e, at) {
             return Some(v);
         }
         off = origin(unit, &e)?;
@@ -233,12 +233,17 @@ fn origin(
     unit: &gimli::Unit<R<'_>>,
     e: &gimli::DebuggingInformationEntry<'_, '_, R<'_>>,
 ) -> Option<UnitOffset> {
-    let v = e
-        .attr_value(gimli::DW_AT_abstract_origin)
-        .ok()
-        .flatten()
-        .or_else(|| e.attr_value(gimli::DW_AT_specification).ok().flatten())?;
+    let v =
+        attr(e, gimli::DW_AT_abstract_origin).or_else(|| attr(e, gimli::DW_AT_specification))?;
     unit_ref(unit, v)
+}
+
+/// An attribute's value, where the entry has it and it reads.
+fn attr<'a>(
+    e: &gimli::DebuggingInformationEntry<'_, '_, R<'a>>,
+    at: gimli::DwAt,
+) -> Option<AttributeValue<R<'a>>> {
+    e.attr_value(at).ok().flatten()
 }
 
 fn unit_ref(unit: &gimli::Unit<R<'_>>, v: AttributeValue<R<'_>>) -> Option<UnitOffset> {
@@ -306,8 +311,8 @@ fn read_params(
             attr_chain(unit, p, gimli::DW_AT_artificial),
             Some(AttributeValue::Flag(true))
         );
-        let at_entry = match pe.attr_value(gimli::DW_AT_location).ok().flatten() {
-            None => match pe.attr_value(gimli::DW_AT_const_value).ok().flatten() {
+        let at_entry = match attr(&pe, gimli::DW_AT_location) {
+            None => match attr(&pe, gimli::DW_AT_const_value) {
                 Some(v) => match v.sdata_value().or(v.udata_value().map(|u| u as i64)) {
                     Some(c) => EntryLoc::Const(c),
                     None => {
@@ -374,19 +379,14 @@ fn returns(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, off: UnitOffs
             | gimli::DW_TAG_const_type
             | gimli::DW_TAG_volatile_type
             | gimli::DW_TAG_atomic_type => {
-                match e
-                    .attr_value(gimli::DW_AT_type)
-                    .ok()
-                    .flatten()
-                    .and_then(|v| unit_ref(unit, v))
-                {
+                match attr(&e, gimli::DW_AT_type).and_then(|v| unit_ref(unit, v)) {
                     Some(n) => at = n,
                     None => break,
                 }
             }
             gimli::DW_TAG_base_type => {
                 let boolean = matches!(
-                    e.attr_value(gimli::DW_AT_encoding).ok().flatten(),
+                    attr(&e, gimli::DW_AT_encoding),
                     Some(AttributeValue::Encoding(gimli::DW_ATE_boolean))
                 );
                 if let (true, ParamType::Int { size, .. }) = (boolean, &ty) {
@@ -430,15 +430,8 @@ fn enumerators(
         if e.tag() != gimli::DW_TAG_enumerator || out.len() >= 4096 {
             continue;
         }
-        let name = e
-            .attr_value(gimli::DW_AT_name)
-            .ok()
-            .flatten()
-            .and_then(|v| string(dwarf, unit, v));
-        let value = e
-            .attr_value(gimli::DW_AT_const_value)
-            .ok()
-            .flatten()
+        let name = attr(e, gimli::DW_AT_name).and_then(|v| string(dwarf, unit, v));
+        let value = attr(e, gimli::DW_AT_const_value)
             .and_then(|v| v.sdata_value().or(v.udata_value().map(|u| u as i64)));
         if let (Some(n), Some(v)) = (name, value) {
             out.push((v, n));
@@ -560,21 +553,9 @@ fn classify(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, off: UnitOff
         let Ok(e) = unit.entry(off) else {
             break;
         };
-        let name = e
-            .attr_value(gimli::DW_AT_name)
-            .ok()
-            .flatten()
-            .and_then(|v| string(dwarf, unit, v));
-        let size = e
-            .attr_value(gimli::DW_AT_byte_size)
-            .ok()
-            .flatten()
-            .and_then(|v| v.udata_value());
-        let next = e
-            .attr_value(gimli::DW_AT_type)
-            .ok()
-            .flatten()
-            .and_then(|v| unit_ref(unit, v));
+        let name = attr(&e, gimli::DW_AT_name).and_then(|v| string(dwarf, unit, v));
+        let size = attr(&e, gimli::DW_AT_byte_size).and_then(|v| v.udata_value());
+        let next = attr(&e, gimli::DW_AT_type).and_then(|v| unit_ref(unit, v));
         let label = |base: &str| -> String {
             let mut s = shown.clone().unwrap_or_else(|| base.to_string());
             for q in quals.iter().rev() {
@@ -625,7 +606,7 @@ fn classify(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, off: UnitOff
                 }
                 let pointee = next
                     .and_then(|n| unit.entry(n).ok())
-                    .and_then(|p| p.attr_value(gimli::DW_AT_name).ok().flatten())
+                    .and_then(|p| attr(&p, gimli::DW_AT_name))
                     .and_then(|v| string(dwarf, unit, v));
                 let base = match (pointee, e.tag()) {
                     (Some(p), gimli::DW_TAG_reference_type) => format!("{p}&"),
@@ -637,7 +618,7 @@ fn classify(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, off: UnitOff
             }
             gimli::DW_TAG_base_type => {
                 let n = label(name.as_deref().unwrap_or("?"));
-                let enc = e.attr_value(gimli::DW_AT_encoding).ok().flatten();
+                let enc = attr(&e, gimli::DW_AT_encoding);
                 let Some(AttributeValue::Encoding(enc)) = enc else {
                     return ParamType::Other { name: n };
                 };
