@@ -131,9 +131,18 @@ static __always_inline void count_unwound(__u32 id)
 
 static __always_inline __u32 bucket_of_ns(__u64 d)
 {
-	__u32 b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
+	__u64 b = bucket_of(unit_ns > 1 ? d / unit_ns : d);
 
-	return b < TACHY_NBUCKETS ? b : TACHY_NBUCKETS - 1;
+	/*
+	 * Clamp and index with one register: clang otherwise clamps a
+	 * zero-extended copy and indexes with the original, which 6.1's
+	 * verifier finds unbounded.
+	 */
+	barrier_var(b);
+	if (b >= TACHY_NBUCKETS)
+		b = TACHY_NBUCKETS - 1;
+	barrier_var(b);
+	return b;
 }
 
 static __always_inline void add_bucket(struct tachy_stats *s, __u64 d)

@@ -28,11 +28,13 @@ static __always_inline struct parts site_parts(struct tachy_thread *t,
  */
 static __always_inline struct tachy_frame *below_top(struct tachy_thread *t)
 {
+	struct tachy_frame *f = NULL;
 	__u32 i = t->depth - 2;
 
-	if (t->depth < 2 || i >= TACHY_MAX_DEPTH)
-		return NULL;
-	return &t->frames[i & (TACHY_MAX_DEPTH - 1)];
+	if (t->depth >= 2 && i < TACHY_MAX_DEPTH)
+		f = &t->frames[i & (TACHY_MAX_DEPTH - 1)];
+	barrier_var(f);
+	return f;
 }
 
 /*
@@ -257,13 +259,21 @@ static __always_inline struct tachy_thread *current_thread(bool create)
 		&threads, task, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
 }
 
+/*
+ * The frame is NULL or a pointer into t: barrier_var() makes the caller's
+ * `if (!f)` test the pointer itself. Without it clang re-tests the index,
+ * and 6.1's verifier, which does not see that the NULL path's index
+ * range is then empty, walks it and refuses the dereference.
+ */
 static __always_inline struct tachy_frame *top(struct tachy_thread *t)
 {
+	struct tachy_frame *f = NULL;
 	__u32 i = t->depth - 1;
 
-	if (i >= TACHY_MAX_DEPTH)
-		return NULL;
-	return &t->frames[i];
+	if (i < TACHY_MAX_DEPTH)
+		f = &t->frames[i & (TACHY_MAX_DEPTH - 1)];
+	barrier_var(f);
+	return f;
 }
 
 /* sp lies above the frame, on the same stack: the frame is gone. */
@@ -444,6 +454,7 @@ static long exit_one(__u64 i, void *data)
 	below = t->depth >= 2
 			? &t->frames[(t->depth - 2) & (TACHY_MAX_DEPTH - 1)]
 			: NULL;
+	barrier_var(below); /* tested as a pointer: see top() */
 	if ((f->flags & TACHY_FRAME_TAILSITE) &&
 	    (c->chain || (below && below->sp == c->sp))) {
 		close_frame(t, f, c->now, false, 0, 0, false);

@@ -70,13 +70,16 @@ static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid)
 	by_close(id, d, vals, 0, 0);
 }
 
+/* NULL or a frame of gr, tested as a pointer (see top() in frames.h). */
 static __always_inline struct tachy_gframe *gtop(struct tachy_goroutine *gr)
 {
+	struct tachy_gframe *f = NULL;
 	__u32 i = gr->depth - 1;
 
-	if (i >= TACHY_MAX_DEPTH)
-		return NULL;
-	return &gr->frames[i];
+	if (i < TACHY_MAX_DEPTH)
+		f = &gr->frames[i & (TACHY_MAX_DEPTH - 1)];
+	barrier_var(f);
+	return f;
 }
 
 /*
@@ -107,11 +110,13 @@ static __always_inline bool gends_with_below(struct gwalk_ctx *c,
 /* The frame below the top one, which the top one ran inside of. */
 static __always_inline struct tachy_gframe *gbelow(struct tachy_goroutine *gr)
 {
+	struct tachy_gframe *f = NULL;
 	__u32 i = gr->depth - 2;
 
-	if (i >= TACHY_MAX_DEPTH)
-		return NULL;
-	return &gr->frames[i];
+	if (i < TACHY_MAX_DEPTH)
+		f = &gr->frames[i & (TACHY_MAX_DEPTH - 1)];
+	barrier_var(f);
+	return f;
 }
 
 /*

@@ -9,27 +9,54 @@
 #
 # Needs what `make deps-arm64` installs and downloads (tests/arm64/deps.sh);
 # downloads nothing itself. Environment: TACHY (the arm64 binary),
-# QEMU_CPU (default max,pauth-impdef=on), QEMU_SMP (2), TIMEOUT (seconds).
+# KERNEL (the kernel directory under target/arm64: kernel, Debian's 6.12,
+# by default; kernel-6.1 for bookworm's own), QEMU_CPU (default
+# max,pauth-impdef=on), QEMU_SMP (2), TIMEOUT (seconds).
+#
+# ARCH=x86_64 runs the same checks with the x86-64 tachy (default
+# target/release/tachy) and fixtures built by gcc on an x86-64 kernel from
+# target/x86 (`tests/arm64/deps.sh x86`: bookworm's 6.1) under
+# qemu-system-x86_64 (TCG): the oldest kernel tachy supports on x86-64.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-OUT=target/arm64
-TACHY=${TACHY:-target/aarch64-unknown-linux-gnu/release/tachy}
-QEMU_CPU=${QEMU_CPU:-max,pauth-impdef=on}
+ARCH=${ARCH:-aarch64}
+if [ "$ARCH" = x86_64 ]; then
+	OUT=target/x86
+	TACHY=${TACHY:-target/release/tachy}
+	QEMU_CPU=${QEMU_CPU:-max}
+	SYSLIB=/lib/x86_64-linux-gnu
+	LIBS="libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1"
+	cc=gcc
+	cxx=g++
+	GOARCH=amd64
+	QEMU=(qemu-system-x86_64 -accel tcg -M pc)
+	CONSOLE=ttyS0
+else
+	OUT=target/arm64
+	TACHY=${TACHY:-target/aarch64-unknown-linux-gnu/release/tachy}
+	QEMU_CPU=${QEMU_CPU:-max,pauth-impdef=on}
+	SYSLIB=/usr/aarch64-linux-gnu/lib
+	LIBS="ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1"
+	cc=aarch64-linux-gnu-gcc
+	cxx=aarch64-linux-gnu-g++
+	GOARCH=arm64
+	QEMU=(qemu-system-aarch64 -M virt)
+	CONSOLE=ttyAMA0
+fi
 QEMU_SMP=${QEMU_SMP:-2}
 TIMEOUT=${TIMEOUT:-1200}
 SRC=tests/fixtures
 ROOT=$OUT/root
-SYSLIB=/usr/aarch64-linux-gnu/lib
 
-kernel=$(ls "$OUT"/kernel/boot/vmlinuz-* 2>/dev/null | head -1)
+kernel=$(ls "$OUT/${KERNEL:-kernel}"/boot/vmlinuz-* 2>/dev/null | head -1)
 busybox=$OUT/busybox/bin/busybox
 [ -n "$kernel" ] && [ -x "$busybox" ] || {
-	echo "no arm64 kernel or busybox under $OUT: run make deps-arm64" >&2
+	echo "no kernel or busybox under $OUT: run make deps-arm64 (tests/arm64/deps.sh x86 for ARCH=x86_64)" >&2
 	exit 2
 }
 [ -x "$TACHY" ] || {
-	echo "no arm64 tachy at $TACHY: run make cross-arm64" >&2
+	echo "no tachy at $TACHY: run make cross-arm64 (make build for ARCH=x86_64)" >&2
 	exit 2
 }
 
@@ -39,15 +66,19 @@ mkdir -p "$ROOT/bin" "$ROOT/lib" "$ROOT/t"
 cp "$busybox" "$ROOT/bin/"
 cp "${GUEST:-tests/arm64/guest.sh}" "$ROOT/init"
 chmod 755 "$ROOT/init"
-for l in ld-linux-aarch64.so.1 libc.so.6 libm.so.6 libstdc++.so.6 libgcc_s.so.1; do
+for l in $LIBS; do
 	cp -L "$SYSLIB/$l" "$ROOT/lib/"
 done
+if [ "$ARCH" = x86_64 ]; then
+	# The x86-64 program interpreter's path, and the libraries' for it.
+	mkdir -p "$ROOT/lib64" "$ROOT/lib/x86_64-linux-gnu"
+	cp -L /lib64/ld-linux-x86-64.so.2 "$ROOT/lib64/"
+	mv "$ROOT"/lib/*.so.* "$ROOT/lib/x86_64-linux-gnu/"
+fi
 cp "$TACHY" "$ROOT/t/tachy"
 
 # The fixtures, with the flags the x86 suite builds them with
 # (tests/it/common/fixtures.rs).
-cc=aarch64-linux-gnu-gcc
-cxx=aarch64-linux-gnu-g++
 C=(-std=c11 -O2 -g -pthread -Wall -Wextra)
 CXX=(-std=c++17 -O2 -g -pthread -Wall -Wextra -I"$SRC")
 t=$ROOT/t
@@ -61,18 +92,19 @@ $cc -std=c11 -O2 -g -fPIC -shared -Wall -Wextra -Wl,-soname,libfixture.so \
 $cxx "${CXX[@]}" -o "$t/nested" "$SRC/nested.cpp" "$t/libfixture.so" \
 	-Wl,-rpath,'$ORIGIN'
 if command -v go >/dev/null; then
-	GOCACHE=$PWD/$OUT/.gocache GOARCH=arm64 CGO_ENABLED=0 \
+	GOCACHE=$PWD/$OUT/.gocache GOARCH=$GOARCH CGO_ENABLED=0 \
 		go build -o "$t/gowork" "$SRC/gowork.go"
 else
 	echo "go is not installed: the Go check is left out"
 fi
 
 python3 tests/arm64/mkinitramfs.py "$ROOT" "$OUT/initramfs.cpio.gz"
-echo "booting $(basename "$kernel") on qemu-system-aarch64 -cpu $QEMU_CPU -smp $QEMU_SMP"
-timeout "$TIMEOUT" qemu-system-aarch64 -M virt -cpu "$QEMU_CPU" -smp "$QEMU_SMP" \
+echo "booting $(basename "$kernel") on ${QEMU[0]} -cpu $QEMU_CPU -smp $QEMU_SMP"
+# The guest prints "arm64-suite: ..." on either architecture.
+timeout "$TIMEOUT" "${QEMU[@]}" -cpu "$QEMU_CPU" -smp "$QEMU_SMP" \
 	-m 1024 -nographic -no-reboot -kernel "$kernel" \
 	-initrd "$OUT/initramfs.cpio.gz" \
-	-append "console=ttyAMA0 rdinit=/init panic=-1 quiet" </dev/null |
+	-append "console=$CONSOLE rdinit=/init panic=-1 quiet" </dev/null |
 	tee "$OUT/console.log" | grep --line-buffered -E '^(arm64-suite|    )'
-echo "test-arm64 took $(($(date +%s) - start)) s (console: $OUT/console.log)"
+echo "test-arm64 ($ARCH) took $(($(date +%s) - start)) s (console: $OUT/console.log)"
 grep -q '^arm64-suite: PASS [0-9]* FAIL 0' "$OUT/console.log"
