@@ -145,7 +145,7 @@ static __always_inline void close_frame(struct tachy_thread *t,
 	 * time. */
 	d = f->inner_ns + own;
 	add_inner(t, d, d - (__u64)sd);
-	rec_close(t, f, now, d, rv, rv_ok);
+	rec_close(t, f, now, d, ret, rv, rv_ok);
 
 	if (nested && (f->flags & TACHY_FRAME_SITE)) {
 		struct tachy_pending *p = pending_of(t, id);

@@ -82,11 +82,14 @@ static __always_inline struct tachy_record *rec_start(__u32 id, __u64 now,
 	r->ret = 0;
 	r->nsites = 0;
 	r->more_sites = 0;
+	r->stack_how = TACHY_STACK_NONE;
+	r->stack_len = 0;
 	bpf_get_current_comm(r->comm, sizeof(r->comm));
 	return r;
 }
 
-/* Sends the record with its first `nsites` sites, or counts it lost. */
+/* Sends the record with its first `nsites` sites (all of them, and the
+ * stack, when it has one), or counts it lost. */
 static __always_inline void rec_send(struct tachy_record *r, __u32 nsites)
 {
 	__u64 size = __builtin_offsetof(struct tachy_record, sites) +
@@ -94,6 +97,9 @@ static __always_inline void rec_send(struct tachy_record *r, __u32 nsites)
 	__u32 zero = 0;
 	__u64 *lost;
 
+	if (r->stack_how != TACHY_STACK_NONE)
+		size = __builtin_offsetof(struct tachy_record, stack) +
+		       (__u64)r->stack_len;
 	if (size > sizeof(*r))
 		size = sizeof(*r);
 	r->nsites = nsites;
@@ -127,13 +133,14 @@ static long rec_site_one(__u64 i, void *data)
 
 /*
  * A traced function's frame `f`, at the top of the stack, closes at `now`
- * after `d` ns, returning `rv` where `rv_ok`: record it if it is that slow.
+ * after `d` ns, returning `rv` where `rv_ok` (to `ret` where the probe
+ * knows it, else 0): record it if it is that slow.
  * The outermost traced call of `tachy nested` carries its sites' time
  * (what they hold pending).
  */
 static __always_inline void rec_close(struct tachy_thread *t,
 				      struct tachy_frame *f, __u64 now, __u64 d,
-				      __u64 rv, bool rv_ok)
+				      __u64 ret, __u64 rv, bool rv_ok)
 {
 	struct rec_sites_ctx c = {.t = t};
 	__u32 i = t->depth - 1, n = 0;
@@ -168,6 +175,8 @@ static __always_inline void rec_close(struct tachy_thread *t,
 			bpf_loop(n, rec_site_one, &c, 0);
 		r->flags |= TACHY_REC_SITESOK;
 	}
+	if (stack_how != TACHY_STACK_NONE)
+		rec_stack(r, f->sp, ret);
 	rec_send(r, n);
 }
 

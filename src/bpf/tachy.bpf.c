@@ -44,6 +44,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "cpu.h"
 #include "pending.h"
 #include "regs.h"
+#include "stacks.h"
 #include "records.h"
 #include "groups.h"
 #include "filters.h"

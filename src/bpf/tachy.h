@@ -317,6 +317,26 @@ enum tachy_rec_flag {
 	TACHY_REC_RET = 0x8,	 /* ret holds the return value */
 };
 
+/*
+ * --stack: how a record's user stack is taken (rodata stack_how), at the
+ * traced call's exit, where its callers' frames are those of its entry.
+ * TACHY_STACK_FP walks the frame-pointer chain in BPF: stack[] holds up to
+ * TACHY_STACK_FRAMES return addresses, the caller's first. TACHY_STACK_COPY
+ * copies the user stack from the page holding the caller's SP up, page by
+ * page (TACHY_STACK_PAGES at most, while they can be read), for user
+ * space to unwind with the objects' .eh_frame.
+ */
+enum tachy_stack_how {
+	TACHY_STACK_NONE = 0,
+	TACHY_STACK_FP = 1,
+	TACHY_STACK_COPY = 2,
+};
+
+#define TACHY_STACK_FRAMES 64
+#define TACHY_STACK_PAGE   4096
+#define TACHY_STACK_PAGES  3
+#define TACHY_STACK_BYTES  (TACHY_STACK_PAGE * TACHY_STACK_PAGES)
+
 struct tachy_rec_site {
 	__u64 ns;
 	__u32 node;
@@ -339,8 +359,22 @@ struct tachy_record {
 	__u32 nsites;	  /* entries of sites[] sent */
 	__u32 more_sites; /* sites of the call beyond TACHY_REC_SITES */
 	char comm[16];
-	/* only the first nsites entries are in the ring buffer */
+	/*
+	 * --stack: the caller's return address (where the call returns to),
+	 * its SP after the return and its frame pointer; stack_base is the
+	 * address stack[0] was copied from (TACHY_STACK_COPY), and
+	 * stack_len the bytes of stack[] sent.
+	 */
+	__u64 stack_ip;
+	__u64 stack_sp;
+	__u64 stack_bp;
+	__u64 stack_base;
+	enum tachy_stack_how stack_how;
+	__u32 stack_len;
+	/* only the first nsites entries are in the ring buffer, and only
+	 * with no stack after them */
 	struct tachy_rec_site sites[TACHY_REC_SITES];
+	__u8 stack[TACHY_STACK_BYTES];
 };
 
 /* The argument registers of each open frame, by its depth. */

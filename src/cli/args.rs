@@ -417,6 +417,14 @@ pub struct TraceArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration_arg)]
     pub record_slower_than: Option<u64>,
 
+    /// With --record-slower-than: each record also prints its call's user
+    /// stack, the callers from the nearest out to main (function, file:line,
+    /// inlined functions marked), walked by frame pointers where every
+    /// traced object keeps them, else copied (up to 12 KiB) and unwound
+    /// with .eh_frame; the header says which (x86-64)
+    #[arg(long, requires = "record_slower_than")]
+    pub stack: bool,
+
     /// Print the probes that would be attached on standard output, and exit
     /// (needs no privilege)
     #[arg(long)]

@@ -146,6 +146,8 @@ pub struct TraceSettings {
     pub raw: bool,
     /// `--record-slower-than`: record each call at least this long (ns).
     pub record: Option<u64>,
+    /// `--stack`: each record carries its call's user stack.
+    pub stack: bool,
     pub dry_run: bool,
     pub verbose: bool,
     /// `--hlog`: the HdrHistogram interval log to write.
@@ -384,6 +386,7 @@ impl TraceArgs {
             cpu_hist: false,
             raw: self.raw,
             record: self.record_slower_than,
+            stack: self.stack,
             dry_run: self.dry_run,
             verbose: self.verbose,
             hlog: None,

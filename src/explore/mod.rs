@@ -27,6 +27,7 @@ use self::profile::{Profile, Sort};
 use self::sampler::{Event, Kind, Sampler};
 use self::stacks::{Frame, Stacks};
 use self::ui::{Action, Key, Model, View};
+use crate::symbols::unwind::UserStack;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -139,7 +140,14 @@ impl Collector {
         for e in events {
             match e {
                 Event::Stack(s) => {
-                    let addrs = self.stacks.unwind(&s);
+                    let addrs = self.stacks.unwind(&UserStack {
+                        ip: s.ip,
+                        ret: false,
+                        sp: s.sp,
+                        bp: s.bp,
+                        base: s.base,
+                        bytes: &s.stack,
+                    });
                     let frames: Vec<Frame> = addrs
                         .iter()
                         .enumerate()

@@ -153,6 +153,15 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             ));
         }
     }
+    if s.stack {
+        let mut objs: Vec<&crate::symbols::ElfObject> = Vec::new();
+        for (r, _, _) in &roots {
+            if !objs.iter().any(|o| std::ptr::eq(*o, &*r.obj)) {
+                objs.push(&r.obj);
+            }
+        }
+        plan.stack = Some(super::stack::StackHow::decide(objs));
+    }
     // What each item knows of its arguments, read once for the features
     // that read them.
     let by_arg =

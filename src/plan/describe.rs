@@ -74,6 +74,18 @@ impl Plan {
                 crate::report::fmt::human(ns as f64)
             );
         }
+        if let Some(how) = self.stack {
+            let _ = writeln!(
+                s,
+                "  --stack: each record's user stack, by {}",
+                match how {
+                    super::stack::StackHow::FramePointers =>
+                        "the frame-pointer chain, walked in the kernel",
+                    super::stack::StackHow::Copy =>
+                        "a copy of up to 12 KiB of it, unwound with .eh_frame",
+                }
+            );
+        }
         for (i, item) in self.items.iter().enumerate() {
             let _ = match &item.kind {
                 ItemKind::Syscall { nr } => writeln!(

@@ -17,6 +17,7 @@ mod function;
 mod golang;
 mod nodes;
 mod sites;
+pub mod stack;
 pub mod unwind;
 
 use std::collections::BTreeSet;
@@ -245,6 +246,8 @@ pub struct Settings {
     pub by: Vec<by::ByKey>,
     /// Record each call at least this long (`--record-slower-than`).
     pub record_min_ns: Option<u64>,
+    /// `--stack`: each record carries its call's user stack.
+    pub stack: bool,
     /// `--cgroup`: count only in this cgroup v2 and those below it, as
     /// (id, level).
     pub cgroup: Option<(u64, u32)>,
@@ -309,6 +312,8 @@ pub struct Plan {
     /// key reads an argument (None for the other keys), in the order of
     /// `settings.by`.
     pub by_args: std::collections::BTreeMap<u32, Vec<Option<args::Operand>>>,
+    /// `--stack`: how the records' stacks are taken.
+    pub stack: Option<stack::StackHow>,
     /// How each item's return value reads, per item id, where something
     /// reads it (`--filter ret`, `--by retval`, records).
     pub returns: std::collections::BTreeMap<u32, args::RetShape>,

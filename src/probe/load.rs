@@ -153,7 +153,7 @@ pub(super) fn load<'obj>(
     if plan.settings.record_min_ns.is_some() {
         open.maps
             .records
-            .set_max_entries(record_buffer_size()?)
+            .set_max_entries(record_buffer_size(plan.stack)?)
             .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
     } else {
         skip_record_maps(&mut open)?;
@@ -282,6 +282,11 @@ pub(super) fn configure(
     }
     ro.record = plan.settings.record_min_ns.is_some();
     ro.record_min_ns = plan.settings.record_min_ns.unwrap_or(0);
+    ro.stack_how = match plan.stack {
+        None => types::tachy_stack_how::TACHY_STACK_NONE,
+        Some(crate::plan::stack::StackHow::FramePointers) => types::tachy_stack_how::TACHY_STACK_FP,
+        Some(crate::plan::stack::StackHow::Copy) => types::tachy_stack_how::TACHY_STACK_COPY,
+    };
     Ok(())
 }
 

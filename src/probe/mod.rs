@@ -29,7 +29,7 @@ mod sites;
 mod uprobes;
 
 pub use error::{ProcessGone, Refusal};
-pub use read::{record_buffer_size, KernelRecord, RecordReader};
+pub use read::{record_buffer_size, KernelRecord, KernelStack, RecordReader};
 
 use load::{groups_max, load, uprobe_multi_supported};
 

@@ -35,6 +35,25 @@ pub struct KernelRecord {
     /// call, when the call's sites are its own.
     pub sites: Option<Vec<(u32, u32, u64)>>,
     pub more_sites: u32,
+    /// `--stack`: the call's user stack as the kernel took it.
+    pub stack: Option<KernelStack>,
+}
+
+/// A recorded call's user stack as the kernel took it (tachy.h, enum
+/// tachy_stack_how).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KernelStack {
+    /// Return addresses, the caller's first.
+    Frames(Vec<u64>),
+    /// The caller's return address, SP after the return and frame pointer,
+    /// and the stack's bytes from `base` up.
+    Copy {
+        ip: u64,
+        sp: u64,
+        bp: u64,
+        base: u64,
+        bytes: Vec<u8>,
+    },
 }
 
 impl KernelRecord {
@@ -53,6 +72,26 @@ impl KernelRecord {
             .take_while(|&c| c != 0)
             .collect();
         let nsites = (r.nsites as usize).min(r.sites.len());
+        let at = std::mem::offset_of!(types::tachy_record, stack);
+        let len = (r.stack_len as usize).min(bytes.len().saturating_sub(at));
+        let raw = &full[at..at + len];
+        let stack = if r.stack_how == types::tachy_stack_how::TACHY_STACK_FP {
+            Some(KernelStack::Frames(
+                raw.chunks_exact(8)
+                    .filter_map(|c| Some(u64::from_ne_bytes(c.try_into().ok()?)))
+                    .collect(),
+            ))
+        } else if r.stack_how == types::tachy_stack_how::TACHY_STACK_COPY {
+            Some(KernelStack::Copy {
+                ip: r.stack_ip,
+                sp: r.stack_sp,
+                bp: r.stack_bp,
+                base: r.stack_base,
+                bytes: raw.to_vec(),
+            })
+        } else {
+            None
+        };
         Some(KernelRecord {
             end_ns: r.end_ns,
             dur_ns: r.dur_ns,
@@ -71,6 +110,7 @@ impl KernelRecord {
                     .collect()
             }),
             more_sites: r.more_sites,
+            stack,
         })
     }
 }
@@ -100,11 +140,15 @@ impl RecordReader {
 }
 
 /// The ring buffer's size: TACHY_RECORD_BUFFER bytes (a power of two of at
-/// least a page; the tests make it small to overflow it), else 1 MiB.
-pub fn record_buffer_size() -> Result<u32> {
-    const DEFAULT: u32 = 1 << 20;
+/// least a page; the tests make it small to overflow it), else 1 MiB, or
+/// 16 MiB when records carry stack copies (12 KiB each).
+pub fn record_buffer_size(stack: Option<crate::plan::stack::StackHow>) -> Result<u32> {
+    let default: u32 = match stack {
+        Some(crate::plan::stack::StackHow::Copy) => 16 << 20,
+        _ => 1 << 20,
+    };
     let Some(v) = std::env::var_os("TACHY_RECORD_BUFFER") else {
-        return Ok(DEFAULT);
+        return Ok(default);
     };
     let page = page_size();
     match v.to_str().and_then(|v| v.parse::<u32>().ok()) {

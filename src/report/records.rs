@@ -24,7 +24,11 @@
 //! "runnable_ns"} (with --cpu), "args": [{"name", "value"}], "ret" (the
 //! value, where known) and "ret_name" (an enumerator's or errno's), "sites":
 //! [{"name", "location", "level", "count", "total_ns"}] (tachy nested),
-//! "more_sites"}`. Before each report a `{"type": "records_lost", "lost":
+//! "more_sites", "stack": {"method", "frames": [{"function", "location",
+//! "inlined"}]} (--stack)}`. With `--stack` the line is followed by
+//! `    stack (frame pointers):` (or `stack copy`) and one line per caller,
+//! the nearest first, out to `main`: `      step_b at stacks.c:57`, a
+//! function inlined at the call marked `[inlined]`. Before each report a `{"type": "records_lost", "lost":
 //! N}` object says how many records the ring buffer had no room for.
 
 use std::io::{self, Write};
@@ -61,6 +65,43 @@ pub struct Record {
     pub sites: Option<Vec<RecordSite>>,
     /// Sites of the call beyond those the kernel sends.
     pub more_sites: u32,
+    /// `--stack`: the call's callers.
+    pub stack: Option<Stack>,
+}
+
+/// A recorded call's user stack (`--stack`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// How it was taken: `frame pointers` or `stack copy`.
+    pub method: &'static str,
+    /// The callers, the nearest first, out to `main`.
+    pub frames: Vec<StackFrame>,
+}
+
+/// One frame of a stack.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StackFrame {
+    /// The function's demangled name (or `object+0xoffset`).
+    pub function: String,
+    /// `file.c:12` of the call, where DWARF says.
+    pub location: Option<String>,
+    /// A function inlined into the frame after it: the call's code is its.
+    pub inlined: bool,
+}
+
+impl StackFrame {
+    /// `step_b at stacks.c:57`, `helper [inlined] at util.h:9`.
+    pub fn text(&self) -> String {
+        let mut s = self.function.clone();
+        if self.inlined {
+            s.push_str(" [inlined]");
+        }
+        if let Some(l) = &self.location {
+            s.push_str(" at ");
+            s.push_str(l);
+        }
+        s
+    }
 }
 
 /// One argument of a recorded call.
@@ -115,6 +156,12 @@ pub fn render_text(r: &Record, w: &mut impl Write) -> io::Result<()> {
         write!(w, "  ret={}", v.text())?;
     }
     writeln!(w)?;
+    if let Some(st) = &r.stack {
+        writeln!(w, "    stack ({}):", st.method)?;
+        for f in &st.frames {
+            writeln!(w, "      {}", f.text())?;
+        }
+    }
     let Some(sites) = &r.sites else {
         return Ok(());
     };
@@ -167,6 +214,17 @@ pub fn value(r: &Record) -> Value {
         if let Some(n) = v.name() {
             m.insert("ret_name".into(), json!(n));
         }
+    }
+    if let Some(st) = &r.stack {
+        let frames: Vec<Value> = st
+            .frames
+            .iter()
+            .map(|f| json!({"function": f.function, "location": f.location, "inlined": f.inlined}))
+            .collect();
+        m.insert(
+            "stack".into(),
+            json!({"method": st.method, "frames": frames}),
+        );
     }
     if let Some(sites) = &r.sites {
         let sites: Vec<Value> = sites
@@ -243,6 +301,7 @@ mod tests {
             ret: None,
             sites: None,
             more_sites: 0,
+            stack: None,
         };
         let cpu = Record {
             cpu: Some([420_000, 6_800_000, 90_000]),
@@ -273,6 +332,7 @@ mod tests {
                 },
             ]),
             more_sites: 3,
+            stack: None,
             ret: Some(RetValue::Enum {
                 value: 2,
                 name: Some("SCAN_PARTIAL".into()),

@@ -17,6 +17,7 @@ pub mod ifunc;
 pub mod names;
 mod near;
 pub mod table;
+pub mod unwind;
 
 use anyhow::Result;
 

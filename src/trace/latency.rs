@@ -65,7 +65,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     plan.check_host_arch()?;
     check_thread(&s)?;
     if s.record.is_some() {
-        probe::record_buffer_size()?;
+        probe::record_buffer_size(None)?;
     }
     let opts = ReportOptions::new(&s);
     // Before anything is attached: a report file that cannot be written
@@ -322,10 +322,14 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
     };
     match s.record {
         Some(ns) => format!(
-            "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, arguments{}.",
+            "{line}\nRecording each call of at least {} as it ends: time of its end, pid, tid, (thread), function, duration{}, arguments{}{}.",
             human(ns as f64),
             if s.cpu { ", on-CPU/blocked/runnable" } else { "" },
-            if s.mode.is_nested() { "; below it, its call sites" } else { "" }
+            if s.mode.is_nested() { "; below it, its call sites" } else { "" },
+            match plan.stack {
+                Some(how) => format!("; below it, its callers (user stack by {})", how.name()),
+                None => String::new(),
+            }
         ),
         None => line,
     }

@@ -13,6 +13,7 @@ mod options;
 mod records;
 pub mod run;
 pub mod sink;
+mod stacks;
 pub(crate) mod target;
 
 pub use latency::latency;

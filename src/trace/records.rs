@@ -6,10 +6,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Result;
 
 use super::sink::Sink;
+use super::stacks::Symbolizer;
 use crate::plan::args::FuncArgs;
 use crate::plan::Plan;
 use crate::probe;
-use crate::report::records::{self, Record, RecordSite};
+use crate::report::records::{self, Record, RecordSite, Stack};
 
 /// Prints the records of `--record-slower-than` as they arrive.
 pub struct Recorder {
@@ -17,10 +18,14 @@ pub struct Recorder {
     /// Per call site (index in plan.sites): its place in the tree, depth
     /// first, which orders a record's sites.
     rank: Vec<usize>,
+    /// `--stack`: unwinds and names the records' stacks.
+    stacks: Symbolizer,
+    /// `--stack`: the process traced (`-p`, or the command tachy started).
+    pid: Option<u32>,
 }
 
 impl Recorder {
-    pub fn new(plan: &Plan, reader: probe::RecordReader) -> Recorder {
+    pub fn new(plan: &Plan, reader: probe::RecordReader, pid: Option<u32>) -> Recorder {
         let mut rank = vec![usize::MAX; plan.sites.len()];
         let mut next = 0;
         let mut stack: Vec<u32> = (0..plan.items.len() as u32).rev().collect();
@@ -31,11 +36,26 @@ impl Recorder {
             }
             stack.extend(plan.children(id).iter().rev());
         }
-        Recorder { reader, rank }
+        let mut stacks = Symbolizer::default();
+        if plan.stack.is_some() {
+            stacks.watch(pid.into_iter().chain(plan.pids.iter().copied()));
+        }
+        Recorder {
+            reader,
+            rank,
+            stacks,
+            pid,
+        }
     }
 
     /// Prints the records that arrived; returns how many.
     pub fn print(&mut self, plan: &Plan, sink: &mut dyn Sink) -> Result<u64> {
+        if plan.stack.is_some() {
+            // Their maps, while they run, name the stacks that arrive after
+            // they exit.
+            self.stacks
+                .watch(self.pid.into_iter().chain(plan.pids.iter().copied()));
+        }
         let got = self.reader.read()?;
         if got.is_empty() {
             return Ok(0);
@@ -46,7 +66,7 @@ impl Recorder {
         Ok(records.len() as u64)
     }
 
-    fn record(&self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
+    fn record(&mut self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
         let wall = u64::try_from(i128::from(k.end_ns) + offset).unwrap_or(0);
         let sites = k.sites.as_ref().map(|list| {
             let mut v: Vec<(usize, RecordSite)> = list
@@ -90,6 +110,13 @@ impl Recorder {
             }),
             sites,
             more_sites: k.more_sites,
+            stack: match (&k.stack, plan.stack) {
+                (Some(s), Some(how)) => Some(Stack {
+                    method: how.name(),
+                    frames: self.stacks.frames(k.pid, s),
+                }),
+                _ => None,
+            },
         }
     }
 }

@@ -167,7 +167,7 @@ impl<'p> RunState<'p> {
             lost: 0,
             recorder: tracer
                 .record_reader()?
-                .map(|reader| Recorder::new(plan, reader)),
+                .map(|reader| Recorder::new(plan, reader, live.pid)),
             groups_max: tracer.groups_max,
             unwind_watch: UnwindWatch::new(plan, live),
             interim: false,

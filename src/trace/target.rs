@@ -124,6 +124,7 @@ impl TraceTarget {
                 cpu_hist: s.cpu_hist,
                 by: s.by.clone(),
                 record_min_ns: s.record,
+                stack: s.stack,
                 cgroup: self.cgroup.as_ref().map(|(c, _)| (c.id, c.level)),
                 count_procs: s.traced.scoping().is_some(),
                 read_ret: s.filter.as_ref().is_some_and(|f| f.reads_ret())

@@ -31,5 +31,6 @@ mod reach;
 mod records;
 mod retval;
 mod shapes;
+mod stacks;
 mod why;
 mod wide;

@@ -118,6 +118,11 @@ const FIXTURES: &[Def] = &[
           &["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-I{src}"]),
     plain("plain", &["plain.c", "fixture.h"], Tool::Cc, C),
     plain("retval", &["retval.c", "fixture.h"], Tool::Cc, C),
+    // The same callers with and without frame pointers (--stack).
+    plain("stacks_fp", &["stacks.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-fno-omit-frame-pointer"]),
+    plain("stacks_nofp", &["stacks.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-fomit-frame-pointer"]),
     plain("faults", &["faults.c", "fixture.h"], Tool::Cc, C),
     plain("wide", &["wide.c", "fixture.h"], Tool::Cc, C),
     // Its nested plan costs ~10x its work: see the source.
