@@ -476,6 +476,7 @@ pub fn measure(verbose: bool) -> Result<Measured> {
     let live = Live {
         pid: Some(std::process::id()),
         probe_time: Vec::new(),
+        held_back: Default::default(),
     };
     let mut tracer = Tracer::attach(&mut storage, &plan, &live, verbose, &attached)
         .context("cannot attach the probe-time calibration")?;

@@ -369,7 +369,10 @@ pub struct TraceArgs {
     /// processes used (the wall time of one thread when no process is
     /// named). Over it, call sites are detached, the deepest first, then
     /// the dearest (calls x price); the report says which, when and why.
-    /// A traced function's own probes are never detached. Default 10 for
+    /// A plan of more than 300 call sites starts with none attached and
+    /// attaches them, a few at a time, as the estimates show room (the
+    /// report says from when each counts). A traced function's own probes
+    /// are never detached. Default 10 for
     /// `nested`, none for `latency`; 0 turns the budget off
     #[arg(long, value_name = "PCT", value_parser = parse_pct, allow_negative_numbers = true)]
     pub max_overhead: Option<f64>,

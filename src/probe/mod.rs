@@ -83,6 +83,10 @@ pub struct Live {
     /// Per id: the probes' own time the kernel subtracts (empty: none, as
     /// with `--raw`). See `crate::calibrate`.
     pub probe_time: Vec<ProbeTime>,
+    /// Call-site slots whose probes are not attached at the start: the
+    /// overhead budget attaches them when an estimate shows room
+    /// (`Tracer::resume_site`).
+    pub held_back: std::collections::BTreeSet<u32>,
 }
 
 impl Live {
@@ -92,6 +96,7 @@ impl Live {
         Live {
             pid: spawned.or(plan.pid),
             probe_time,
+            held_back: Default::default(),
         }
     }
 }
@@ -227,6 +232,9 @@ impl<'obj> Tracer<'obj> {
             t.count_in(&counted, plan.settings.follow)?;
         }
         t.fill_site_nodes(plan)?;
+        for &slot in &live.held_back {
+            t.stop_site(plan, slot);
+        }
         t.fill_tail_pairs(plan)?;
         t.fill_probe_time(&live.probe_time)?;
         t.fill_filters(plan)?;
@@ -236,7 +244,7 @@ impl<'obj> Tracer<'obj> {
         if plan.settings.cpu {
             t.attach_scheduler()?;
         }
-        t.attach_uprobes(plan, &groups, attached)?;
+        t.attach_uprobes(plan, &groups, attached, &live.held_back)?;
         if plan.syscalls().next().is_some() {
             t.attach_syscalls(plan)?;
         }

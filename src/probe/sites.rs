@@ -124,9 +124,39 @@ impl<'obj> Tracer<'obj> {
         }
     }
 
-    /// Times site `slot` again: its probes attached as at the start (the
-    /// ends first, then the call), then its nodes put back.
+    /// Times site `slot` (again, or from now on when it was held back at
+    /// the start): its probes attached as at the start (the ends first,
+    /// then the call), then its nodes put back.
     pub fn resume_site(&mut self, plan: &Plan, slot: u32) -> Result<()> {
+        self.attach_site(plan, slot, |_| true)?;
+        for (key, node) in encode::site_nodes(plan)
+            .into_iter()
+            .filter(|&(key, _)| (key >> 32) as u32 == slot)
+        {
+            self.skel
+                .maps
+                .site_nodes
+                .update(&key.to_ne_bytes(), &node.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot time a call site again: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the probe on the call of site `slot` alone, its nodes left
+    /// out: it then only ends the site before it (`exit_first`), which is
+    /// timed while this one is not.
+    pub fn attach_site_calls(&mut self, plan: &Plan, slot: u32) -> Result<()> {
+        self.attach_site(plan, slot, |p| matches!(p, Program::Site | Program::GoSite))
+    }
+
+    /// Attaches the probes of site `slot` whose program is `which` and
+    /// that are not attached now, in their order of activation.
+    fn attach_site(
+        &mut self,
+        plan: &Plan,
+        slot: u32,
+        which: impl Fn(Program) -> bool,
+    ) -> Result<()> {
         let Some(site) = self.sites.get(&slot) else {
             return Ok(());
         };
@@ -134,7 +164,7 @@ impl<'obj> Tracer<'obj> {
         let mut groups: Vec<LinkGroup> = site
             .groups
             .iter()
-            .filter(|g| !attached.contains(&g.program))
+            .filter(|g| which(g.program) && !attached.contains(&g.program))
             .cloned()
             .collect();
         groups.sort_by_key(|g| g.program.activation_rank());
@@ -147,16 +177,6 @@ impl<'obj> Tracer<'obj> {
         }
         // Refused at the start already, and said then.
         self.refused.truncate(refused);
-        for (key, node) in encode::site_nodes(plan)
-            .into_iter()
-            .filter(|&(key, _)| (key >> 32) as u32 == slot)
-        {
-            self.skel
-                .maps
-                .site_nodes
-                .update(&key.to_ne_bytes(), &node.to_ne_bytes(), MapFlags::ANY)
-                .map_err(|e| anyhow!("cannot time a call site again: {e}"))?;
-        }
         Ok(())
     }
 }

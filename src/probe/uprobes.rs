@@ -19,12 +19,14 @@ use crate::plan::Plan;
 impl<'obj> Tracer<'obj> {
     /// One link per group where the kernel has uprobe_multi, one per probe
     /// otherwise; call-site probes one group per site (`LinkGroup::
-    /// per_slot`), kept apart so that a site can be detached alone.
+    /// per_slot`), kept apart so that a site can be detached alone; those
+    /// of the slots `held_back` are kept for later, not attached.
     pub(super) fn attach_uprobes(
         &mut self,
         plan: &Plan,
         groups: &[LinkGroup],
         attached: &AtomicUsize,
+        held_back: &std::collections::BTreeSet<u32>,
     ) -> Result<()> {
         // Following forks, probes fire in every process and the BPF side
         // keeps only the followed ones: a fork is not known in advance.
@@ -50,6 +52,10 @@ impl<'obj> Tracer<'obj> {
         // entries go live last, in every object.
         for g in groups {
             for (slot, part) in g.per_slot() {
+                if let Some(slot) = slot.filter(|s| held_back.contains(s)) {
+                    self.sites.entry(slot).or_default().groups.push(part);
+                    continue;
+                }
                 let links = self.attach_group(plan, &part, attached)?;
                 match slot {
                     Some(slot) => {

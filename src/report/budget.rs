@@ -1,16 +1,13 @@
 //! What `--max-overhead` did in a run: the overhead tachy estimated, the
 //! call sites it shed to keep within the budget (when, why, dropped or
 //! timed in a share of each second), and whether the traced functions'
-//! own probes alone were over it. Rendered as lines after the text report
-//! and as the `overhead` object of a JSON report.
+//! own probes alone were over it, and the sites held back at the start
+//! (timed from a later moment on, or not at all). Rendered as lines after
+//! the text report and as the `overhead` object of a JSON report.
 
 use std::io::{self, Write};
 
 use serde_json::{json, Value};
-
-/// With a budget, a plan of more call sites than this times the first
-/// ones by depth at the start, and drops the others.
-pub const TIMED_AT_START: usize = 512;
 
 /// The overhead budget of a run, as its reports say it.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -25,6 +22,19 @@ pub struct BudgetNote {
     /// The traced functions' own probes alone were estimated over the
     /// budget (their estimate, in percent): they are never shed.
     pub bare_over: Option<f64>,
+    /// The call sites held back at the start: timed from a later moment
+    /// on (their counts are from then), or never.
+    pub late: Vec<LateSite>,
+}
+
+/// A call site held back at the start, until an estimate showed room.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LateSite {
+    pub name: String,
+    pub site: Option<String>,
+    pub level: u32,
+    /// Seconds into the run it was attached at (None: it never was).
+    pub from_s: Option<f64>,
 }
 
 /// One call site shed to keep within the budget.
@@ -50,8 +60,6 @@ pub enum Why {
     Estimate(f64),
     /// The site it is under was shed: its probes time nothing without it.
     WithParent,
-    /// The plan had this many sites, more than a budget starts with.
-    TooMany(usize),
 }
 
 impl ShedSite {
@@ -99,9 +107,6 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
                 continue;
             }
             Why::Estimate(p) => format!("estimated {p:.1}% > {}%", trim(n.max_pct)),
-            Why::TooMany(k) => {
-                format!("{k} call sites planned, more than {TIMED_AT_START} timed at the start")
-            }
         };
         writeln!(w, "  {what} at {:.1} s ({why}): {}", s.at_s, s.label())?;
     }
@@ -111,6 +116,42 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
             "  {what} at {:.1} s with the sites above them: {k} call site{} under them",
             tenth as f64 / 10.0,
             if k == 1 { "" } else { "s" }
+        )?;
+    }
+    render_late(n, w)
+}
+
+/// The lines of the sites held back at the start: how many were attached
+/// at each moment (counted from then on), and how many never were.
+fn render_late(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
+    let plural = |k: usize| if k == 1 { "" } else { "s" };
+    let mut at: Vec<(u64, usize)> = Vec::new();
+    let mut never = 0;
+    for l in &n.late {
+        match l.from_s {
+            Some(s) => {
+                let tenth = (s * 10.0).round() as u64;
+                match at.iter_mut().find(|(t, _)| *t == tenth) {
+                    Some(a) => a.1 += 1,
+                    None => at.push((tenth, 1)),
+                }
+            }
+            None => never += 1,
+        }
+    }
+    for (tenth, k) in at {
+        writeln!(
+            w,
+            "  timed from {:.1} s on, when an estimate showed room (their counts start then): {k} call site{} held back at the start",
+            tenth as f64 / 10.0,
+            plural(k)
+        )?;
+    }
+    if never > 0 {
+        writeln!(
+            w,
+            "  not timed: {never} call site{} held back at the start, never within the budget (--max-overhead 0 times them all)",
+            plural(never)
         )?;
     }
     Ok(())
@@ -139,11 +180,16 @@ pub fn json_value(n: &BudgetNote) -> Value {
             "why": match s.why {
                 Why::Estimate(_) => "estimate",
                 Why::WithParent => "with_parent",
-                Why::TooMany(_) => "too_many_sites",
             },
             "estimated_pct": match s.why { Why::Estimate(p) => Some(p), _ => None },
             "action": if s.sampled.is_some() { "sampled" } else { "dropped" },
             "share": s.sampled,
+        })).collect::<Vec<_>>(),
+        "late": n.late.iter().map(|l| json!({
+            "name": l.name,
+            "site": l.site,
+            "level": l.level,
+            "from_s": l.from_s,
         })).collect::<Vec<_>>(),
     })
 }
@@ -192,18 +238,41 @@ mod tests {
                 },
             ],
             bare_over: None,
+            late: vec![
+                LateSite {
+                    name: "deep".into(),
+                    site: None,
+                    level: 2,
+                    from_s: Some(0.31),
+                },
+                LateSite {
+                    name: "deeper".into(),
+                    site: None,
+                    level: 3,
+                    from_s: None,
+                },
+            ],
         };
         let mut out = Vec::new();
         render_text(&n, &mut out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             String::from_utf8_lossy(&out),
-            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n  dropped at 1.0 s with the sites above them: 2 call sites under them\n"
+            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n  dropped at 1.0 s with the sites above them: 2 call sites under them\n  timed from 0.3 s on, when an estimate showed room (their counts start then): 1 call site held back at the start\n  not timed: 1 call site held back at the start, never within the budget (--max-overhead 0 times them all)\n"
         );
+        assert_eq!(v_late(&n), (Some(0.31), None));
         let v = json_value(&n);
         assert_eq!(v["shed"][0]["action"], "dropped");
         assert_eq!(v["shed"][1]["share"], 0.25);
         assert_eq!(v["shed"][3]["name"], "leaf3");
         assert_eq!(v["shed"][3]["why"], "with_parent");
         assert_eq!(v["max_pct"], 10.0);
+    }
+
+    fn v_late(n: &BudgetNote) -> (Option<f64>, Option<f64>) {
+        let v = json_value(n);
+        (
+            v["late"][0]["from_s"].as_f64(),
+            v["late"][1]["from_s"].as_f64(),
+        )
     }
 }

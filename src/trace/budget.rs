@@ -1,8 +1,10 @@
-//! `--max-overhead`: each second, what the probes added to the traced
-//! threads' time is estimated from the calls counted in that second and
-//! each node's calibrated price per call (`crate::calibrate`: what its
-//! probes add to the thread that takes them), against the CPU time the
-//! traced processes used in that second (`/proc/PID/task/*/schedstat`,
+//! `--max-overhead`: each second (for a plan of more than [`HOLD_OVER`]
+//! sites, 0.1 s into the run, then at intervals that double up to a second
+//! while the estimates stay calm), what the probes added to the traced
+//! threads' time is estimated from the calls counted since the last
+//! estimate and each node's calibrated price per call
+//! (`crate::calibrate`: what its probes add to the thread that takes
+//! them), against the CPU time the traced processes used meanwhile (`/proc/PID/task/*/schedstat`,
 //! which includes the time the kernel spends on their breakpoints; with
 //! no process to read, the wall time of one thread). When the estimate
 //! crosses the budget, call sites are shed, the deepest first and then by
@@ -13,8 +15,8 @@
 //! is said once and tracing goes on.
 //!
 //! It knows nothing of how the run loop reads or reports: the loop hands it
-//! each read's counts ([`Budget::add`]) and calls [`Budget::tick`] once a
-//! second and [`Budget::step`] each turn.
+//! each read's counts ([`Budget::add`]) and calls [`Budget::tick`] when it
+//! is due ([`Budget::due`]) and [`Budget::step`] each turn.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -22,12 +24,34 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use crate::plan::{Plan, ProbeKind};
-use crate::probe::Tracer;
-use crate::report::budget::{BudgetNote, ShedSite, Why, TIMED_AT_START};
+use crate::probe::{ProcessGone, Tracer};
+use crate::report::budget::{BudgetNote, LateSite, ShedSite, Why};
 use crate::report::Counts;
 
-/// How often the overhead is estimated.
+/// With sites held back ([`HOLD_OVER`]): how soon the overhead is first
+/// estimated, and again after an estimate that attached or shed sites or
+/// saw little work, so that a workload of a fraction of a second gets its
+/// sites. Each calm estimate doubles the interval, up to [`EVERY`].
+const FIRST: Duration = Duration::from_millis(100);
+/// How often the overhead is estimated: always, for a plan that starts
+/// whole (its first second costs at most [`HOLD_OVER`] sites, and a short
+/// run of it is timed whole), and once calm for one that does not.
 const EVERY: Duration = Duration::from_secs(1);
+/// A plan of more call sites than this holds them all back at the start,
+/// and attaches them as estimates show room: the hundreds of sites of a
+/// real function at depth 2 cost many times the work for as long as they
+/// are attached, and detaching them takes the kernel a while (sqlite3_step
+/// at depth 2, 512 sites: the workload ran 19x its untraced time when
+/// they were all attached until the first estimate, 10x with estimates
+/// from 0.1 s on and only the deeper sites held back, because an early
+/// estimate of little work let 423 of them in at once). Smaller plans
+/// start whole, so that a short run still gets every site: 300 is where
+/// `tachy nested` without a budget warns that a plan is many sites.
+pub const HOLD_OVER: usize = 300;
+/// At most this many held-back sites are attached at one estimate; the
+/// next estimate, due at once, checks them before more go in, so that a
+/// wrong guess costs the detaching of a few sites, not of hundreds.
+const ADMIT_AT_ONCE: usize = 16;
 /// How long the probes that end a shed site stay after its call's probe
 /// has gone, so that the calls in flight end as timed.
 const ENDS_LINGER: Duration = Duration::from_millis(100);
@@ -72,6 +96,8 @@ fn cpu_ns(pid: u32) -> Option<u64> {
 enum State {
     Timed,
     Dropped,
+    /// Not attached yet: held back at the start ([`HOLD_OVER`]).
+    Held,
 }
 
 /// The budget of one run, and what it shed.
@@ -82,6 +108,8 @@ pub struct Budget {
     clock: Clock,
     start: Instant,
     next: Instant,
+    /// From one estimate to the next: [`FIRST`], doubled up to [`EVERY`].
+    interval: Duration,
     last_ns: Option<u64>,
     /// Per node id: calls counted since the last tick.
     calls: Vec<u64>,
@@ -96,7 +124,13 @@ pub struct Budget {
     /// Slots whose end probes go at the time given.
     ends_due: Vec<(Instant, u32)>,
     note: BudgetNote,
-    /// `-v`: each second's estimate is said.
+    /// The sites of the slots held back, as the note names them.
+    held: BTreeMap<u32, Vec<LateSite>>,
+    /// Attaching a held-back site failed: no more are.
+    admit_failed: bool,
+    /// Sites were held back at the start (estimates then start early).
+    held_any: bool,
+    /// `-v`: each estimate is said.
     pub verbose: bool,
 }
 
@@ -141,10 +175,25 @@ fn overhead_pct(probes: f64, used: f64) -> f64 {
 }
 
 impl Budget {
+    /// The call-site slots of `plan` that a budget holds back at the
+    /// start: with more than [`HOLD_OVER`] sites, all of them.
+    pub fn held_at_start(plan: &Plan) -> BTreeSet<u32> {
+        match plan.sites.len() > HOLD_OVER {
+            true => plan.sites.iter().map(|n| n.slot).collect(),
+            false => BTreeSet::new(),
+        }
+    }
+
     /// The budget `max_pct` of a run of `plan`, with `price` per node id
     /// (ns one call adds), the traced threads those of `pids` (none: the
-    /// wall time of one thread).
-    pub fn new(plan: &Plan, max_pct: f64, price: Vec<u64>, pids: Vec<u32>) -> Budget {
+    /// wall time of one thread), the slots `held` not attached yet.
+    pub fn new(
+        plan: &Plan,
+        max_pct: f64,
+        price: Vec<u64>,
+        pids: Vec<u32>,
+        held: &BTreeSet<u32>,
+    ) -> Budget {
         let now = Instant::now();
         let clock = match pids.is_empty() {
             true => Clock::Wall,
@@ -166,18 +215,43 @@ impl Budget {
                 _ => None,
             })
             .collect();
+        let held_sites = held
+            .iter()
+            .map(|&slot| {
+                let sites = nodes.get(&slot).into_iter().flatten().map(|&i| {
+                    let n = &plan.sites[i];
+                    LateSite {
+                        name: n.site.name.clone(),
+                        site: n.site.location.clone(),
+                        level: n.level,
+                        from_s: None,
+                    }
+                });
+                (slot, sites.collect())
+            })
+            .collect();
         Budget {
             max_pct,
             last_ns: clock.now_ns(now, now),
             clock,
             price,
             start: now,
-            next: now + EVERY,
+            next: now + if held.is_empty() { EVERY } else { FIRST },
+            interval: if held.is_empty() { EVERY } else { FIRST },
             calls: vec![0; plan.ids() as usize],
             run_probes: 0.0,
             run_used: 0.0,
-            state: nodes.keys().map(|&s| (s, State::Timed)).collect(),
+            state: nodes
+                .keys()
+                .map(|&s| match held.contains(&s) {
+                    true => (s, State::Held),
+                    false => (s, State::Timed),
+                })
+                .collect(),
             nodes,
+            held: held_sites,
+            admit_failed: false,
+            held_any: !held.is_empty(),
             ends_previous,
             ends_due: Vec::new(),
             note: BudgetNote {
@@ -186,32 +260,6 @@ impl Budget {
             },
             verbose: false,
         }
-    }
-
-    /// A plan of more call sites than [`TIMED_AT_START`] times the first
-    /// ones by depth and drops the rest before the run starts.
-    pub fn start(&mut self, plan: &Plan, tracer: &mut Tracer) -> Result<()> {
-        let n = plan.sites.len();
-        if n <= TIMED_AT_START {
-            return Ok(());
-        }
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| (plan.sites[i].level, i));
-        let kept: BTreeSet<u32> = order[..TIMED_AT_START]
-            .iter()
-            .map(|&i| plan.sites[i].slot)
-            .collect();
-        let drop: Vec<u32> = self
-            .nodes
-            .keys()
-            .copied()
-            .filter(|s| !kept.contains(s))
-            .collect();
-        eprintln!(
-            "tachy: {n} call sites planned: the first {TIMED_AT_START} by depth are timed, {} dropped (--max-overhead 0 times them all)",
-            drop.len()
-        );
-        self.shed(plan, tracer, &drop, Why::TooMany(n), Instant::now())
     }
 
     /// Whether the overhead is to be estimated now.
@@ -237,10 +285,22 @@ impl Budget {
         });
     }
 
-    /// Once a second: estimates the overhead of the second gone, and sheds
-    /// call sites when it is over the budget.
+    /// Estimates the overhead since the last estimate and sheds call sites
+    /// when it is over the budget; sets when the next estimate is due.
     pub fn tick(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<()> {
-        self.next = now + EVERY;
+        let calm = self.estimate(plan, now, tracer)?;
+        self.interval = match (self.held_any, calm) {
+            (false, _) => EVERY,
+            (true, true) => (self.interval * 2).min(EVERY),
+            (true, false) => FIRST,
+        };
+        self.next = now + self.interval;
+        Ok(())
+    }
+
+    /// The estimate of [`Budget::tick`]: true when it saw work within the
+    /// budget (the next can wait longer), false when it saw none or shed.
+    fn estimate(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<bool> {
         let calls = std::mem::replace(&mut self.calls, vec![0; plan.ids() as usize]);
         let total = self.clock.now_ns(self.start, now);
         let used = match (total, self.last_ns) {
@@ -251,7 +311,7 @@ impl Budget {
         let cost = |id: usize| calls[id] as f64 * self.price.get(id).copied().unwrap_or(0) as f64;
         let probes: f64 = (0..calls.len()).map(cost).sum();
         if used <= 0.0 {
-            return Ok(());
+            return Ok(false);
         }
         self.run_probes += probes;
         self.run_used += used;
@@ -264,12 +324,21 @@ impl Budget {
                 used / 1e6
             );
         }
-        if pct <= self.max_pct {
-            return Ok(());
-        }
         let work = (used - probes).max(used / 50.0);
         let allowed = self.max_pct / 100.0 * work;
         let items = plan.items.len();
+        // Calm: the traced functions ran, their threads were busy for a
+        // tenth of the interval at least, and nothing changed.
+        let busy =
+            calls[..items].iter().any(|&n| n > 0) && used >= self.interval.as_nanos() as f64 / 10.0;
+        if pct <= self.max_pct {
+            // An estimate of little work says little of the room.
+            let admitted = match busy {
+                true => self.admit(plan, tracer, &calls, allowed - probes, now)?,
+                false => 0,
+            };
+            return Ok(busy && admitted == 0);
+        }
         let bare: f64 = (0..items).map(cost).sum();
         if bare > allowed && self.note.bare_over.is_none() {
             let p = overhead_pct(bare, used);
@@ -299,7 +368,7 @@ impl Budget {
                 t.elapsed().as_millis()
             );
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Sheds `slots`, and the slots under them that time nothing without
@@ -359,7 +428,7 @@ impl Budget {
             }
             // The next slot's call was kept only to end this one.
             if self.ends_previous.contains(&(slot + 1))
-                && self.state.get(&(slot + 1)) == Some(&State::Dropped)
+                && self.state.get(&(slot + 1)) != Some(&State::Timed)
             {
                 tracer.detach_site_calls(slot + 1);
             }
@@ -379,9 +448,108 @@ impl Budget {
         Ok(())
     }
 
+    /// Attaches the held-back sites that the estimate has room for
+    /// (`room_ns` of probe time over the last interval), the shallowest
+    /// and then the cheapest first, at most [`ADMIT_AT_ONCE`], each priced
+    /// at one hit per call of the node above it in that interval (a site
+    /// whose parent was not timed, or not called, waits). A site in a loop
+    /// costs more than that: the next estimate, due at once, sheds it.
+    /// Returns how many were attached.
+    fn admit(
+        &mut self,
+        plan: &Plan,
+        tracer: &mut Tracer,
+        calls: &[u64],
+        room_ns: f64,
+        now: Instant,
+    ) -> Result<usize> {
+        let items = plan.items.len();
+        let timed = |parent: u32| {
+            (parent as usize) < items
+                || plan
+                    .sites
+                    .get(parent as usize - items)
+                    .is_some_and(|p| self.state.get(&p.slot) == Some(&State::Timed))
+        };
+        if self.admit_failed {
+            return Ok(0);
+        }
+        let mut c: Vec<Candidate> = self
+            .nodes
+            .iter()
+            .filter(|(s, _)| self.state.get(s) == Some(&State::Held))
+            .filter_map(|(&slot, ids)| {
+                let (mut hits, mut cost_ns) = (0u64, 0.0);
+                for &i in ids.iter().filter(|&&i| timed(plan.sites[i].parent)) {
+                    let h = calls
+                        .get(plan.sites[i].parent as usize)
+                        .copied()
+                        .unwrap_or(0);
+                    hits += h;
+                    cost_ns += h as f64 * self.price.get(items + i).copied().unwrap_or(0) as f64;
+                }
+                (hits > 0).then(|| Candidate {
+                    slot,
+                    level: ids.iter().map(|&i| plan.sites[i].level).min().unwrap_or(0),
+                    cost_ns,
+                })
+            })
+            .collect();
+        c.sort_by(|a, b| {
+            a.level
+                .cmp(&b.level)
+                .then(a.cost_ns.total_cmp(&b.cost_ns))
+                .then(a.slot.cmp(&b.slot))
+        });
+        let mut spent = 0.0;
+        let mut admitted = 0;
+        let from_s = now.saturating_duration_since(self.start).as_secs_f64();
+        for x in c {
+            if admitted == ADMIT_AT_ONCE {
+                break;
+            }
+            if spent + x.cost_ns > room_ns {
+                continue;
+            }
+            spent += x.cost_ns;
+            let slot = x.slot;
+            if let Err(e) = self.attach_late(plan, tracer, slot) {
+                // Held back they stay, and the run goes on: said unless
+                // the process has just exited.
+                if e.downcast_ref::<ProcessGone>().is_none() {
+                    eprintln!("tachy: call sites held back stay untimed: {e:#}");
+                }
+                self.admit_failed = true;
+                break;
+            }
+            self.state.insert(slot, State::Timed);
+            admitted += 1;
+            for mut l in self.held.remove(&slot).into_iter().flatten() {
+                l.from_s = Some(from_s);
+                self.note.late.push(l);
+            }
+        }
+        if self.verbose && admitted > 0 {
+            eprintln!("tachy: {admitted} call sites held back are timed from now on");
+        }
+        Ok(admitted)
+    }
+
+    /// Attaches the probes of held-back site `slot` and times it.
+    fn attach_late(&mut self, plan: &Plan, tracer: &mut Tracer, slot: u32) -> Result<()> {
+        // Its end is (also) the next slot's call: that goes first.
+        if self.ends_previous.contains(&(slot + 1))
+            && self.state.get(&(slot + 1)) != Some(&State::Timed)
+        {
+            tracer.attach_site_calls(plan, slot + 1)?;
+        }
+        tracer.resume_site(plan, slot)
+    }
+
     /// What the reports say of the budget now.
     pub fn note(&self) -> BudgetNote {
         let mut n = self.note.clone();
+        n.late.extend(self.held.values().flatten().cloned());
         n.estimated_pct =
             (self.run_used > 0.0).then(|| overhead_pct(self.run_probes, self.run_used));
         n

@@ -107,7 +107,7 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
         (true, None) => None,
         _ => calibration(&plan, s.verbose),
     };
-    let live = Live::new(
+    let mut live = Live::new(
         &plan,
         spawned.as_ref().map(|sp| sp.pid),
         match (s.raw, &cal) {
@@ -115,6 +115,11 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
             _ => Vec::new(),
         },
     );
+    // A budget (which needs the prices) attaches the sites of a large
+    // plan as it sees room for them.
+    if s.max_overhead.is_some() && cal.is_some() {
+        live.held_back = Budget::held_at_start(&plan);
+    }
     let mut storage = MaybeUninit::uninit();
     let mut tracer =
         attach(&mut storage, &plan, &live, s.verbose).map_err(|e| exited_while_attaching(&s, e))?;
@@ -233,7 +238,7 @@ fn budget(
     pids.extend(live.pid);
     pids.sort_unstable();
     pids.dedup();
-    let mut b = Budget::new(plan, pct, price, pids);
+    let mut b = Budget::new(plan, pct, price, pids, &live.held_back);
     b.verbose = s.verbose;
     Some(b)
 }

@@ -106,7 +106,7 @@ pub fn run(
 ) -> Result<RunEnd> {
     let mut state = RunState::new(plan, live, opts, limits, tracer, spawned.as_deref())?;
     if let Some(b) = budget {
-        state.set_budget(b, tracer)?;
+        state.set_budget(b);
     }
     loop {
         std::thread::sleep(Duration::from_millis(50));
@@ -182,12 +182,10 @@ impl<'p> RunState<'p> {
     }
 
     /// Keeps the probes' overhead within `budget` from now on: call sites
-    /// are detached when it is crossed (see `super::budget`). A plan of
-    /// more sites than a budget starts with drops the deepest at once.
-    pub fn set_budget(&mut self, mut budget: Budget, tracer: &mut Tracer) -> Result<()> {
-        budget.start(self.plan, tracer)?;
+    /// are detached when it is crossed, and those held back attached when
+    /// there is room (see `super::budget`).
+    pub fn set_budget(&mut self, budget: Budget) {
         self.budget = Some(budget);
-        Ok(())
     }
 
     /// Asks for an interim report on the next turn: everything since the

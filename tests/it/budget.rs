@@ -4,7 +4,9 @@
 //! `tachy nested --depth 2 work` costs about ten times the work. The budget
 //! sheds the leaves (the deepest and dearest sites) within its first
 //! seconds, names them, keeps the other sites' shares of the parent, and
-//! never loses a call of the traced function.
+//! never loses a call of the traced function. wide(i) adds 304 more sites
+//! below level 1, a plan large enough that the budget holds its sites back
+//! at the start and attaches them as it sees room.
 //!
 //! Every test takes the `common::serial()` lock first; those that attach
 //! probes are skipped (with a message) when not run as root.
@@ -63,7 +65,12 @@ fn shares(root: &Value) -> Vec<(String, f64)> {
 /// The calls of work the fixture made are all in the reports: counted,
 /// filtered or left (nothing is shed from the traced function itself).
 fn assert_count_exact(out: &Outcome) {
-    let made = common::counts(&out.fixture_text()).get("work").copied();
+    assert_count_exact_of(out, "work");
+}
+
+/// The calls of `func` the fixture made are all in the reports.
+fn assert_count_exact_of(out: &Outcome, func: &str) {
+    let made = common::counts(&out.fixture_text()).get(func).copied();
     let seen: u64 = out
         .reports()
         .iter()
@@ -171,6 +178,67 @@ fn a_plan_ten_times_its_work_is_shed_to_the_budget() {
             "{site}: {share:.1}% of work with the budget, {was:.1}% without\n{out}\n{kept}"
         );
     }
+}
+
+/// A plan of more than 300 sites (wide at --depth 2: 3 at level 1, 324
+/// below) starts with none: each site is named in the report's `late`
+/// list, with the moment it was attached (its counts start then) or none
+/// if it never was. The level-1 sites go in first, within half a second
+/// (the first estimate is due 0.1 s in), and count at most every call of
+/// wide; no call of wide is lost.
+#[test]
+fn a_wide_plan_holds_its_sites_back_until_there_is_room() {
+    let _guard = common::needs_root!();
+    let out = run_fixture(
+        "nested",
+        &["--json", "--depth", "2", "wide"],
+        FIXTURE,
+        &["3", "400", "wide"],
+        &[],
+    );
+    out.assert_success();
+    assert_count_exact_of(&out, "wide");
+    let rep = out.single_report();
+    let root = &rep["roots"][0];
+    assert_eq!(name(root), "wide", "{out}");
+    let mut all: Vec<String> = Vec::new();
+    let mut below = 0;
+    for site in kids(root) {
+        assert!(num(site, "count") <= num(root, "count"), "{out}");
+        all.push(name(site).to_string());
+        all.extend(kids(site).iter().map(|s| name(s).to_string()));
+        below += kids(site).len();
+    }
+    assert_eq!(below, 324, "{out}");
+    let late = rep["overhead"]["late"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no late list: {out}"));
+    let mut named: Vec<String> = late.iter().map(|l| name(l).to_string()).collect();
+    all.sort();
+    named.sort();
+    assert_eq!(named, all, "{out}");
+    let from = |n: &str| -> Option<f64> {
+        late.iter()
+            .find(|l| name(l) == n)
+            .and_then(|l| l["from_s"].as_f64())
+    };
+    let mut first = Vec::new();
+    for site in kids(root) {
+        let t1 = from(name(site));
+        first.extend(t1);
+        for kid in kids(site) {
+            match (t1, from(name(kid))) {
+                (_, None) => {}
+                (Some(t1), Some(t2)) => assert!(t2 > t1, "{}: {out}", name(kid)),
+                (None, Some(_)) => panic!("{} timed under an untimed site: {out}", name(kid)),
+            }
+        }
+    }
+    assert!(!first.is_empty(), "{out}");
+    assert!(
+        first.iter().all(|&t| t < 0.5),
+        "level 1 from {first:?}: {out}"
+    );
 }
 
 /// `tachy latency` has no budget unless given one; given one its own
