@@ -532,7 +532,9 @@ pub struct NestedArgs {
     pub hist: bool,
 
     /// Also show the call sites that never ran (the text report hides them and
-    /// says how many; JSON always has them)
+    /// says how many; JSON always has them). With the budget off
+    /// (--max-overhead 0), also what times a plan of more than 512 call
+    /// sites: without it, such a plan is a usage error
     #[arg(long)]
     pub all_sites: bool,
 

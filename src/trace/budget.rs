@@ -27,6 +27,7 @@ use crate::plan::{Plan, ProbeKind};
 use crate::probe::{ProcessGone, Tracer};
 use crate::report::budget::{BudgetNote, LateSite, ShedSite, Why};
 use crate::report::Counts;
+use crate::usage::UsageError;
 
 /// With sites held back ([`HOLD_OVER`]): how soon the overhead is first
 /// estimated, and again after an estimate that attached or shed sites or
@@ -48,6 +49,10 @@ const EVERY: Duration = Duration::from_secs(1);
 /// start whole, so that a short run still gets every site: 300 is where
 /// `tachy nested` without a budget warns that a plan is many sites.
 pub const HOLD_OVER: usize = 300;
+/// With the budget off, a plan of more call sites than this is refused
+/// unless `--all-sites` asks for them all (with a budget, the sites it has
+/// room for are timed).
+pub const MANY_SITES: usize = 512;
 /// At most this many held-back sites are attached at one estimate; the
 /// next estimate, due at once, checks them before more go in, so that a
 /// wrong guess costs the detaching of a few sites, not of hundreds.
@@ -55,6 +60,19 @@ const ADMIT_AT_ONCE: usize = 16;
 /// How long the probes that end a shed site stay after its call's probe
 /// has gone, so that the calls in flight end as timed.
 const ENDS_LINGER: Duration = Duration::from_millis(100);
+
+/// With the budget off (`--max-overhead 0`): a plan of more than
+/// [`MANY_SITES`] call sites is a usage error unless `all_sites`.
+pub fn check_unbudgeted(plan: &Plan, all_sites: bool) -> Result<()> {
+    let n = plan.sites.len();
+    if n <= MANY_SITES || all_sites {
+        return Ok(());
+    }
+    Err(UsageError(format!(
+        "{n} call sites planned with --max-overhead 0: each traced call would pay for every site it passes; --all-sites times them all, a budget (--max-overhead PCT) those it has room for"
+    ))
+    .into())
+}
 
 /// Where the traced threads' time is read.
 enum Clock {

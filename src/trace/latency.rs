@@ -89,7 +89,8 @@ pub fn latency(s: TraceSettings) -> Result<i32> {
     }
     warn_uretprobes(&s, &plan);
     // With a budget, the budget says what it does with many sites.
-    if s.mode.is_nested() && s.max_overhead.is_none() {
+    if let (Some(n), None) = (s.mode.nested(), s.max_overhead) {
+        super::budget::check_unbudgeted(&plan, n.all_sites)?;
         nested::warn_many_sites(&plan);
     }
     let mut spawned = match &target.exe {

@@ -4,7 +4,7 @@
 //! `tachy nested --depth 2 work` costs about ten times the work. The budget
 //! sheds the leaves (the deepest and dearest sites) within its first
 //! seconds, names them, keeps the other sites' shares of the parent, and
-//! never loses a call of the traced function. wide(i) adds 304 more sites
+//! never loses a call of the traced function. wide(i) adds 512 more sites
 //! below level 1, a plan large enough that the budget holds its sites back
 //! at the start and attaches them as it sees room.
 //!
@@ -180,7 +180,7 @@ fn a_plan_ten_times_its_work_is_shed_to_the_budget() {
     }
 }
 
-/// A plan of more than 300 sites (wide at --depth 2: 3 at level 1, 324
+/// A plan of more than 300 sites (wide at --depth 2: 3 at level 1, 532
 /// below) starts with none: each site is named in the report's `late`
 /// list, with the moment it was attached (its counts start then) or none
 /// if it never was. The level-1 sites go in first, within half a second
@@ -209,7 +209,7 @@ fn a_wide_plan_holds_its_sites_back_until_there_is_room() {
         all.extend(kids(site).iter().map(|s| name(s).to_string()));
         below += kids(site).len();
     }
-    assert_eq!(below, 324, "{out}");
+    assert_eq!(below, 532, "{out}");
     let late = rep["overhead"]["late"]
         .as_array()
         .unwrap_or_else(|| panic!("no late list: {out}"));
@@ -239,6 +239,46 @@ fn a_wide_plan_holds_its_sites_back_until_there_is_room() {
         first.iter().all(|&t| t < 0.5),
         "level 1 from {first:?}: {out}"
     );
+}
+
+/// With the budget off, a plan of more than 512 sites (wide at --depth 2:
+/// 535) is a usage error of one line that names --all-sites (exit 2, the
+/// command never started); with --all-sites every site is timed on every
+/// call: each tiny site counts every call of wide.
+#[test]
+fn a_plan_of_more_than_512_sites_without_a_budget_asks_for_all_sites() {
+    let _guard = common::needs_root!();
+    let off = ["--json", "--depth", "2", "--max-overhead", "0"];
+    let out = run_fixture(
+        "nested",
+        &[&off[..], &["wide"]].concat(),
+        FIXTURE,
+        &["1", "400", "wide"],
+        &[],
+    );
+    assert_eq!(out.code(), Some(2), "{out}");
+    out.assert_no_panic();
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("535 call sites") && first.contains("--all-sites"),
+        "{out}"
+    );
+    assert!(out.reports().is_empty(), "{out}");
+
+    let all = [&off[..], &["--all-sites", "wide"]].concat();
+    let out = run_fixture("nested", &all, FIXTURE, &["1", "400", "wide"], &[]);
+    out.assert_success();
+    assert_count_exact_of(&out, "wide");
+    let rep = out.single_report();
+    let root = &rep["roots"][0];
+    let many = kids(root)
+        .iter()
+        .find(|s| name(s) == "many")
+        .unwrap_or_else(|| panic!("no many in {out}"));
+    assert_eq!(kids(many).len(), 512, "{out}");
+    for tiny in kids(many) {
+        assert_eq!(num(tiny, "count"), num(root, "count"), "{out}");
+    }
 }
 
 /// `tachy latency` has no budget unless given one; given one its own
