@@ -39,6 +39,8 @@ pub enum FuncAction {
     Write,
     /// Back to the profile.
     Leave,
+    /// Open the one-line prompt, with this text in it.
+    Ask(super::ui::Ask, String),
 }
 
 /// One row of the view: a source line, or a call site on it.
@@ -69,6 +71,8 @@ pub struct FuncView {
     pub ended: bool,
     /// A one-line message (why Enter did nothing, where `w` wrote).
     pub message: Option<String>,
+    /// `h`: the histogram of the selected row's node replaces the rows.
+    pub show_hist: bool,
 }
 
 impl FuncView {
@@ -115,9 +119,20 @@ impl FuncView {
             self.selected = at;
             return FuncAction::None;
         }
+        let req = self.request.as_ref();
         match key {
             Key::Char('r') => return FuncAction::Reset,
             Key::Char('w') => return FuncAction::Write,
+            Key::Char('f') => {
+                let now = req.and_then(|r| r.filter.clone()).unwrap_or_default();
+                return FuncAction::Ask(super::ui::Ask::Filter, now);
+            }
+            Key::Char('s') => {
+                let now = req.and_then(|r| r.slower_than.clone()).unwrap_or_default();
+                return FuncAction::Ask(super::ui::Ask::Slower, now);
+            }
+            Key::Char('h') => self.show_hist = !self.show_hist,
+            Key::Esc if self.show_hist => self.show_hist = false,
             Key::Esc => {
                 if self.path.pop().is_none() {
                     return FuncAction::Leave;
@@ -166,6 +181,50 @@ impl FuncView {
         self.request = Some(next.clone());
         self.message = Some("probes added: counters restarted".into());
         FuncAction::Replan(next)
+    }
+
+    /// The node the selected row shows: its call site, else the node shown.
+    pub fn selected_node(&self) -> Option<u32> {
+        let row = self.rows().get(self.selected).and_then(|r| r.site);
+        row.or_else(|| self.current())
+    }
+
+    /// `h`: the `--hist` table of the selected node's counted calls, as
+    /// `tachy nested --hist` prints a call site's (from its first row that
+    /// counts a call), under a title line.
+    pub fn hist_lines(&self) -> Vec<String> {
+        let (Some(s), Some(id)) = (self.started.as_ref(), self.selected_node()) else {
+            return vec!["nothing traced yet".into()];
+        };
+        let name = s
+            .plan
+            .node(id)
+            .map_or("?".to_string(), |n| n.name().to_string());
+        let Some(t) = self.tree.as_ref() else {
+            return vec![format!("histogram of {name}: waiting for the first report")];
+        };
+        let mut buf = Vec::new();
+        let slots = t
+            .hists
+            .get(id as usize)
+            .map_or(Vec::new(), |h| h.log2_slots());
+        let unit = t.report.unit;
+        let _ = crate::report::fmt::print_log2_hist(&slots, unit.word(), &mut buf);
+        let calls = tree_node(&s.plan, t, id).map_or(0, |n| n.timed_calls());
+        let mut out = vec![format!(
+            "histogram of {name}: {calls} calls timed  (h or Esc: back)"
+        )];
+        if buf.is_empty() {
+            out.push("no call timed yet".into());
+        }
+        // The table's rows below the first that counts a call are left
+        // out: on a screen of 24 lines, the rows that hold calls fit.
+        let empty = slots.iter().take_while(|&&n| n == 0).count();
+        let text = String::from_utf8_lossy(&buf);
+        let mut lines = text.lines().map(String::from);
+        out.extend(lines.next());
+        out.extend(lines.skip(empty));
+        out
     }
 
     /// The breadcrumb: the traced function, then each callee drilled into.
@@ -248,14 +307,20 @@ impl FuncView {
             ]),
             head,
         );
-        self.draw_rows(f, body);
+        if self.show_hist {
+            let lines: Vec<Line> = self.hist_lines().into_iter().map(Line::from).collect();
+            f.render_widget(Paragraph::new(lines), body);
+        } else {
+            self.draw_rows(f, body);
+        }
         let mut lines: Vec<Line> = self.said.iter().map(|s| Line::from(s.as_str())).collect();
         if self.ended {
             lines.push(Line::from("tracing ended"));
         }
         f.render_widget(Paragraph::new(lines), said);
         let help = self.message.clone().unwrap_or_else(|| {
-            "Enter drill  Esc back  r reset  w write json  Up/Down move  q quit".into()
+            "Enter drill  Esc up  f filter  s slower  h hist  > pick  r reset  w json  q quit"
+                .into()
         });
         f.render_widget(Paragraph::new(help), foot);
     }

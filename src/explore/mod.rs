@@ -41,9 +41,14 @@ Keys of a function's view (its source, each call line with its calls per
 call, average and share of the function's time, as tachy nested counts
 them): Enter on a call line drills into the callee (its probes are added
 and the counters restart), Esc goes back up (at the top: to the first
-screen), r resets the counters, w writes the tree as tachy nested --json
-prints it to tachy-explore-PID-N.json. q or Ctrl-C quits; quitting,
-SIGTERM and SIGHUP detach every probe and leave the process running.";
+screen), f sets an argument filter (as --filter), s a duration filter
+(as --slower-than: only slower calls are counted and broken down), both
+restarting the counters; h shows the histogram of the selected call site
+or function (as --hist prints it), r resets the counters, w writes the
+tree as tachy nested --json prints it to tachy-explore-PID-N.json. On
+both screens > picks any function of the process by fuzzy search and
+opens its view. q or Ctrl-C quits; quitting,
+SIGHUP detach every probe and leave the process running.";
 
 /// `tachy explore`'s arguments.
 #[derive(Args, Debug)]
@@ -256,6 +261,7 @@ fn key_of(k: crossterm::event::KeyEvent) -> Option<Key> {
         KeyCode::Enter => Key::Enter,
         KeyCode::Esc => Key::Esc,
         KeyCode::Tab => Key::Tab,
+        KeyCode::Backspace => Key::Backspace,
         KeyCode::Char(c) => Key::Char(c),
         _ => return None,
     })
@@ -347,6 +353,39 @@ fn write_tree(pid: u32, view: &func::FuncView) -> String {
     }
 }
 
+/// Every function of the objects the process maps, for `>`: from
+/// tachy's symbol index of each, named as `tachy list` names them.
+fn symbol_index(pid: u32) -> Vec<ui::Pickable> {
+    let mut out = Vec::new();
+    let Ok(all) = crate::symbols::Pattern::parse("*") else {
+        return out;
+    };
+    let mut seen = std::collections::HashSet::new();
+    for m in crate::target::exec_mappings(pid).unwrap_or_default() {
+        let o = &m.object;
+        if !seen.insert(o.display.clone()) {
+            continue;
+        }
+        let Ok(elf) = crate::symbols::ElfObject::open(&o.display, &o.open_path) else {
+            continue;
+        };
+        let Ok(found) = crate::symbols::find(&elf, &all) else {
+            continue;
+        };
+        let object = o
+            .display
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.extend(found.functions.into_iter().map(|f| ui::Pickable {
+            name: f.display_name(),
+            spec: format!("{}:{}", o.display.display(), f.raw),
+            object: object.clone(),
+        }));
+    }
+    out
+}
+
 fn interactive(
     pid: u32,
     func: Option<String>,
@@ -427,6 +466,21 @@ fn interactive(
                     s.stop();
                 }
                 session = Some(session::Session::start(req));
+            }
+            Action::Refilter(req) => match session::check(&req) {
+                Ok(()) => {
+                    if let Some(s) = session.take() {
+                        s.stop();
+                    }
+                    model.refiltered(req.clone());
+                    session = Some(session::Session::start(req));
+                }
+                Err(e) => model.refused(format!("{e:#}")),
+            },
+            Action::Index => {
+                if model.index.is_empty() {
+                    model.index = symbol_index(pid);
+                }
             }
             Action::Reset => {
                 if let Some(s) = session.as_ref() {

@@ -19,6 +19,7 @@ use clap::Parser;
 use crate::cli::{self, TraceSettings};
 use crate::plan::{self, ItemKind, Node, Plan};
 use crate::probe::{self, Live};
+use crate::report::hist::Hist;
 use crate::report::tree::TreeReport;
 use crate::report::{json, Counts, Unit};
 use crate::resolve::Objects;
@@ -34,6 +35,11 @@ pub struct Request {
     pub spec: String,
     /// Raw names of the callees broken down too (`--expand`).
     pub expand: Vec<String>,
+    /// `--filter EXPR`: only calls whose arguments match are counted.
+    pub filter: Option<String>,
+    /// `--slower-than DUR`: only calls this slow are counted and broken
+    /// down.
+    pub slower_than: Option<String>,
 }
 
 impl Request {
@@ -45,6 +51,14 @@ impl Request {
             a.push("--expand".into());
             a.push(e.clone());
         }
+        if let Some(f) = &self.filter {
+            a.push("--filter".into());
+            a.push(f.clone());
+        }
+        if let Some(d) = &self.slower_than {
+            a.push("--slower-than".into());
+            a.push(d.clone());
+        }
         a
     }
 
@@ -53,10 +67,12 @@ impl Request {
         let words: Vec<String> = self
             .args()
             .iter()
-            .map(|w| match w.contains([' ', '(', ')', '<', '>', '*', '&']) {
-                true => format!("'{w}'"),
-                false => w.clone(),
-            })
+            .map(
+                |w| match w.contains([' ', '(', ')', '<', '>', '*', '&', '|', '!', '=']) {
+                    true => format!("'{w}'"),
+                    false => w.clone(),
+                },
+            )
             .collect();
         format!("tachy nested {}", words.join(" "))
     }
@@ -93,6 +109,9 @@ pub struct Tree {
     pub report: TreeReport,
     /// Per node id, p50 and p99 (ns) of its counted calls.
     pub percentiles: Vec<(Option<u64>, Option<u64>)>,
+    /// Per node id, the histogram of its counted calls, which `--hist`
+    /// prints.
+    pub hists: Vec<Hist>,
     /// Seconds counted.
     pub seconds: f64,
 }
@@ -162,24 +181,40 @@ impl Session {
     }
 }
 
-/// The settings `tachy nested` makes of the request's arguments.
+/// The settings `tachy nested` makes of the request's arguments; an error
+/// says what `tachy nested` would of them, on one line.
 fn settings(req: &Request) -> Result<TraceSettings> {
     let mut argv = vec!["tachy".to_string(), "nested".to_string()];
     argv.extend(req.args());
-    let cli = cli::Cli::try_parse_from(&argv).map_err(|e| anyhow::anyhow!("{}", e.kind()))?;
+    let cli = cli::Cli::try_parse_from(&argv).map_err(|e| {
+        let text = e.to_string();
+        let first = text.lines().next().unwrap_or_default();
+        anyhow::anyhow!("{}", first.trim_start_matches("error: "))
+    })?;
     match cli.cmd {
         cli::Command::Nested(a) => a.validate(),
         _ => anyhow::bail!("not a nested command"),
     }
 }
 
-fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Result<()> {
+/// Plans `req` as `tachy nested` would, attaching nothing: what would keep
+/// it from being traced (a filter naming no parameter, a bad duration).
+pub fn check(req: &Request) -> Result<()> {
+    plan_of(req, &mut Objects::default()).map(|_| ())
+}
+
+fn plan_of(req: &Request, objects: &mut Objects) -> Result<(TraceSettings, Plan)> {
     let s = settings(req)?;
-    let mut objects = Objects::default();
     let mut target = TraceTarget::new(&s)?;
     let request = target.request(&s);
-    let plan = target.plan(&request, &mut objects)?;
+    let plan = target.plan(&request, objects)?;
     plan.check_host_arch()?;
+    Ok((s, plan))
+}
+
+fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Result<()> {
+    let mut objects = Objects::default();
+    let (s, plan) = plan_of(req, &mut objects)?;
     probe::check_environment()?;
     let opts = ReportOptions::new(&s);
     let sources = sources(&plan, &mut objects);
@@ -253,9 +288,11 @@ impl Sink for Cumulative {
             .iter()
             .map(|c| percentiles(c, snap.opts.unit))
             .collect();
+        let hists = self.counts.iter().map(|c| c.hist.clone()).collect();
         let _ = self.tx.send(Update::Tree(Tree {
             report,
             percentiles,
+            hists,
             seconds: self.since.elapsed().as_secs_f64(),
         }));
         Ok(())

@@ -6,7 +6,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Paragraph, Row as TableRow, Table, TableState};
+use ratatui::widgets::{Clear, Paragraph, Row as TableRow, Table, TableState};
 use ratatui::Frame;
 
 use super::func::{FuncAction, FuncView};
@@ -26,6 +26,7 @@ pub enum Key {
     Enter,
     Esc,
     Tab,
+    Backspace,
     Char(char),
     /// Ctrl-C.
     Interrupt,
@@ -46,6 +47,9 @@ pub fn moved(key: Key, selected: usize, n: usize) -> Option<usize> {
     })
 }
 
+/// Matches `>` lists at most.
+const PICK_ROWS: usize = 200;
+
 /// What the run loop must do after a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -61,6 +65,87 @@ pub enum Action {
     Write,
     /// Stop timing and go back to the profile.
     Untrace,
+    /// Trace again with another filter, once planning it proved it can
+    /// be traced ([`Model::refiltered`]); else the filter stays as it was.
+    Refilter(Request),
+    /// `>`: the prompt needs the symbol index ([`Model::index`]).
+    Index,
+}
+
+/// What the one-line prompt asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// `f`: an argument filter, in the `--filter` language.
+    Filter,
+    /// `s`: a duration, as `--slower-than` takes it.
+    Slower,
+    /// `>`: a function of the process, by fuzzy search.
+    Pick,
+}
+
+impl Ask {
+    fn label(self) -> &'static str {
+        match self {
+            Ask::Filter => "filter (as --filter; empty: none)> ",
+            Ask::Slower => "slower than (as --slower-than; empty: all)> ",
+            Ask::Pick => "function> ",
+        }
+    }
+}
+
+/// The one-line prompt at the foot of the screen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompt {
+    pub ask: Ask,
+    pub text: String,
+    /// `>`: the selected match.
+    pub selected: usize,
+}
+
+/// A function of the symbol index that `>` can pick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pickable {
+    /// Its demangled name.
+    pub name: String,
+    /// `PATH:RAW`, as tracing takes it.
+    pub spec: String,
+    /// The object's file name.
+    pub object: String,
+}
+
+/// How well `query` matches `name` as a fuzzy search does: every character
+/// of the query in order (case-insensitive), better when they follow each
+/// other, start a word, and the name is short; `None` when they are not
+/// all there.
+pub fn fuzzy_score(query: &str, name: &str) -> Option<i64> {
+    let mut score = 0i64;
+    let mut last: Option<usize> = None;
+    let chars: Vec<char> = name.chars().collect();
+    let mut at = 0;
+    for q in query.chars().filter(|c| !c.is_whitespace()) {
+        let q = q.to_ascii_lowercase();
+        let found = (at..chars.len()).find(|&i| chars[i].to_ascii_lowercase() == q)?;
+        score += 1;
+        if last.is_some_and(|l| l + 1 == found) {
+            score += 8;
+        }
+        if found == 0 || !chars[found - 1].is_alphanumeric() {
+            score += 4;
+        }
+        last = Some(found);
+        at = found + 1;
+    }
+    Some(score * 100 - chars.len() as i64)
+}
+
+/// The best matches of `query` in `index`, best first, at most `max`.
+pub fn fuzzy_matches<'a>(query: &str, index: &'a [Pickable], max: usize) -> Vec<&'a Pickable> {
+    let mut scored: Vec<(i64, &Pickable)> = index
+        .iter()
+        .filter_map(|p| fuzzy_score(query, &p.name).map(|s| (s, p)))
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    scored.into_iter().take(max).map(|(_, p)| p).collect()
 }
 
 /// Which screen is shown.
@@ -85,6 +170,10 @@ pub struct Model {
     pub lost: u64,
     /// A one-line message (why Enter did nothing).
     pub message: Option<String>,
+    /// The one-line prompt, while it is open.
+    pub prompt: Option<Prompt>,
+    /// The functions `>` picks from (loaded on the first `>`).
+    pub index: Vec<Pickable>,
 }
 
 impl Model {
@@ -99,6 +188,8 @@ impl Model {
             seconds: 0.0,
             lost: 0,
             message: None,
+            prompt: None,
+            index: Vec::new(),
         }
     }
 
@@ -108,19 +199,143 @@ impl Model {
 
     pub fn update(&mut self, key: Key) -> Action {
         self.message = None;
+        if self.prompt.is_some() {
+            return self.update_prompt(key);
+        }
         match (&mut self.view, key) {
             (_, Key::Interrupt | Key::Char('q')) => Action::Quit,
+            (_, Key::Char('>')) => {
+                self.ask(Ask::Pick, String::new());
+                Action::Index
+            }
             (View::Func(v), key) => match v.update(key) {
                 FuncAction::None => Action::None,
                 FuncAction::Replan(r) => Action::Replan(r),
                 FuncAction::Reset => Action::Reset,
                 FuncAction::Write => Action::Write,
+                FuncAction::Ask(ask, text) => {
+                    self.ask(ask, text);
+                    Action::None
+                }
                 FuncAction::Leave => {
                     self.view = View::Profile;
                     Action::Untrace
                 }
             },
             (View::Profile, key) => self.update_profile(key),
+        }
+    }
+
+    fn ask(&mut self, ask: Ask, text: String) {
+        self.prompt = Some(Prompt {
+            ask,
+            text,
+            selected: 0,
+        });
+    }
+
+    /// A key while the prompt is open: text is typed, Enter submits it,
+    /// Esc closes it with nothing changed.
+    fn update_prompt(&mut self, key: Key) -> Action {
+        let Some(p) = self.prompt.as_mut() else {
+            return Action::None;
+        };
+        match key {
+            Key::Interrupt => return Action::Quit,
+            Key::Esc => self.prompt = None,
+            Key::Backspace => {
+                p.text.pop();
+                p.selected = 0;
+            }
+            Key::Char(c) => {
+                p.text.push(c);
+                p.selected = 0;
+            }
+            Key::Up | Key::Down | Key::PageUp | Key::PageDown | Key::Home | Key::End => {
+                let n = fuzzy_matches(&p.text, &self.index, PICK_ROWS).len();
+                p.selected = moved(key, p.selected, n).unwrap_or(p.selected);
+            }
+            Key::Enter => {
+                let p = self.prompt.take().unwrap_or(Prompt {
+                    ask: Ask::Pick,
+                    text: String::new(),
+                    selected: 0,
+                });
+                return self.submit(p);
+            }
+            Key::Tab => {}
+        }
+        Action::None
+    }
+
+    /// The prompt's text, submitted.
+    fn submit(&mut self, p: Prompt) -> Action {
+        let text = p.text.trim().to_string();
+        if p.ask == Ask::Pick {
+            let Some(f) = fuzzy_matches(&text, &self.index, PICK_ROWS)
+                .get(p.selected)
+                .copied()
+                .cloned()
+            else {
+                self.message = Some(format!("no function matches {text:?}"));
+                return Action::None;
+            };
+            return self.trace(f.spec, f.name);
+        }
+        let View::Func(v) = &mut self.view else {
+            return Action::None;
+        };
+        let Some(mut req) = v.request.clone() else {
+            return Action::None;
+        };
+        let value = (!text.is_empty()).then(|| text.clone());
+        let bad = match (p.ask, &value) {
+            (Ask::Filter, Some(t)) => crate::plan::filter::Filter::parse(t).err(),
+            (Ask::Slower, Some(t)) => crate::duration::parse_duration(t).err(),
+            _ => None,
+        };
+        if let Some(e) = bad {
+            v.message = Some(format!("{e:#}"));
+            return Action::None;
+        }
+        match p.ask {
+            Ask::Filter => req.filter = value,
+            _ => req.slower_than = value,
+        }
+        if Some(&req) == v.request.as_ref() {
+            return Action::None;
+        }
+        Action::Refilter(req)
+    }
+
+    /// The run loop planned `req` (a new filter): it is traced from now on.
+    pub fn refiltered(&mut self, req: Request) {
+        if let View::Func(v) = &mut self.view {
+            let what = match (&req.filter, &req.slower_than) {
+                (None, None) => "no filter".to_string(),
+                (f, d) => [
+                    f.as_ref().map(|f| format!("filter {f}")),
+                    d.as_ref().map(|d| format!("slower than {d}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", "),
+            };
+            v.request = Some(req);
+            // Nothing is shown of the old probes' counts until the new
+            // ones are attached.
+            v.started = None;
+            v.tree = None;
+            v.message = Some(format!("{what}: counters restarted"));
+        }
+    }
+
+    /// The run loop could not plan a filter: the old one stays.
+    pub fn refused(&mut self, why: String) {
+        match &mut self.view {
+            View::Func(v) => v.message = Some(why),
+            View::Profile => self.message = Some(why),
         }
     }
 
@@ -162,6 +377,8 @@ impl Model {
             pid: self.pid,
             spec,
             expand: Vec::new(),
+            filter: None,
+            slower_than: None,
         };
         self.view = View::Func(Box::new(FuncView::new(req.clone(), shown)));
         Action::Trace(req)
@@ -178,6 +395,50 @@ impl Model {
             View::Profile => self.draw_profile(f, head, body, foot),
             View::Func(v) => v.draw(&self.target, f, f.area()),
         }
+        if let Some(p) = &self.prompt {
+            self.draw_prompt(p, f, foot);
+        }
+    }
+
+    /// The prompt on the last line; `>`'s matches above it.
+    fn draw_prompt(&self, p: &Prompt, f: &mut Frame, foot: Rect) {
+        f.render_widget(Clear, foot);
+        let text = format!("{}{}_", p.ask.label(), p.text);
+        f.render_widget(
+            Paragraph::new(Span::styled(
+                text,
+                Style::new().add_modifier(Modifier::BOLD),
+            )),
+            foot,
+        );
+        if p.ask != Ask::Pick {
+            return;
+        }
+        let matches = fuzzy_matches(&p.text, &self.index, PICK_ROWS);
+        let height = (matches.len() as u16 + 1).min(foot.y);
+        let area = Rect::new(foot.x, foot.y - height, foot.width, height);
+        f.render_widget(Clear, area);
+        let mut lines = vec![Line::from(Span::styled(
+            format!(
+                "{} of {} functions match; Up/Down pick, Enter trace, Esc cancel",
+                matches.len(),
+                self.index.len()
+            ),
+            Style::new().add_modifier(Modifier::REVERSED),
+        ))];
+        let first = p.selected.saturating_sub(height.saturating_sub(2) as usize);
+        for (i, m) in matches.iter().enumerate().skip(first) {
+            let mark = if i == p.selected { "> " } else { "  " };
+            let style = match i == p.selected {
+                true => Style::new().add_modifier(Modifier::BOLD),
+                false => Style::new(),
+            };
+            lines.push(Line::from(Span::styled(
+                format!("{mark}{}  {}", m.name, m.object),
+                style,
+            )));
+        }
+        f.render_widget(Paragraph::new(lines), area);
     }
 
     fn draw_profile(&self, f: &mut Frame, head: Rect, body: Rect, foot: Rect) {
@@ -328,6 +589,12 @@ mod tests {
     }
 
     #[test]
+    fn profile_screen_at_200x50() {
+        let s = screen(&model(), 200, 50);
+        crate::golden::check("src/explore/golden", "profile_200x50.txt", s.as_bytes());
+    }
+
+    #[test]
     fn keys_move_sort_and_trace() {
         let mut m = model();
         assert_eq!(m.rows()[0].shown, "main");
@@ -343,6 +610,8 @@ mod tests {
                 pid: 0,
                 spec: "/bin/app:spin".into(),
                 expand: Vec::new(),
+                filter: None,
+                slower_than: None,
             })
         );
         assert_eq!(m.update(Key::Down), Action::None);
@@ -436,6 +705,7 @@ mod tests {
                 roots: vec![root],
             },
             percentiles: vec![(Some(900), Some(2_900)); 5],
+            hists: Vec::new(),
             seconds: 3.0,
         });
         m
@@ -447,6 +717,106 @@ mod tests {
         let s = screen(&m, 80, 24);
         assert!(s.contains("step  calls 99  avg 9.9 us"), "{s}");
         crate::golden::check("src/explore/golden", "function_80x24.txt", s.as_bytes());
+    }
+
+    #[test]
+    fn function_screen_at_200x50() {
+        let s = screen(&func_model(), 200, 50);
+        crate::golden::check("src/explore/golden", "function_200x50.txt", s.as_bytes());
+    }
+
+    fn type_text(m: &mut Model, text: &str) -> Action {
+        text.chars().for_each(|c| {
+            m.update(Key::Char(c));
+        });
+        m.update(Key::Enter)
+    }
+
+    #[test]
+    fn f_and_s_prompt_for_filters_a_bad_one_changes_nothing() {
+        let mut m = func_model();
+        assert_eq!(m.update(Key::Char('f')), Action::None);
+        assert_eq!(m.prompt.as_ref().map(|p| p.ask), Some(Ask::Filter));
+        assert_eq!(type_text(&mut m, "arg0 <> 1"), Action::None);
+        assert!(m.prompt.is_none());
+        let View::Func(v) = &m.view else { panic!() };
+        assert!(v.message.as_ref().is_some_and(|e| e.contains("arg0 <> 1")));
+        let old = v.request.clone().unwrap();
+        m.update(Key::Char('f'));
+        // Backspace, then Esc: nothing changes.
+        m.update(Key::Char('x'));
+        m.update(Key::Backspace);
+        assert_eq!(m.prompt.as_ref().map(|p| p.text.as_str()), Some(""));
+        assert_eq!(m.update(Key::Esc), Action::None);
+        m.update(Key::Char('f'));
+        let want = Request {
+            filter: Some("arg0 < 3".into()),
+            ..old.clone()
+        };
+        assert_eq!(
+            type_text(&mut m, "arg0 < 3"),
+            Action::Refilter(want.clone())
+        );
+        m.refiltered(want.clone());
+        let View::Func(v) = &m.view else { panic!() };
+        assert!(v.started.is_none() && v.tree.is_none());
+        assert_eq!(
+            v.request.as_ref().map(|r| r.command()),
+            Some("tachy nested -p 0 /bin/app:main --filter 'arg0 < 3'".into())
+        );
+        // s keeps the filter; its duration is checked as --slower-than's.
+        m.update(Key::Char('s'));
+        assert_eq!(type_text(&mut m, "1 parsec"), Action::None);
+        m.update(Key::Char('s'));
+        assert_eq!(
+            type_text(&mut m, "1ms"),
+            Action::Refilter(Request {
+                slower_than: Some("1ms".into()),
+                ..want
+            })
+        );
+    }
+
+    #[test]
+    fn gt_picks_any_function_by_fuzzy_search() {
+        let mut m = model();
+        assert_eq!(m.update(Key::Char('>')), Action::Index);
+        let f = |name: &str| Pickable {
+            name: name.into(),
+            spec: format!("/bin/app:{name}"),
+            object: "app".into(),
+        };
+        m.index = vec![
+            f("step_mid"),
+            f("step_arg"),
+            f("stop_all_regions"),
+            f("main"),
+        ];
+        let names = |q| -> Vec<String> {
+            fuzzy_matches(q, &m.index, 10)
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        assert_eq!(names("starg"), ["step_arg", "stop_all_regions"]);
+        assert_eq!(names("mid"), ["step_mid"]);
+        assert!(names("zz").is_empty());
+        m.update(Key::Char('s'));
+        m.update(Key::Char('a'));
+        m.update(Key::Down);
+        let s = screen(&m, 80, 24);
+        crate::golden::check("src/explore/golden", "pick_80x24.txt", s.as_bytes());
+        assert_eq!(
+            m.update(Key::Enter),
+            Action::Trace(Request {
+                pid: 0,
+                spec: "/bin/app:stop_all_regions".into(),
+                expand: Vec::new(),
+                filter: None,
+                slower_than: None,
+            })
+        );
+        assert!(matches!(m.view, View::Func(_)));
     }
 
     #[test]
@@ -487,6 +857,8 @@ mod tests {
                 pid: 0,
                 spec: "/bin/app:main".into(),
                 expand: vec!["leaf".into()],
+                filter: None,
+                slower_than: None,
             })
         );
         m.update(Key::Esc);

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::common::run::Tachy;
 use crate::common::{self, needs_root, tachy, Fixture};
 
 /// One tmux session, killed on drop.
@@ -36,6 +37,34 @@ impl Tmux {
             .expect("tmux runs (make deps installs it)");
         assert!(status.success(), "tmux new-session failed");
         Tmux { name }
+    }
+
+    /// Runs `tachy explore ARGS` in `dir` (where `w` writes), W x H: by
+    /// exec, so that a hang-up reaches the explorer and not a shell; with
+    /// `then`, through a shell that runs `then` after it.
+    fn explore(args: &str, dir: &Path, w: u16, h: u16, then: Option<&str>) -> Tmux {
+        let run = match then {
+            None => "exec".to_string(),
+            Some(_) => String::new(),
+        };
+        let command = format!(
+            "cd {} && {run} {} explore {args}{}",
+            dir.display(),
+            tachy().display(),
+            then.map_or(String::new(), |t| format!("; {t}"))
+        );
+        Tmux::start(&command, w, h)
+    }
+
+    /// Resizes the window (the explorer gets a SIGWINCH).
+    fn resize(&self, w: u16, h: u16) {
+        let (w, h) = (w.to_string(), h.to_string());
+        tmux(&["resize-window", "-t", &self.name, "-x", &w, "-y", &h]);
+    }
+
+    /// Types `text` as it is (spaces and all).
+    fn type_text(&self, text: &str) {
+        tmux(&["send-keys", "-t", &self.name, "-l", text]);
     }
 
     fn screen(&self) -> String {
@@ -108,7 +137,7 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
     let mut fx = Fixture::spawn("explore", &[&calls.to_string()]);
     fx.go();
     let pid = fx.pid();
-    let t = Tmux::start(&format!("{} explore -p {pid}", tachy().display()), 100, 30);
+    let t = Tmux::explore(&format!("-p {pid}"), &std::env::temp_dir(), 100, 30, None);
     let explorer = t.pane_pid();
     let s = t.wait_for(20, "spin_hot and block_wait", |s| {
         row_of(s, "spin_hot").is_some() && row_of(s, "block_wait").is_some()
@@ -196,13 +225,12 @@ fn q_quits_and_restores_the_terminal() {
     let mut fx = Fixture::spawn("explore", &[]);
     fx.go();
     let pid = fx.pid();
-    let t = Tmux::start(
-        &format!(
-            "{} explore -p {pid}; echo explore exited $?; sleep 30",
-            tachy().display()
-        ),
+    let t = Tmux::explore(
+        &format!("-p {pid}"),
+        &std::env::temp_dir(),
         80,
         24,
+        Some("echo explore exited $?; sleep 30"),
     );
     t.wait_for(20, "the profile", |s| row_of(s, "spin_hot").is_some());
     t.keys(&["q"]);
@@ -307,26 +335,12 @@ fn site_row(screen: &str, text: &str, n: usize) -> Vec<String> {
 fn function_view_counts_each_call_site_drills_down_and_back() {
     let _g = needs_root!();
     let calls = 40;
-    let mut fx = Fixture::spawn("explore", &[&calls.to_string()]);
-    fx.go();
+    let mut fx = paused(calls);
     let pid = fx.pid();
-    libc_kill(pid, libc::SIGUSR1);
-    assert_eq!(
-        fx.read_line(Duration::from_secs(10)).as_deref(),
-        Some("paused")
-    );
     // Run where `w` writes its file.
     let dir = std::env::temp_dir().join(format!("tachy-explore-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let t = Tmux::start(
-        &format!(
-            "cd {} && exec {} explore -p {pid} explore_step",
-            dir.display(),
-            tachy().display()
-        ),
-        80,
-        24,
-    );
+    let t = Tmux::explore(&format!("-p {pid} explore_step"), &dir, 80, 24, None);
     let explorer = t.pane_pid();
     t.wait_for(20, "the first report", |s| {
         s.contains("explore_step  calls 0")
@@ -351,6 +365,14 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     }
     assert!(s.contains("explore.c"), "{s}");
     golden("function_tmux_80x24.txt", &masked(&s));
+    // Resized to 200x50, the same view, laid out again.
+    t.resize(200, 50);
+    let s = t.wait_for(10, "the view at 200x50", |s| {
+        s.lines().count() >= 50 && s.contains(&format!(" explore_step  calls {calls}  avg"))
+    });
+    golden("function_tmux_200x50.txt", &masked(&s));
+    t.resize(80, 24);
+    t.wait_for(10, "the view at 80x24", |s| s.lines().count() <= 24);
 
     // Into step_mid: its probes are added, counted from zero.
     t.keys(&["Down", "Enter"]);
@@ -422,6 +444,145 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
         .collect();
     assert_eq!(under, [calls, calls], "{v}");
     let _ = std::fs::remove_dir_all(&dir);
+
+    hang_up(&t, explorer, &mut fx);
+}
+
+/// The fixture with its spinning and blocking threads paused, so that
+/// only the calls of each SIGUSR2 round are counted.
+fn paused(calls: u64) -> Fixture {
+    let mut fx = Fixture::spawn("explore", &[&calls.to_string()]);
+    fx.go();
+    libc_kill(fx.pid(), libc::SIGUSR1);
+    assert_eq!(
+        fx.read_line(Duration::from_secs(10)).as_deref(),
+        Some("paused")
+    );
+    fx
+}
+
+/// One SIGUSR2 round of the fixture: `calls` calls of each function.
+fn round(fx: &mut Fixture, calls: u64) {
+    libc_kill(fx.pid(), libc::SIGUSR2);
+    let said = format!("count spin_hot {calls}");
+    assert_eq!(
+        fx.read_line(Duration::from_secs(20)).as_deref(),
+        Some(said.as_str())
+    );
+}
+
+/// `tachy latency -p PID step_arg ARGS --json`, attached.
+fn latency(pid: u32, args: &[&str]) -> Tachy {
+    let pid = pid.to_string();
+    let mut a = vec!["latency", "-p", &pid, "step_arg", "--json"];
+    a.extend_from_slice(args);
+    let mut t = Tachy::start(&a, &[]);
+    t.wait_for_header(true);
+    t
+}
+
+/// The count of step_arg in the report `latency` prints when stopped.
+fn latency_count(t: Tachy) -> u64 {
+    t.signal(libc::SIGINT);
+    let rep = t.finish(Duration::from_secs(20)).success_report();
+    common::report::num(common::report::func(&rep, "step_arg"), "count")
+}
+
+/// The function view's second line: the equivalent `tachy nested`.
+fn command_of(screen: &str) -> &str {
+    screen.lines().nth(1).unwrap_or_default()
+}
+
+#[test]
+fn pick_filter_slower_than_and_hist_count_as_latency_does() {
+    let _g = needs_root!();
+    let calls = 40;
+    let mut fx = paused(calls);
+    let pid = fx.pid();
+    let dir = std::env::temp_dir();
+    let t = Tmux::explore(&format!("-p {pid}"), &dir, 100, 30, None);
+    let explorer = t.pane_pid();
+    // `>`: step_arg by fuzzy search, then its view.
+    t.wait_for(20, "the profile", |s| s.contains("where time goes"));
+    t.keys(&[">"]);
+    t.type_text("steparg");
+    let s = t.wait_for(20, "the matches", |s| {
+        s.contains("functions match") && s.contains("function> steparg_")
+    });
+    let first = s
+        .lines()
+        .find(|l| l.starts_with("> "))
+        .unwrap_or_else(|| panic!("no match selected:\n{s}"));
+    assert!(first.contains("step_arg"), "{s}");
+    t.keys(&["Enter"]);
+    t.wait_for(20, "step_arg's view", |s| s.contains(" step_arg  calls 0"));
+
+    // f: a bad expression says why on the status line; nothing changes.
+    t.keys(&["f"]);
+    t.type_text("n <> 1");
+    t.keys(&["Enter"]);
+    let s = t.wait_for(10, "the filter's error", |s| s.contains("\"n <> 1\""));
+    assert!(!command_of(&s).contains("--filter"), "{s}");
+    // A name no parameter has is refused when planned.
+    t.keys(&["f"]);
+    t.type_text("nope == 1");
+    t.keys(&["Enter"]);
+    let s = t.wait_for(10, "the unknown name", |s| s.contains("nope"));
+    assert!(!command_of(&s).contains("--filter"), "{s}");
+
+    // As --filter: the calls with n < 10 are counted.
+    t.keys(&["f"]);
+    t.type_text("n < 10");
+    t.keys(&["Enter"]);
+    t.wait_for(20, "the filtered view", |s| {
+        s.contains("--filter 'n < 10'") && s.contains(" step_arg  calls 0")
+    });
+    let lat = latency(pid, &["--filter", "n < 10"]);
+    round(&mut fx, calls);
+    let s = t.wait_for(10, "the filtered count", |s| {
+        s.contains(" step_arg  calls 10  avg")
+    });
+    assert_eq!(latency_count(lat), 10, "{s}");
+
+    // s: only the calls over 1 ms (n a multiple of 4) of those.
+    t.keys(&["s"]);
+    t.type_text("1ms");
+    t.keys(&["Enter"]);
+    t.wait_for(20, "the slow calls' view", |s| {
+        s.contains("filter n < 10, slower than 1ms: counters restarted")
+            && s.contains(" step_arg  calls 0")
+    });
+    let lat = latency(pid, &["--filter", "n < 10", "--slower-than", "1ms"]);
+    round(&mut fx, calls);
+    // n = 0, 4, 8: unless the machine is so busy that a short call took
+    // over 1 ms; the explorer counts what latency counts either way.
+    let slow = latency_count(lat);
+    assert!((3..=10).contains(&slow), "{slow} slow calls");
+    t.wait_for(10, "the slow calls' count", |s| {
+        s.contains(&format!(" step_arg  calls {slow}  avg"))
+    });
+
+    // h: the histogram of the function's counted calls, as --hist prints.
+    t.keys(&["h"]);
+    let s = t.wait_for(10, "the histogram", |s| {
+        s.contains(&format!("histogram of step_arg: {slow} calls timed"))
+    });
+    assert!(s.contains("nsecs") && s.contains("distribution"), "{s}");
+    let in_table: u64 = s
+        .lines()
+        .filter(|l| l.contains("->"))
+        .filter_map(|l| {
+            l.split(':')
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(in_table, slow, "{s}");
+    t.keys(&["Escape"]);
+    t.wait_for(10, "the source again", |s| s.contains("LINE"));
 
     hang_up(&t, explorer, &mut fx);
 }
