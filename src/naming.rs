@@ -35,6 +35,9 @@ pub struct Namer {
     /// `--by retval`: how each function's return value reads
     /// (`Plan::returns`).
     returns: BTreeMap<u32, RetShape>,
+    /// `--by stack`: the chains of callers grouped, by their key value.
+    stacks: Vec<Vec<String>>,
+    stack_ids: HashMap<Vec<String>, u64>,
 }
 
 /// The return register's 64 bits `raw` as `shape` reads them (the whole
@@ -238,6 +241,18 @@ impl Namer {
         v
     }
 
+    /// `--by stack`: the key value of a chain of callers (function names,
+    /// the nearest first).
+    pub fn stack_key(&mut self, frames: Vec<String>) -> u64 {
+        if let Some(&k) = self.stack_ids.get(&frames) {
+            return k;
+        }
+        let k = self.stacks.len() as u64;
+        self.stacks.push(frames.clone());
+        self.stack_ids.insert(frames, k);
+        k
+    }
+
     /// The named key values of a group of the kernel.
     pub fn name(&mut self, by: &[ByKey], g: &RawGroup) -> Vec<KeyValue> {
         by.iter()
@@ -271,6 +286,9 @@ impl Namer {
                 ByKey::Goroutine => KeyValue::Goroutine { goid: v },
                 ByKey::Retval => KeyValue::Retval {
                     value: ret_value(self.returns.get(&g.id), v),
+                },
+                ByKey::Stack => KeyValue::Stack {
+                    frames: self.stacks.get(v as usize).cloned().unwrap_or_default(),
                 },
             })
             .collect()

@@ -451,8 +451,14 @@ pub struct LatencyArgs {
     pub funcs: Vec<FuncSpec>,
 
     /// Print each report as one JSON object per line
-    #[arg(long)]
+    #[arg(long, conflicts_with = "folded")]
     pub json: bool,
+
+    /// With --by stack: print each function's chains of callers as folded
+    /// stacks weighted by calls (`main;route_b;step_b;slow 24`), for flame
+    /// graph tools (inferno, flamegraph.pl)
+    #[arg(long)]
+    pub folded: bool,
 
     /// With recursion, time only the outermost call of each function (for
     /// Go functions, on each goroutine)
@@ -487,8 +493,10 @@ pub struct LatencyArgs {
     /// argument N at entry, as --filter reads it), a DWARF parameter name
     /// (its value: decimal as its type reads, pointers in hex), retval
     /// (the value returned, as the return type reads: enums by name, a
-    /// system call's errno named) or goroutine (Go functions: the
-    /// goroutine's id); repeat for two keys
+    /// system call's errno named), goroutine (Go functions: the
+    /// goroutine's id) or stack (the chain of callers out to main, as
+    /// --stack takes it; alone, and grouped by tachy from a record of each
+    /// call); repeat for two keys
     /// (--by caller --by tid, --by key --by tid). Counted in the kernel
     #[arg(long = "by", value_name = "KEY", value_parser = ByKeyParser, hide_possible_values = true)]
     pub by: Vec<ByKey>,

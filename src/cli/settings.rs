@@ -191,9 +191,21 @@ impl LatencyArgs {
     pub fn validate(self) -> Result<TraceSettings> {
         let format = if self.json {
             Format::Json
+        } else if self.folded {
+            Format::Folded
         } else {
             Format::Text
         };
+        if self.folded && !self.by.contains(&crate::plan::by::ByKey::Stack) {
+            return Err(usage(
+                "--folded draws the chains of callers of --by stack: give --by stack",
+            ));
+        }
+        if self.folded && self.trace.record_slower_than.is_some() {
+            return Err(usage(
+                "--record-slower-than and --folded do not go together: records are lines of text or JSON",
+            ));
+        }
         let mut s = self.trace.validate(self.funcs, format, None)?;
         s.outermost = self.outermost;
         s.uretprobe = self.uretprobe;

@@ -153,7 +153,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             ));
         }
     }
-    if s.stack {
+    if s.stack || s.by.contains(&ByKey::Stack) {
         let mut objs: Vec<&crate::symbols::ElfObject> = Vec::new();
         for (r, _, _) in &roots {
             if !objs.iter().any(|o| std::ptr::eq(*o, &*r.obj)) {

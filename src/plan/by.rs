@@ -43,6 +43,9 @@ pub enum ByKey {
     /// The value the call returned (`retval`, `ret`), as the function's
     /// return type reads it.
     Retval,
+    /// The chain of callers (`--stack`'s user stack): grouped by tachy
+    /// from a record of each call, not by the kernel.
+    Stack,
 }
 
 /// Keys at most, as the BPF side keeps them (TACHY_BY_KEYS).
@@ -56,6 +59,7 @@ impl ByKey {
             "tid" | "thread" => Ok(ByKey::Tid),
             "pid" | "process" => Ok(ByKey::Pid),
             "goroutine" => Ok(ByKey::Goroutine),
+            "stack" => Ok(ByKey::Stack),
             other => match ArgRef::parse(other) {
                 Ok(ArgRef::Tid) => Ok(ByKey::Tid),
                 Ok(ArgRef::Pid) => Ok(ByKey::Pid),
@@ -63,7 +67,7 @@ impl ByKey {
                 Ok(a) => Ok(ByKey::Arg(a)),
                 Err(e) if other.starts_with("arg") => Err(e),
                 Err(_) => Err(anyhow!(
-                    "{other:?} is not a key to group by: use caller, tid, pid, goroutine, retval, argN or a parameter name"
+                    "{other:?} is not a key to group by: use caller, stack, tid, pid, goroutine, retval, argN or a parameter name"
                 )),
             },
         }
@@ -87,6 +91,7 @@ impl ByKey {
             ByKey::Arg(a) => a.to_string(),
             ByKey::Goroutine => "goroutine".into(),
             ByKey::Retval => "retval".into(),
+            ByKey::Stack => "stack".into(),
         }
     }
 }
@@ -128,6 +133,12 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), UsageError> {
             keys.iter().map(ByKey::name).collect::<Vec<_>>().join(", ")
         ));
     }
+    if keys.contains(&ByKey::Stack) && keys.len() > 1 {
+        return refuse(
+            "--by stack goes alone: a chain of callers is grouped by tachy from each call's record, the other keys by the kernel"
+                .into(),
+        );
+    }
     if keys.contains(&ByKey::Tid) && keys.contains(&ByKey::Pid) {
         return refuse(
             "--by tid and --by pid do not go together: a thread belongs to one process, so group by tid alone (each thread's line names it)"
@@ -165,6 +176,11 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), UsageError> {
     if let (Some(sys), true) = (traced.syscall, keys.contains(&ByKey::Caller)) {
         return refuse(format!(
             "--by caller: a system call ({sys}) has no caller that tachy reads; group it by tid or pid"
+        ));
+    }
+    if let (Some(sys), true) = (traced.syscall, keys.contains(&ByKey::Stack)) {
+        return refuse(format!(
+            "--by stack groups calls of user functions; a system call ({sys}) has no stack that tachy reads"
         ));
     }
     Ok(())

@@ -260,6 +260,14 @@ pub struct Settings {
     pub read_ret: bool,
 }
 
+impl Settings {
+    /// Whether the kernel sends records: `--record-slower-than`, or `--by
+    /// stack`, which groups every call by the stack in its record.
+    pub fn records(&self) -> bool {
+        self.record_min_ns.is_some() || self.by.contains(&by::ByKey::Stack)
+    }
+}
+
 impl Item {
     /// Whether the item is Go code (frames kept per goroutine).
     pub fn is_go(&self) -> bool {

@@ -150,7 +150,7 @@ pub(super) fn load<'obj>(
             .set_max_entries(plan.ids().max(1))
             .map_err(|e| anyhow!("cannot size the --filter map: {e}"))?;
     }
-    if plan.settings.record_min_ns.is_some() {
+    if plan.settings.records() {
         open.maps
             .records
             .set_max_entries(record_buffer_size(plan.stack)?)
@@ -280,8 +280,12 @@ pub(super) fn configure(
     if plan.settings.by.contains(&ByKey::Goroutine) {
         ro.go_goid = plan.go_layout.and_then(|l| l.goid).unwrap_or(0);
     }
-    ro.record = plan.settings.record_min_ns.is_some();
-    ro.record_min_ns = plan.settings.record_min_ns.unwrap_or(0);
+    ro.record = plan.settings.records();
+    // --by stack groups every call from its record.
+    ro.record_min_ns = match plan.settings.by.contains(&ByKey::Stack) {
+        true => 0,
+        false => plan.settings.record_min_ns.unwrap_or(0),
+    };
     ro.stack_how = match plan.stack {
         None => types::tachy_stack_how::TACHY_STACK_NONE,
         Some(crate::plan::stack::StackHow::FramePointers) => types::tachy_stack_how::TACHY_STACK_FP,
@@ -299,6 +303,8 @@ fn by_kind(key: &ByKey) -> types::tachy_by_kind {
         ByKey::Arg(_) => types::tachy_by_kind::TACHY_BY_ARG,
         ByKey::Goroutine => types::tachy_by_kind::TACHY_BY_GOID,
         ByKey::Retval => types::tachy_by_kind::TACHY_BY_RETVAL,
+        // Grouped in user space, from the records.
+        ByKey::Stack => types::tachy_by_kind::TACHY_BY_NONE,
     }
 }
 

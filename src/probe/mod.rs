@@ -209,7 +209,7 @@ impl<'obj> Tracer<'obj> {
                 groups_max()
             },
             last_gen: 0,
-            records: plan.settings.record_min_ns.is_some(),
+            records: plan.settings.records(),
             multi,
             thread_exit: false,
             kernel_with: None,

@@ -106,6 +106,11 @@ pub enum KeyValue {
     Retval {
         value: RetValue,
     },
+    /// The chain of callers (`--by stack`): function names, the nearest
+    /// first, out to `main`.
+    Stack {
+        frames: Vec<String>,
+    },
 }
 
 impl KeyValue {
@@ -131,6 +136,7 @@ impl KeyValue {
             KeyValue::Arg { name, value } => format!("{name} {}", value.text()),
             KeyValue::Goroutine { goid } => format!("goroutine {goid}"),
             KeyValue::Retval { value } => format!("retval {}", value.text()),
+            KeyValue::Stack { frames } => format!("stack {}", frames.join(" < ")),
         }
     }
 
@@ -146,6 +152,7 @@ impl KeyValue {
             KeyValue::Arg { value, .. } => value.text(),
             KeyValue::Goroutine { goid } => goid.to_string(),
             KeyValue::Retval { value } => value.text(),
+            KeyValue::Stack { frames } => frames.join(" < "),
             other => other.text(),
         }
     }
@@ -195,6 +202,7 @@ impl KeyValue {
             }
             KeyValue::Goroutine { goid } => ("goroutine".into(), json!({ "goid": goid })),
             KeyValue::Retval { value } => ("retval".into(), value.json_object()),
+            KeyValue::Stack { frames } => ("stack".into(), json!(frames)),
         }
     }
 }
@@ -410,6 +418,27 @@ pub fn json_fields(g: &Groups, unit: Unit, into: &mut Value) {
         }
         None => Value::Null,
     };
+}
+
+/// `--by stack --folded`: each function's chains of callers as folded
+/// stacks, the outermost caller first and the function last, weighted by
+/// calls (`main;route_b;step_b;slow 24`): what inferno and flamegraph.pl
+/// draw.
+pub fn render_folded(report: &super::Report, w: &mut impl Write) -> io::Result<()> {
+    for f in &report.funcs {
+        let Some(g) = &f.groups else {
+            continue;
+        };
+        for grp in &g.groups {
+            let Some(KeyValue::Stack { frames }) = grp.keys.first() else {
+                continue;
+            };
+            let mut chain: Vec<&str> = frames.iter().rev().map(String::as_str).collect();
+            chain.push(&f.name);
+            writeln!(w, "{} {}", chain.join(";"), grp.counts.count)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -333,11 +333,18 @@ fn header(s: &TraceSettings, plan: &Plan, whom: &str) -> String {
             if s.cpu { ", on-CPU/blocked/runnable" } else { "" },
             if s.mode.is_nested() { "; below it, its call sites" } else { "" },
             match plan.stack {
-                Some(how) => format!("; below it, its callers (user stack by {})", how.name()),
-                None => String::new(),
+                Some(how) if s.stack =>
+                    format!("; below it, its callers (user stack by {})", how.name()),
+                _ => String::new(),
             }
         ),
-        None => line,
+        None => match plan.stack {
+            Some(how) => format!(
+                "{line}\nGrouping calls by their callers out to main (user stack by {}).",
+                how.name()
+            ),
+            None => line,
+        },
     }
 }
 

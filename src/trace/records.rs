@@ -6,11 +6,18 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Result;
 
 use super::sink::Sink;
+use std::collections::HashMap;
+
 use super::stacks::Symbolizer;
+use crate::naming::Namer;
 use crate::plan::args::FuncArgs;
+use crate::plan::by::ByKey;
 use crate::plan::Plan;
 use crate::probe;
+use crate::report::groups::RawGroup;
+use crate::report::hist::bucket_of;
 use crate::report::records::{self, Record, RecordSite, Stack};
+use crate::report::Counts;
 
 /// Prints the records of `--record-slower-than` as they arrive.
 pub struct Recorder {
@@ -22,6 +29,9 @@ pub struct Recorder {
     stacks: Symbolizer,
     /// `--stack`: the process traced (`-p`, or the command tachy started).
     pid: Option<u32>,
+    /// `--by stack`: the calls of each function per chain of callers
+    /// since the groups were last taken.
+    groups: HashMap<(u32, Vec<String>), Counts>,
 }
 
 impl Recorder {
@@ -45,6 +55,7 @@ impl Recorder {
             rank,
             stacks,
             pid,
+            groups: HashMap::new(),
         }
     }
 
@@ -57,13 +68,70 @@ impl Recorder {
                 .watch(self.pid.into_iter().chain(plan.pids.iter().copied()));
         }
         let got = self.reader.read()?;
-        if got.is_empty() {
+        if plan.settings.by.contains(&ByKey::Stack) {
+            for k in &got {
+                self.group(plan, k);
+            }
+        }
+        // With --by stack every call comes; those as slow as asked print.
+        let Some(min) = plan.settings.record_min_ns else {
+            return Ok(0);
+        };
+        let offset = realtime_offset();
+        let records: Vec<Record> = got
+            .iter()
+            .filter(|k| k.dur_ns >= min)
+            .map(|k| self.record(plan, k, offset))
+            .collect();
+        if records.is_empty() {
             return Ok(0);
         }
-        let offset = realtime_offset();
-        let records: Vec<Record> = got.iter().map(|k| self.record(plan, k, offset)).collect();
         sink.records(&records)?;
         Ok(records.len() as u64)
+    }
+
+    /// `--by stack`: counts a call in its function's group of its chain
+    /// of callers, unless --slower-than/--faster-than leave it out (as the
+    /// kernel leaves it out of other keys' groups).
+    fn group(&mut self, plan: &Plan, k: &probe::KernelRecord) {
+        let s = &plan.settings;
+        let d = k.dur_ns;
+        if s.min_ns.is_some_and(|m| d < m) || s.max_ns.is_some_and(|m| d > m) {
+            return;
+        }
+        let Some(stack) = &k.stack else {
+            return;
+        };
+        let chain: Vec<String> = self
+            .stacks
+            .frames(k.pid, stack)
+            .into_iter()
+            .map(|f| match f.inlined {
+                true => format!("{} [inlined]", f.function),
+                false => f.function,
+            })
+            .collect();
+        let c = self.groups.entry((k.id, chain)).or_default();
+        c.count += 1;
+        c.total_ns += d;
+        c.hist.buckets[bucket_of(d / s.unit_ns.max(1))] += 1;
+    }
+
+    /// `--by stack`: the groups counted since the last call, their chains
+    /// named by `namer`.
+    pub fn take_groups(&mut self, namer: &mut Namer) -> Vec<RawGroup> {
+        let mut out: Vec<RawGroup> = self
+            .groups
+            .drain()
+            .map(|((id, chain), counts)| RawGroup {
+                id,
+                vals: vec![namer.stack_key(chain)],
+                counts,
+                ..RawGroup::default()
+            })
+            .collect();
+        out.sort_by_key(|g| (g.id, g.vals.clone()));
+        out
     }
 
     fn record(&mut self, plan: &Plan, k: &probe::KernelRecord, offset: i128) -> Record {
@@ -111,7 +179,7 @@ impl Recorder {
             sites,
             more_sites: k.more_sites,
             stack: match (&k.stack, plan.stack) {
-                (Some(s), Some(how)) => Some(Stack {
+                (Some(s), Some(how)) if plan.settings.stack => Some(Stack {
                     method: how.name(),
                     frames: self.stacks.frames(k.pid, s),
                 }),

@@ -232,7 +232,16 @@ impl<'p> RunState<'p> {
                 // Records that arrived after the read above are printed
                 // here and counted in the next metrics.
                 r.print(plan, sink)?;
-                sink.records_lost(std::mem::take(&mut self.lost))?;
+                let lost = std::mem::take(&mut self.lost);
+                if plan.settings.record_min_ns.is_some() {
+                    sink.records_lost(lost)?;
+                } else if lost > 0 {
+                    // --by stack alone: its groups miss those calls.
+                    eprintln!(
+                        "tachy: {lost} call{} not in the --by stack groups: their records came faster than tachy could read them",
+                        if lost == 1 { "" } else { "s" }
+                    );
+                }
             }
             self.report(now, sink, true)?;
             if let (Some(t), Some(i)) = (self.next_report.as_mut(), self.limits.interval) {
@@ -317,7 +326,12 @@ impl<'p> RunState<'p> {
             n.probe_add_ns = pt.map_or(0, |p| p.add_ns);
             c.merge(n);
         }
-        let fresh_groups = tracer.take_groups()?;
+        let mut fresh_groups = tracer.take_groups()?;
+        if let Some(r) = self.recorder.as_mut() {
+            // --by stack: the records that came so far are in the groups.
+            r.print(plan, sink)?;
+            fresh_groups.extend(r.take_groups(&mut self.namer));
+        }
         let groups = match sink.counts_groups() {
             true => fresh_groups
                 .iter()

@@ -258,6 +258,10 @@ impl Sink for TextOutput {
                 let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
                 tree::render_folded(&report, &mut w)
             }
+            (None, _) if folded => match snap.flat {
+                Some(report) => crate::report::groups::render_folded(report, &mut w),
+                None => Ok(()),
+            },
             (_, Some(who)) if !folded => {
                 text_report(snap, &mut w)?;
                 writeln!(w, "{}", assemble::contributors_line(who))

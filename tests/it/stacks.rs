@@ -19,21 +19,30 @@ use serde_json::Value;
 /// Iterations of the fixture.
 const N: u64 = 12;
 
-/// tachy latency with `opts` on the fixture `name`, attached by pid before
-/// the fixture starts its calls.
+/// tachy latency with `opts` (`--json` first) on the fixture `name`,
+/// attached by pid before the fixture starts its calls.
 fn traced(name: &str, opts: &[&str]) -> Outcome {
-    let mut fx = Fixture::spawn(name, &[&N.to_string()]);
+    let mut all = vec!["--json"];
+    all.extend_from_slice(opts);
+    attached(name, N, &all, true)
+}
+
+/// tachy latency with `opts` on `iterations` of the fixture `name`,
+/// attached by pid before the fixture starts; its header on stderr
+/// (`header_on_stderr`) or stdout.
+fn attached(name: &str, iterations: u64, opts: &[&str], header_on_stderr: bool) -> Outcome {
+    let mut fx = Fixture::spawn(name, &[&iterations.to_string()]);
     let pid = fx.pid().to_string();
-    let mut args = vec!["latency", "--json", "-p", &pid];
+    let mut args = vec!["latency", "-p", &pid];
     args.extend_from_slice(opts);
     let mut t = Tachy::start(&args, &[]);
-    t.wait_for_header(true);
+    t.wait_for_header(header_on_stderr);
     fx.go();
     let out = t.finish(Duration::from_secs(60));
     let (status, stdout) = fx.wait();
     assert!(status.success(), "fixture failed: {stdout}");
     assert!(
-        stdout.contains(&format!("count slow {}", 4 * N)),
+        stdout.contains(&format!("count slow {}", 4 * iterations)),
         "{stdout}"
     );
     out
@@ -119,24 +128,8 @@ fn stack_copied_and_unwound_without_frame_pointers() {
 #[test]
 fn text_records_list_callers() {
     let _g = common::needs_root!();
-    let mut fx = Fixture::spawn("stacks_nofp", &["1"]);
-    let pid = fx.pid().to_string();
-    let mut t = Tachy::start(
-        &[
-            "latency",
-            "-p",
-            &pid,
-            "--record-slower-than",
-            "600us",
-            "--stack",
-            "slow",
-        ],
-        &[],
-    );
-    t.wait_for_header(false);
-    fx.go();
-    let out = t.finish(Duration::from_secs(60));
-    drop(fx);
+    let opts = ["--record-slower-than", "600us", "--stack", "slow"];
+    let out = attached("stacks_nofp", 1, &opts, false);
     out.assert_success();
     let lines: Vec<&str> = out.stdout.lines().collect();
     // The calls through step_b and step_c sleep 1 ms; step_a's 100 us.
@@ -160,4 +153,135 @@ fn text_records_list_callers() {
 fn stack_needs_records() {
     let out = Tachy::start(&["latency", "--stack", "slow"], &[]).finish(Duration::from_secs(20));
     assert_eq!(out.code(), Some(2), "{out}");
+}
+
+/// Per function, the calls of each chain of callers of `--by stack`.
+fn groups(rep: &Value, name: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for g in func(rep, name)["groups"].as_array().expect("groups") {
+        let chain: Vec<&str> = g["stack"]
+            .as_array()
+            .expect("a stack key")
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        *out.entry(chain.join(" < ")).or_default() += num(g, "count");
+    }
+    out
+}
+
+fn by_stack_counts(fixture: &str, method: &str) {
+    let out = traced(fixture, &["--by", "stack", "slow"]);
+    let rep = out.success_report();
+    assert_eq!(num(func(&rep, "slow"), "count"), 4 * N, "{out}");
+    assert_eq!(groups(&rep, "slow"), expected(), "{out}");
+    assert!(
+        out.stderr.contains(&format!(
+            "Grouping calls by their callers out to main (user stack by {method})"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn by_stack_with_frame_pointers() {
+    let _g = common::needs_root!();
+    by_stack_counts("stacks_fp", "frame pointers");
+}
+
+#[test]
+fn by_stack_from_stack_copies() {
+    let _g = common::needs_root!();
+    by_stack_counts("stacks_nofp", "stack copy");
+}
+
+/// A flame graph of callers: one folded line per chain, weighted by calls.
+#[test]
+fn folded_callers() {
+    let _g = common::needs_root!();
+    let out = attached(
+        "stacks_nofp",
+        N,
+        &["--by", "stack", "--folded", "slow"],
+        true,
+    );
+    out.assert_success();
+    let mut lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("main;"))
+        .collect();
+    lines.sort_unstable();
+    let want = [
+        format!("main;route_a;step_a;slow {N}"),
+        format!("main;route_b;step_b;slow {N}"),
+        format!("main;route_b;step_c;slow {}", 2 * N),
+    ];
+    assert_eq!(lines, want, "{out}");
+}
+
+/// --by stack with a filter on an argument and one on the duration: each
+/// call entered is counted in a group, or filtered, and the groups hold
+/// exactly the calls counted.
+#[test]
+fn by_stack_with_filters_accounts_for_every_call() {
+    let _g = common::needs_root!();
+    // slow(v): step_a passes 2i, step_b 2i + 1, step_c 2(i + k) + 1.
+    let out = traced(
+        "stacks_nofp",
+        &["--by", "stack", "--filter", "v >= 6", "slow"],
+    );
+    let rep = out.success_report();
+    let f = func(&rep, "slow");
+    let (counted, rejected) = (num(f, "count"), num(f, "filtered_by_args"));
+    assert_eq!(
+        counted + rejected + num(f, "unwound") + num(f, "filtered"),
+        4 * N,
+        "{out}"
+    );
+    // v < 6: step_a for i < 3 (3), step_b for i < 3 (3), step_c for
+    // i + k < 3 (i = 0: 2, i = 1: 2, i = 2: 1).
+    assert_eq!(rejected, 11, "{out}");
+    assert_eq!(groups(&rep, "slow").values().sum::<u64>(), counted, "{out}");
+    let want: BTreeMap<String, u64> = [
+        ("step_a < route_a < main", N - 3),
+        ("step_b < route_b < main", N - 3),
+        ("step_c < route_b < main", 2 * N - 5),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), *v))
+    .collect();
+    assert_eq!(groups(&rep, "slow"), want, "{out}");
+    // By duration: the 1 ms calls (step_b and step_c) all, and a 100 us
+    // one of step_a only where load stretched it past 600 us.
+    let out = traced(
+        "stacks_fp",
+        &["--by", "stack", "--slower-than", "600us", "slow"],
+    );
+    let rep = out.success_report();
+    let f = func(&rep, "slow");
+    let counted = num(f, "count");
+    assert_eq!(counted + num(f, "filtered"), 4 * N, "{out}");
+    let got = groups(&rep, "slow");
+    assert_eq!(got.get("step_b < route_b < main"), Some(&N), "{out}");
+    assert_eq!(got.get("step_c < route_b < main"), Some(&(2 * N)), "{out}");
+    let a = got.get("step_a < route_a < main").copied().unwrap_or(0);
+    assert_eq!(a, counted - 3 * N, "{out}");
+    assert!(a < N / 2, "{out}");
+}
+
+/// --by stack goes alone, and needs a user function.
+#[test]
+fn by_stack_refusals() {
+    for (args, says) in [
+        (
+            &["latency", "--by", "stack", "--by", "tid", "slow"][..],
+            "--by stack goes alone",
+        ),
+        (&["latency", "--folded", "slow"][..], "give --by stack"),
+    ] {
+        let out = Tachy::start(args, &[]).finish(Duration::from_secs(20));
+        assert_eq!(out.code(), Some(2), "{out}");
+        assert!(out.stderr.contains(says), "{out}");
+    }
 }
