@@ -10,7 +10,7 @@ static __always_inline int do_entry(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 id = cookie & TACHY_ENTRY_ID_MASK;
-	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
+	__u64 sp = frame_key(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32));
 	struct tachy_thread *t;
 	int i, open = FILTER_PASS;
 	__u64 now;
@@ -112,8 +112,9 @@ static __always_inline int do_exit_probe(struct pt_regs *ctx)
 	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
 	    !cond_taken(reg_flags(ctx), cookie & TACHY_EXIT_COND_MASK))
 		return 0;
-	return do_exit(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32),
-		       reg_link(ctx), reg_retval(ctx));
+	return do_exit(
+		frame_key(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32)),
+		reg_link(ctx), reg_retval(ctx));
 }
 
 /*
@@ -133,7 +134,7 @@ static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 		return 0;
 	if (indirect) {
 		struct walk_ctx c = {.t = t,
-				     .sp = PT_REGS_SP(ctx),
+				     .sp = frame_key(PT_REGS_SP(ctx)),
 				     .now = bpf_ktime_get_ns(),
 				     .only = ANY_ID,
 				     .indirect = true};
@@ -143,7 +144,7 @@ static __always_inline int leave_frame(struct pt_regs *ctx, bool indirect)
 		return 0;
 	}
 	f = top(t);
-	if (!f || f->sp != PT_REGS_SP(ctx))
+	if (!f || f->sp != frame_key(PT_REGS_SP(ctx)))
 		return 0;
 	f->flags |= TACHY_FRAME_TAILING;
 	return 0;

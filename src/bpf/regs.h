@@ -17,6 +17,7 @@
  *   reg_go_g(ctx)       Go's current goroutine: r14, x28
  *   reg_link(ctx)       the return address where a register holds it
  *                       (arm64's x30 at a `ret`); 0 on x86 (on the stack)
+ *   frame_key(sp)       a traced function's frame key from its entry SP
  *   uret_key(ctx)       a uretprobe's frame key (see tachy.bpf.c)
  *   save_regs(ctx, r)   the general registers as the plan numbers them
  *   save_args(ctx, r)   the first six integer arguments of a call
@@ -55,10 +56,24 @@ static __always_inline __u64 reg_link(struct pt_regs *ctx)
 	return ctx->regs[30];
 }
 
-/* After the return SP is the caller's, the key its entry probe took. */
+/*
+ * A function's frame is keyed 8 bytes below its entry SP, where x86's
+ * return-address slot would be: `bl` leaves SP as it was, so keyed by SP
+ * itself the callee's frame would share the key of the call site that
+ * called it (keyed by SP at the `bl`, which is SP again at the return
+ * address), and its entry would take the site for a frame left by
+ * unwinding. One slot below, they nest as on x86. Nothing reads memory at
+ * the key on arm64 (the return address is x30).
+ */
+static __always_inline __u64 frame_key(__u64 sp)
+{
+	return sp - 8;
+}
+
+/* After the return SP is the caller's, the entry SP. */
 static __always_inline __u64 uret_key(struct pt_regs *ctx)
 {
-	return PT_REGS_SP(ctx);
+	return frame_key(PT_REGS_SP(ctx));
 }
 
 /* x0-x15 as r[0..15]. */
@@ -123,6 +138,12 @@ static __always_inline __u64 reg_go_g(struct pt_regs *ctx)
 static __always_inline __u64 reg_link(struct pt_regs *ctx)
 {
 	return 0;
+}
+
+/* At the entry SP is the return-address slot: the key. */
+static __always_inline __u64 frame_key(__u64 sp)
+{
+	return sp;
 }
 
 /* After the return SP is one slot above the return address's. */

@@ -71,6 +71,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		 * which is the parent's key for a traced function, or one slot
 		 * below the parent's for a function entered through a site.
 		 */
+		sp = frame_key(sp);
 		f = top(t);
 		node = node_of(slot, f);
 		if (!f || !node || sp > f->sp || f->sp - sp > 8)

@@ -49,11 +49,11 @@ pub fn reg_name(arm64: bool, r: u8) -> String {
 pub fn syscall_params(args: &[(String, String)]) -> FuncParams {
     let params = args
         .iter()
-        .zip(SYSCALL_REGS)
-        .map(|((ty, name), reg)| Param {
+        .zip(0u8..6)
+        .map(|((ty, name), i)| Param {
             name: Some(name.clone()),
             ty: syscall_type(ty),
-            at_entry: EntryLoc::Reg(reg),
+            at_entry: EntryLoc::Reg(syscall_reg(i)),
             artificial: false,
         })
         .collect();
@@ -92,11 +92,28 @@ pub fn syscall_type(ty: &str) -> ParamType {
     ParamType::Int { size, signed, name }
 }
 
+/// Integer argument registers of AAPCS64 that tachy reads: x0-x5 (the
+/// BPF side saves six, as on x86-64).
+pub const AAPCS64_REGS: [u8; 6] = [0, 1, 2, 3, 4, 5];
+
 /// The register the SysV ABI passes parameter `k` in, counting the integer
 /// and pointer parameters before it; None past the sixth, or after a
 /// parameter whose class takes more thought (a struct by value, a type
 /// DWARF does not give).
 pub fn sysv_reg(ps: &FuncParams, k: usize) -> Option<u8> {
+    int_arg_reg(ps, k, &ABI_REGS)
+}
+
+/// The register AAPCS64 passes parameter `k` in: as [`sysv_reg`], integer
+/// and pointer parameters take x0, x1, ... in order while floating-point
+/// ones take vector registers of their own.
+pub fn aapcs64_param_reg(ps: &FuncParams, k: usize) -> Option<u8> {
+    int_arg_reg(ps, k, &AAPCS64_REGS)
+}
+
+/// Parameter `k`'s register among `regs`, the integer argument registers
+/// in order, counting the integer and pointer parameters before it.
+fn int_arg_reg(ps: &FuncParams, k: usize, regs: &[u8]) -> Option<u8> {
     let mut n = 0usize;
     for (i, p) in ps.params.iter().enumerate() {
         let int = match &p.ty {
@@ -105,11 +122,57 @@ pub fn sysv_reg(ps: &FuncParams, k: usize) -> Option<u8> {
             _ => return None,
         };
         if i == k {
-            return int.then(|| ABI_REGS.get(n).copied()).flatten();
+            return int.then(|| regs.get(n).copied()).flatten();
         }
         if int {
             n += 1;
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(ty: ParamType) -> Param {
+        Param {
+            name: None,
+            ty,
+            at_entry: EntryLoc::Frame,
+            artificial: false,
+        }
+    }
+
+    /// `f(int, double, long)`: the long is the second integer argument
+    /// under both ABIs, the double takes no integer register.
+    #[test]
+    fn integer_parameters_count_past_floating_point_ones() {
+        let int = |name: &str, size| ParamType::Int {
+            size,
+            signed: true,
+            name: name.into(),
+        };
+        let ps = FuncParams {
+            params: vec![
+                param(int("int", 4)),
+                param(ParamType::Float {
+                    name: "double".into(),
+                }),
+                param(int("long", 8)),
+            ],
+            nocall: false,
+            returns: Default::default(),
+        };
+        assert_eq!(
+            (0..3).map(|k| sysv_reg(&ps, k)).collect::<Vec<_>>(),
+            [Some(7), None, Some(6)]
+        );
+        assert_eq!(
+            (0..3)
+                .map(|k| aapcs64_param_reg(&ps, k))
+                .collect::<Vec<_>>(),
+            [Some(0), None, Some(1)]
+        );
+    }
 }

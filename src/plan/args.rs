@@ -32,7 +32,7 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Result};
 
-use super::abi::{self, syscall_params, sysv_reg, ABI_REGS, SYSCALL_REGS};
+use super::abi::{self, syscall_params, ABI_REGS, SYSCALL_REGS};
 use crate::symbols::elf::params::{
     self, EntryLoc, FuncParams, Param, ParamType, Returns, REG_NAMES,
 };
@@ -218,8 +218,7 @@ enum Convention {
     Syscall,
     /// Go's register ABI: not read.
     Go,
-    /// AArch64 code: arguments in x0-x7, read by position only (its
-    /// DWARF's registers are not mapped yet).
+    /// AArch64 code that follows AAPCS64: integer arguments in x0-x7.
     Arm64,
 }
 
@@ -232,9 +231,12 @@ pub struct FuncArgs {
     /// Its own DWARF parameters; None when the object has no DWARF or no
     /// subprogram DIE starts at the function.
     params: Option<FuncParams>,
-    /// Registers (bit per x86 number) that instructions before the entry
-    /// probe may write: their values there are no longer the arguments.
+    /// Registers (bit per x86 number, or xN) that instructions before the
+    /// entry probe may write: their values there are no longer the
+    /// arguments.
     clobbered: u16,
+    /// Its registers are arm64's (x0...), not x86-64's.
+    arm64: bool,
 }
 
 impl FuncArgs {
@@ -256,10 +258,13 @@ impl FuncArgs {
                     0
                 };
                 let arm64 = obj.arch != crate::disasm::Arch::X86_64;
-                let params = found.remove(&f.addr).filter(|_| !arm64);
-                let convention = if arm64 {
+                let go = f.names.lang == crate::symbols::demangle::Lang::Go;
+                // Go's register ABI on arm64 puts integer arguments in
+                // x0-x15 in order: argN reads them; its DWARF is not read.
+                let params = found.remove(&f.addr).filter(|_| !(arm64 && go));
+                let convention = if arm64 && go {
                     Convention::Arm64
-                } else if f.names.lang == crate::symbols::demangle::Lang::Go {
+                } else if go {
                     Convention::Go
                 } else if !f.names.suffix.is_empty() {
                     Convention::Own(format!("clone {}", f.names.suffix))
@@ -267,6 +272,8 @@ impl FuncArgs {
                     Convention::Own(
                         "a function the compiler gave its own calling convention".into(),
                     )
+                } else if arm64 {
+                    Convention::Arm64
                 } else {
                     Convention::Abi
                 };
@@ -275,6 +282,7 @@ impl FuncArgs {
                     convention,
                     params,
                     clobbered,
+                    arm64,
                 }
             })
             .collect()
@@ -297,6 +305,7 @@ impl FuncArgs {
             convention: Convention::Syscall,
             params: args.map(syscall_params),
             clobbered: 0,
+            arm64: cfg!(target_arch = "aarch64"),
         }
     }
 
@@ -312,6 +321,7 @@ impl FuncArgs {
             },
             params,
             clobbered: 0,
+            arm64: false,
         }
     }
 
@@ -330,8 +340,8 @@ impl FuncArgs {
             (_, Convention::Go) => {
                 bail!("{name}: arguments of Go functions cannot be read yet (Go passes them in its own registers)")
             }
-            (ArgRef::Name(n), Convention::Arm64) => {
-                bail!("{n}: arguments of aarch64 code are named by position only: arg0 to arg5 ({name})")
+            (ArgRef::Name(n), Convention::Arm64) if self.params.is_none() => {
+                bail!("{n}: arguments of this aarch64 code are named by position only: arg0 to arg5 ({name})")
             }
             _ => {}
         }
@@ -432,8 +442,9 @@ impl FuncArgs {
     fn index(&self, i: u8) -> Result<Operand> {
         let name = &self.name;
         let reg = match self.convention {
-            Convention::Arm64 => abi::aapcs64_reg(i),
             Convention::Syscall => abi::syscall_reg(i),
+            // AAPCS64 (and a clone's own convention on arm64): argN is xN.
+            _ if self.arm64 => abi::aapcs64_reg(i),
             _ => ABI_REGS[i as usize],
         };
         let rn = self.reg_name(reg);
@@ -443,9 +454,9 @@ impl FuncArgs {
         let holder = self.params.as_ref().and_then(|ps| {
             ps.params.iter().enumerate().find(|(k, p)| {
                 p.at_entry == EntryLoc::Reg(reg)
-                    || (matches!(self.convention, Convention::Abi)
+                    || (matches!(self.convention, Convention::Abi | Convention::Arm64)
                         && !matches!(p.at_entry, EntryLoc::Reg(_) | EntryLoc::Stack(_))
-                        && sysv_reg(ps, *k) == Some(reg))
+                        && self.abi_reg(ps, *k) == Some(reg))
             })
         });
         if let Some((_, p)) = holder {
@@ -474,12 +485,16 @@ impl FuncArgs {
     /// Register `r` as this function's code numbers it: `rdi` on x86-64,
     /// `x0` on arm64.
     fn reg_name(&self, r: u8) -> String {
-        let arm64 = match self.convention {
-            Convention::Arm64 => true,
-            Convention::Syscall => cfg!(target_arch = "aarch64"),
-            _ => false,
-        };
-        abi::reg_name(arm64, r)
+        abi::reg_name(self.arm64, r)
+    }
+
+    /// The register this function's ABI passes parameter `k` in.
+    fn abi_reg(&self, ps: &FuncParams, k: usize) -> Option<u8> {
+        if self.arm64 {
+            abi::aapcs64_param_reg(ps, k)
+        } else {
+            abi::sysv_reg(ps, k)
+        }
     }
 
     fn named(&self, n: &str) -> Result<Operand> {
@@ -555,7 +570,7 @@ impl FuncArgs {
             // A function that follows the ABI has its arguments where the
             // ABI puts them at its first instruction, whatever DWARF says
             // of later instructions (-O0 code stores them in its frame).
-            (_, None) => match sysv_reg(ps, k) {
+            (_, None) => match self.abi_reg(ps, k) {
                 Some(r) => Source::Reg(r),
                 None => bail!(
                     "{n} of {name} is not passed in an integer register (after floating-point or struct parameters): tachy cannot place it"
@@ -563,7 +578,7 @@ impl FuncArgs {
             },
         };
         let place = match source {
-            Source::Reg(r) => REG_NAMES[r as usize].to_string(),
+            Source::Reg(r) => self.reg_name(r),
             Source::Stack(o) => format!("stack +{o}"),
             _ => unreachable!("a parameter is in a register or on the stack"),
         };
@@ -668,6 +683,7 @@ impl FuncArgs {
         // What the BPF side saves: a function's ABI registers, a system
         // call's own.
         let saved: &[u8; 6] = match self.convention {
+            _ if self.arm64 => &abi::AAPCS64_REGS,
             Convention::Syscall => &SYSCALL_REGS,
             _ => &ABI_REGS,
         };
@@ -692,10 +708,9 @@ impl FuncArgs {
                     Ok(op) => match op.source {
                         Source::Reg(r) => match saved.iter().position(|&a| a == r) {
                             Some(i) => Fetch::Saved(i as u8),
-                            None => Fetch::Unavailable(format!(
-                                "in {} at the entry",
-                                REG_NAMES[r as usize]
-                            )),
+                            None => {
+                                Fetch::Unavailable(format!("in {} at the entry", self.reg_name(r)))
+                            }
                         },
                         _ => Fetch::Unavailable("on the stack".into()),
                     },

@@ -48,12 +48,15 @@ run() {
 	return 0
 }
 
-# json FIELD FUNC: FIELD ("count", "unwound", "filtered_by_args") of
-# function FUNC in ./out (one JSON object per report), its inner objects
-# (percentiles, --cpu parts, groups) left out.
+# json FIELD FUNC [KIND]: FIELD ("count", "unwound", "filtered_by_args") of
+# the first function or node FUNC (of kind KIND: "function", "call", ...)
+# in ./out (one JSON object per report), its inner objects (percentiles,
+# --cpu parts, groups) left out. Split at every brace, each line holds the
+# fields of one object (a node's own after its children's).
 json() {
 	sed 's/"[a-z_]*":{[^{}]*}//g; s/"groups":\[[^]]*\]//g' out |
-		tr '{' '\n' | grep -F "\"name\":\"$2\"" |
+		tr '{}' '\n\n' | grep -F "\"name\":\"$2\"" |
+		grep -F -e "\"kind\":\"${3:-function}\"" -e '"avg_ns"' |
 		sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" | head -1
 }
 
@@ -116,6 +119,13 @@ if run filter latency --json pick --filter 'arg0 == 3' -- ./args 100; then
 	expect "--filter arg0 == 3: filtered out" 90 "$(json filtered_by_args pick)"
 fi
 
+# --filter on a parameter named by DWARF: pick(int v, long w, ...) has v
+# in x0 and w in x1 (AAPCS64).
+if run filter-named latency --json pick --filter 'v == 3 && w == 300' -- ./args 100; then
+	expect "--filter v == 3 && w == 300: timed" 10 "$(json count pick)"
+	expect "--filter v == 3 && w == 300: filtered out" 90 "$(json filtered_by_args pick)"
+fi
+
 # --by caller: the return address is x30 at the `ret`.
 if run by latency --json --by caller 'grp::Table::scan(int)' -- ./by 10 2; then
 	front=$(grep -o '"function":"grp::front[^}]*},"count":[0-9]*' out | sed 's/.*://')
@@ -128,6 +138,25 @@ fi
 if run nested nested --json 'app::handle(int)' -- ./nested 8 1; then
 	expect "nested app::handle(int)" "$(fixture 'app::handle(int)')" \
 		"$(json count 'app::handle(int)')"
+fi
+
+# tachy nested --depth 2: app::parse(int), a traced callee of handle, and
+# its two tokenize call sites (a bl leaves SP as it was: the site in
+# handle and parse's own frame must still be told apart).
+if run nested2 nested --json --depth 2 'app::handle(int)' -- ./nested 8 1; then
+	expect "nested --depth 2 app::parse(int)" 8 "$(json count 'app::parse(int)' call)"
+	expect "nested --depth 2 app::tokenize(int)" 8 "$(json count 'app::tokenize(int)' call)"
+fi
+
+# A traced function that calls itself: the recursive call's site (keyed by
+# SP at its bl) and the callee's frame (SP at its entry: the same SP) must
+# nest. walk(2) recurses twice per handle call.
+if run nested-rec nested --json 'app::walk(int)' -- ./nested 8 1; then
+	expect "nested app::walk(int)" "$(fixture 'app::walk(int)')" \
+		"$(json count 'app::walk(int)' function)"
+	expect "nested app::walk(int): its recursive site" 16 \
+		"$(json count 'app::walk(int)' call)"
+	expect "nested app::walk(int): unwound" 0 "$(json unwound 'app::walk(int)' function)"
 fi
 
 # Go: goroutine stacks that grow (and move) while the traced call is open.

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use gimli::{AttributeValue, EndianSlice, Operation, RunTimeEndian, UnitOffset};
 
 use super::ElfObject;
+use crate::disasm::Arch;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
@@ -70,7 +71,8 @@ impl ParamType {
 /// Where a parameter's value is at the function's first instruction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntryLoc {
-    /// In a register (x86 encoding number). `DW_OP_entry_value(reg)` counts
+    /// In a register (x86 encoding number; xN as N on arm64).
+    /// `DW_OP_entry_value(reg)` counts
     /// as the register itself: at the entry, the two are the same.
     Reg(u8),
     /// In memory at the entry SP (the return-address slot) plus this many
@@ -151,12 +153,12 @@ impl FuncParams {
 /// `obj` (or its separate debug file). None when the object has no DWARF;
 /// an address missing from the map has no subprogram DIE.
 pub fn params_at(obj: &ElfObject, addrs: &[u64]) -> Option<HashMap<u64, FuncParams>> {
-    super::dwarf::with_dwarf(obj.dwarf_data(), |dwarf| Some(scan(dwarf, addrs)))
+    super::dwarf::with_dwarf(obj.dwarf_data(), |dwarf| Some(scan(dwarf, addrs, obj.arch)))
 }
 
 /// One pass over every unit: the subprogram DIEs whose entry is one of
-/// `addrs`.
-pub fn scan(dwarf: &gimli::Dwarf<R<'_>>, addrs: &[u64]) -> HashMap<u64, FuncParams> {
+/// `addrs`, in code of `arch` (which numbers the registers).
+pub fn scan(dwarf: &gimli::Dwarf<R<'_>>, addrs: &[u64], arch: Arch) -> HashMap<u64, FuncParams> {
     let mut out = HashMap::new();
     let mut units = dwarf.units();
     // Hostile DWARF must not keep start-up busy for ever.
@@ -183,7 +185,7 @@ pub fn scan(dwarf: &gimli::Dwarf<R<'_>>, addrs: &[u64]) -> HashMap<u64, FuncPara
             }
         }
         for (entry, off) in found {
-            if let Some(p) = read_params(dwarf, &unit, off, entry) {
+            if let Some(p) = read_params(dwarf, &unit, off, entry, arch) {
                 out.insert(entry, p);
             }
         }
@@ -286,6 +288,7 @@ fn read_params(
     unit: &gimli::Unit<R<'_>>,
     off: UnitOffset,
     entry: u64,
+    arch: Arch,
 ) -> Option<FuncParams> {
     let die = unit.entry(off).ok()?;
     let nocall = matches!(
@@ -321,7 +324,7 @@ fn read_params(
                 },
                 None => EntryLoc::Absent,
             },
-            Some(v) => location_at(dwarf, unit, v, entry, frame_cfa),
+            Some(v) => location_at(dwarf, unit, v, entry, frame_cfa, arch),
         };
         params.push(Param {
             name,
@@ -461,9 +464,10 @@ fn location_at(
     v: AttributeValue<R<'_>>,
     pc: u64,
     frame_cfa: bool,
+    arch: Arch,
 ) -> EntryLoc {
     if let AttributeValue::Exprloc(e) = v {
-        return match expression(unit, e, frame_cfa) {
+        return match expression(unit, e, frame_cfa, arch) {
             // One location for the whole function, in its own frame: valid
             // only once the prologue stored the value there.
             EntryLoc::Stack(off) if off < 8 => EntryLoc::Frame,
@@ -483,14 +487,19 @@ fn location_at(
             break;
         }
         if entry.range.begin <= pc && pc < entry.range.end {
-            return expression(unit, entry.data, frame_cfa);
+            return expression(unit, entry.data, frame_cfa, arch);
         }
     }
     EntryLoc::NotAtEntry
 }
 
 /// The value one location expression describes, at the function's entry.
-fn expression(unit: &gimli::Unit<R<'_>>, e: gimli::Expression<R<'_>>, frame_cfa: bool) -> EntryLoc {
+fn expression(
+    unit: &gimli::Unit<R<'_>>,
+    e: gimli::Expression<R<'_>>,
+    frame_cfa: bool,
+    arch: Arch,
+) -> EntryLoc {
     let mut ops = Vec::new();
     let mut it = e.operations(unit.encoding());
     while let Ok(Some(op)) = it.next() {
@@ -499,10 +508,35 @@ fn expression(unit: &gimli::Unit<R<'_>>, e: gimli::Expression<R<'_>>, frame_cfa:
             break;
         }
     }
-    let reg = |r: gimli::Register| match x86_reg(r.0) {
-        Some(x) => EntryLoc::Reg(x),
-        None => EntryLoc::Unsupported(format!("DWARF register {} (not an integer register)", r.0)),
+    let reg = |r: gimli::Register| match (arch, x86_reg(r.0)) {
+        // AAPCS64's DWARF numbers x0-x30 as 0-30; the BPF side reads x0-x15.
+        (Arch::Arm64, _) if r.0 < 16 => EntryLoc::Reg(r.0 as u8),
+        (Arch::Arm64, _) => EntryLoc::Unsupported(format!(
+            "DWARF register {} (x16 and above, SP and vector registers are not read)",
+            r.0
+        )),
+        (Arch::X86_64, Some(x)) => EntryLoc::Reg(x),
+        (Arch::X86_64, None) => {
+            EntryLoc::Unsupported(format!("DWARF register {} (not an integer register)", r.0))
+        }
     };
+    if arch == Arch::Arm64 {
+        // Memory at SP or the frame: arm64's stack arguments (past x7)
+        // are not read; a frame slot is the prologue's.
+        match ops.as_slice() {
+            [Operation::FrameOffset { .. }] => return EntryLoc::Unsupported("frame".into()),
+            [Operation::RegisterOffset { register, .. }] if register.0 == 29 => {
+                return EntryLoc::Unsupported("frame".into())
+            }
+            [Operation::RegisterOffset { register, .. }] if register.0 == 31 => {
+                return EntryLoc::Unsupported("a stack slot (arguments past x7)".into())
+            }
+            [Operation::RegisterOffset { .. }] => {
+                return EntryLoc::Unsupported("a computed location (a DWARF expression)".into())
+            }
+            _ => {}
+        }
+    }
     match ops.as_slice() {
         [Operation::Register { register }] => reg(*register),
         // The value the register had at the entry: the register, there.
