@@ -100,8 +100,14 @@ static __always_inline void rec_send(struct tachy_record *r, __u32 nsites)
 	if (r->stack_how != TACHY_STACK_NONE)
 		size = __builtin_offsetof(struct tachy_record, stack) +
 		       (__u64)r->stack_len;
+	/*
+	 * Clamp and pass one register: clang otherwise tests stack_len and
+	 * passes the unclamped sum, which 6.1's verifier finds unbounded.
+	 */
+	barrier_var(size);
 	if (size > sizeof(*r))
 		size = sizeof(*r);
+	barrier_var(size);
 	r->nsites = nsites;
 	/* No wakeup: user space reads on its own clock, and a wakeup per
 	 * record would cost the traced thread. */
