@@ -120,7 +120,7 @@ const EXIT_STATUS: [(&str, &str); 4] = [
 ];
 
 /// The environment tachy reads: (variable, meaning).
-const ENVIRONMENT: [(&str, &str); 8] = [
+const ENVIRONMENT: [(&str, &str); 9] = [
     (
         "TACHY_CACHE_DIR",
         "The directory of the probe-time cache (see FILES), instead of the default; empty is as unset. Where it cannot be written, tachy says so in one line and measures the probe time (~0.4 s) at every start.",
@@ -136,6 +136,10 @@ const ENVIRONMENT: [(&str, &str); 8] = [
     (
         "TACHY_RECORD_BUFFER",
         "The size in bytes of the ring buffer of \\-\\-record\\-slower\\-than: a power of two of at least a page (1 MiB if unset).",
+    ),
+    (
+        "TACHY_STACK_METHOD",
+        "fp or copy: how \\-\\-stack and \\-\\-by stack take user stacks, the rbp chain walked in the kernel or a copy of the stack unwound with .eh_frame, instead of tachy's choice (frame pointers only where every traced object keeps them).",
     ),
     (
         "TACHY_NO_UPROBE_MULTI",

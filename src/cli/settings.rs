@@ -184,6 +184,18 @@ pub struct ExportSettings {
     pub labels: Vec<(String, String)>,
 }
 
+/// Fails on a machine whose user stacks tachy cannot take yet: the
+/// stack copy and its unwinding read x86-64 registers.
+fn stacks_here(option: &str) -> Result<()> {
+    match cfg!(target_arch = "x86_64") {
+        true => Ok(()),
+        false => Err(usage(format!(
+            "{option} takes x86-64 user stacks only: not yet on {}",
+            std::env::consts::ARCH
+        ))),
+    }
+}
+
 /// How often `--textfile` is rewritten without `-i`.
 pub const TEXTFILE_EVERY: Duration = Duration::from_secs(15);
 
@@ -196,6 +208,9 @@ impl LatencyArgs {
         } else {
             Format::Text
         };
+        if self.by.contains(&crate::plan::by::ByKey::Stack) {
+            stacks_here("--by stack")?;
+        }
         if self.folded && !self.by.contains(&crate::plan::by::ByKey::Stack) {
             return Err(usage(
                 "--folded draws the chains of callers of --by stack: give --by stack",
@@ -273,6 +288,9 @@ impl TraceArgs {
         format: Format,
         svg: Option<PathBuf>,
     ) -> Result<TraceSettings> {
+        if self.stack {
+            stacks_here("--stack")?;
+        }
         let mut pids = self.pid.clone();
         pids.sort_unstable();
         pids.dedup();

@@ -159,6 +159,16 @@ if run nested-rec nested --json 'app::walk(int)' -- ./nested 8 1; then
 	expect "nested app::walk(int): unwound" 0 "$(json unwound 'app::walk(int)' function)"
 fi
 
+# --stack reads x86-64 user stacks only: refused here as a usage error
+# (exit 2), before anything is started.
+./tachy latency --record-slower-than 1ms --stack pick -- ./args 1 </dev/null >out 2>err
+status=$?
+if [ $status -eq 2 ] && grep -q '^error: --stack takes x86-64 user stacks only' err; then
+	ok "--stack refused (exit 2)"
+else
+	bad "--stack refused" "exit $status"
+fi
+
 # Go: goroutine stacks that grow (and move) while the traced call is open.
 if [ -x ./gowork ]; then
 	if run go latency --json main.grow -- ./gowork grow 20; then
