@@ -265,8 +265,9 @@ fn string(
     Some(String::from_utf8_lossy(s.slice()).into_owned())
 }
 
-/// The formal_parameter children of a subprogram DIE.
-fn param_children(unit: &gimli::Unit<R<'_>>, off: UnitOffset) -> Vec<UnitOffset> {
+/// The children of a DIE with tag `tag` (formal parameters of a
+/// subprogram, enumerators of an enumeration type), in order.
+fn children(unit: &gimli::Unit<R<'_>>, off: UnitOffset, tag: gimli::DwTag) -> Vec<UnitOffset> {
     let mut out = Vec::new();
     let Ok(mut tree) = unit.entries_tree(Some(off)) else {
         return out;
@@ -276,7 +277,7 @@ fn param_children(unit: &gimli::Unit<R<'_>>, off: UnitOffset) -> Vec<UnitOffset>
     };
     let mut children = root.children();
     while let Ok(Some(child)) = children.next() {
-        if child.entry().tag() == gimli::DW_TAG_formal_parameter {
+        if child.entry().tag() == tag {
             out.push(child.entry().offset());
         }
     }
@@ -298,7 +299,7 @@ fn read_params(
     let frame_cfa = frame_base_is_cfa(unit, &die);
     let mut params = Vec::new();
     let mut origins_seen = Vec::new();
-    for p in param_children(unit, off) {
+    for p in children(unit, off, gimli::DW_TAG_formal_parameter) {
         let Ok(pe) = unit.entry(p) else {
             continue;
         };
@@ -335,7 +336,7 @@ fn read_params(
     }
     // Parameters of the original the clone dropped without a DIE of its own.
     if let Some(orig) = origin(unit, &die) {
-        let orig_params = param_children(unit, orig);
+        let orig_params = children(unit, orig, gimli::DW_TAG_formal_parameter);
         if !orig_params.is_empty() && !origins_seen.is_empty() {
             for op in orig_params {
                 if origins_seen.contains(&op) {
@@ -421,20 +422,13 @@ fn enumerators(
     off: UnitOffset,
 ) -> Vec<(i64, String)> {
     let mut out = Vec::new();
-    let Ok(mut tree) = unit.entries_tree(Some(off)) else {
-        return out;
-    };
-    let Ok(root) = tree.root() else {
-        return out;
-    };
-    let mut children = root.children();
-    while let Ok(Some(child)) = children.next() {
-        let e = child.entry();
-        if e.tag() != gimli::DW_TAG_enumerator || out.len() >= 4096 {
-            continue;
+    for o in children(unit, off, gimli::DW_TAG_enumerator) {
+        let Ok(e) = unit.entry(o) else { continue };
+        if out.len() >= 4096 {
+            break;
         }
-        let name = attr(e, gimli::DW_AT_name).and_then(|v| string(dwarf, unit, v));
-        let value = attr(e, gimli::DW_AT_const_value)
+        let name = attr(&e, gimli::DW_AT_name).and_then(|v| string(dwarf, unit, v));
+        let value = attr(&e, gimli::DW_AT_const_value)
             .and_then(|v| v.sdata_value().or(v.udata_value().map(|u| u as i64)));
         if let (Some(n), Some(v)) = (name, value) {
             out.push((v, n));
