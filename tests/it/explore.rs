@@ -174,12 +174,7 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
     );
     t.keys(&["Enter"]);
     t.wait_for(20, "the first report", |s| s.contains("spin_hot  calls 0"));
-    libc_kill(pid, libc::SIGUSR2);
-    let said = format!("count spin_hot {calls}");
-    assert_eq!(
-        fx.read_line(Duration::from_secs(20)).as_deref(),
-        Some(said.as_str())
-    );
+    round(&mut fx, calls);
     let s = t.wait_for(10, "the exact count", |s| {
         s.contains(&format!(" spin_hot  calls {calls}  avg"))
     });
@@ -345,12 +340,7 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     t.wait_for(20, "the first report", |s| {
         s.contains("explore_step  calls 0")
     });
-    libc_kill(pid, libc::SIGUSR2);
-    let said = format!("count spin_hot {calls}");
-    assert_eq!(
-        fx.read_line(Duration::from_secs(20)).as_deref(),
-        Some(said.as_str())
-    );
+    round(&mut fx, calls);
     let s = t.wait_for(10, "the exact count", |s| {
         s.contains(&format!(" explore_step  calls {calls}  avg"))
     });
@@ -379,11 +369,7 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     t.wait_for(20, "step_mid's view", |s| {
         s.contains("explore_step > step_mid") && s.contains(" step_mid  calls 0")
     });
-    libc_kill(pid, libc::SIGUSR2);
-    assert_eq!(
-        fx.read_line(Duration::from_secs(20)).as_deref(),
-        Some(said.as_str())
-    );
+    round(&mut fx, calls);
     let s = t.wait_for(10, "step_mid's exact count", |s| {
         s.contains(&format!(" step_mid  calls {calls}  avg"))
     });
