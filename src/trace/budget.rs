@@ -1,6 +1,5 @@
-//! `--max-overhead`: each second (for a plan of more than [`HOLD_OVER`]
-//! sites, 0.1 s into the run, then at intervals that double up to a second
-//! while the estimates stay calm), what the probes added to the traced
+//! `--max-overhead`: 0.1 s into the run, then at intervals that double up
+//! to a second while the estimates stay calm, what the probes added to the traced
 //! threads' time is estimated from the calls counted since the last
 //! estimate and each node's calibrated price per call
 //! (`crate::calibrate`: what its probes add to the thread that takes
@@ -29,14 +28,13 @@ use crate::report::budget::{BudgetNote, LateSite, ShedSite, Why};
 use crate::report::Counts;
 use crate::usage::UsageError;
 
-/// With sites held back ([`HOLD_OVER`]): how soon the overhead is first
-/// estimated, and again after an estimate that attached or shed sites or
-/// saw little work, so that a workload of a fraction of a second gets its
+/// How soon the overhead is first estimated, and again after an estimate
+/// that attached or shed sites (or saw little work while sites are held
+/// back), so that a plan too dear for its workload is shed before a short
+/// run is over, and a workload of a fraction of a second gets its held-back
 /// sites. Each calm estimate doubles the interval, up to [`EVERY`].
 const FIRST: Duration = Duration::from_millis(100);
-/// How often the overhead is estimated: always, for a plan that starts
-/// whole (its first second costs at most [`HOLD_OVER`] sites, and a short
-/// run of it is timed whole), and once calm for one that does not.
+/// How often the overhead is estimated once calm.
 const EVERY: Duration = Duration::from_secs(1);
 /// A plan of more call sites than this holds them all back at the start,
 /// and attaches them as estimates show room: the hundreds of sites of a
@@ -146,10 +144,20 @@ pub struct Budget {
     held: BTreeMap<u32, Vec<LateSite>>,
     /// Attaching a held-back site failed: no more are.
     admit_failed: bool,
-    /// Sites were held back at the start (estimates then start early).
-    held_any: bool,
     /// `-v`: each estimate is said.
     pub verbose: bool,
+}
+
+/// What an estimate saw, for when the next is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Calm {
+    /// Work within the budget, and nothing changed: the next can wait
+    /// longer.
+    Yes,
+    /// Little or no work: it says little of the room.
+    Idle,
+    /// Sites were shed or attached: the next checks them soon.
+    Changed,
 }
 
 /// A slot to shed, by what it costs now: the deepest first, then the
@@ -254,8 +262,8 @@ impl Budget {
             clock,
             price,
             start: now,
-            next: now + if held.is_empty() { EVERY } else { FIRST },
-            interval: if held.is_empty() { EVERY } else { FIRST },
+            next: now + FIRST,
+            interval: FIRST,
             calls: vec![0; plan.ids() as usize],
             run_probes: 0.0,
             run_used: 0.0,
@@ -269,7 +277,6 @@ impl Budget {
             nodes,
             held: held_sites,
             admit_failed: false,
-            held_any: !held.is_empty(),
             ends_previous,
             ends_due: Vec::new(),
             note: BudgetNote {
@@ -307,18 +314,24 @@ impl Budget {
     /// when it is over the budget; sets when the next estimate is due.
     pub fn tick(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<()> {
         let calm = self.estimate(plan, now, tracer)?;
-        self.interval = match (self.held_any, calm) {
-            (false, _) => EVERY,
-            (true, true) => (self.interval * 2).min(EVERY),
-            (true, false) => FIRST,
+        self.interval = match calm {
+            Calm::Yes => (self.interval * 2).min(EVERY),
+            // With nothing held back, an idle target has no sites to
+            // wait for: the estimates slow down as when calm.
+            Calm::Idle if !self.any_held() => (self.interval * 2).min(EVERY),
+            Calm::Idle | Calm::Changed => FIRST,
         };
         self.next = now + self.interval;
         Ok(())
     }
 
-    /// The estimate of [`Budget::tick`]: true when it saw work within the
-    /// budget (the next can wait longer), false when it saw none or shed.
-    fn estimate(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<bool> {
+    /// Whether held-back sites wait for room.
+    fn any_held(&self) -> bool {
+        !self.admit_failed && self.state.values().any(|s| *s == State::Held)
+    }
+
+    /// The estimate of [`Budget::tick`], and what it saw.
+    fn estimate(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<Calm> {
         let calls = std::mem::replace(&mut self.calls, vec![0; plan.ids() as usize]);
         let total = self.clock.now_ns(self.start, now);
         let used = match (total, self.last_ns) {
@@ -329,7 +342,7 @@ impl Budget {
         let cost = |id: usize| calls[id] as f64 * self.price.get(id).copied().unwrap_or(0) as f64;
         let probes: f64 = (0..calls.len()).map(cost).sum();
         if used <= 0.0 {
-            return Ok(false);
+            return Ok(Calm::Idle);
         }
         self.run_probes += probes;
         self.run_used += used;
@@ -355,7 +368,11 @@ impl Budget {
                 true => self.admit(plan, tracer, &calls, allowed - probes, now)?,
                 false => 0,
             };
-            return Ok(busy && admitted == 0);
+            return Ok(match (busy, admitted) {
+                (false, _) => Calm::Idle,
+                (true, 0) => Calm::Yes,
+                (true, _) => Calm::Changed,
+            });
         }
         let bare: f64 = (0..items).map(cost).sum();
         if bare > allowed && self.note.bare_over.is_none() {
@@ -386,7 +403,7 @@ impl Budget {
                 t.elapsed().as_millis()
             );
         }
-        Ok(false)
+        Ok(Calm::Changed)
     }
 
     /// Sheds `slots`, and the slots under them that time nothing without

@@ -479,12 +479,13 @@ fn merged_go_reports_say_left_by_panic() {
 // tachy nested on Go functions (root)
 // ---------------------------------------------------------------------------
 
-/// `tachy nested --json [OPTS] FUNC -- gowork MODE N` to its end: the
+/// `tachy nested --json --max-overhead 0 [OPTS] FUNC -- gowork MODE N` to its end: the
 /// fixture's output and the traced function's tree.
 fn nested(opts: &[&str], func: &str, mode: &str, n: u64) -> (Outcome, Value) {
     let exe = common::build("gowork");
     let n = n.to_string();
-    let mut args = vec!["nested", "--json"];
+    // Each site's calls are counted exactly: no budget sheds them.
+    let mut args = vec!["nested", "--json", "--max-overhead", "0"];
     args.extend_from_slice(opts);
     args.extend([func, "--", exe.to_str().unwrap(), mode, &n]);
     let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(240));

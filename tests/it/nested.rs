@@ -680,7 +680,7 @@ fn nested_json_depth1() {
     let _guard = common::needs_root!();
     let e = Expect { it: 20, th: 2 };
     let nsites = listed_sites(&list_sites("app::handle")).len();
-    let out = run_nested(&["--json"], e, &[]);
+    let out = run_nested(&["--json", "--max-overhead", "0"], e, &[]);
     out.assert_success();
     check_fixture_summary(&out.stderr, e, &out);
     let header = format!("Tracing {ROOT} and {nsites} call sites (1 level) ");
@@ -722,7 +722,7 @@ fn kid_at<'a>(parent: &'a Value, n: &str, needle: &str) -> &'a Value {
 fn nested_depth2() {
     let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
-    let out = run_nested(&["--json", "--depth", "2"], e, &[]);
+    let out = run_nested(&["--json", "--max-overhead", "0", "--depth", "2"], e, &[]);
     out.assert_success();
     check_fixture_summary(&out.stderr, e, &out);
     assert!(
@@ -881,7 +881,11 @@ fn shape(node: &Value) -> Vec<(String, String, String, u64, u64)> {
 fn nested_expand_parse() {
     let _guard = common::needs_root!();
     let e = Expect { it: 8, th: 2 };
-    let out = run_nested(&["--json", "--expand", "app::parse"], e, &[]);
+    let out = run_nested(
+        &["--json", "--max-overhead", "0", "--expand", "app::parse"],
+        e,
+        &[],
+    );
     out.assert_success();
     check_fixture_summary(&out.stderr, e, &out);
     let rep = single_report(&out);
@@ -895,7 +899,7 @@ fn nested_expand_parse() {
         assert!(children(c).is_empty(), "expanded below parse: {c:#}");
     }
 
-    let out2 = run_nested(&["--json", "--depth", "2"], e, &[]);
+    let out2 = run_nested(&["--json", "--max-overhead", "0", "--depth", "2"], e, &[]);
     out2.assert_success();
     let rep2 = single_report(&out2);
     let parse2 = kid(the_root(&rep2), "app::parse(int)");
