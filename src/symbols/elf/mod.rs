@@ -644,7 +644,7 @@ fn collect_functions<'a, R: ReadRef<'a>>(
         return SymTable::default();
     };
     let mut ifuncs = Vec::new();
-    let syms = table
+    let mut syms: Vec<(bool, TableSym)> = table
         .symbols()
         .iter()
         .filter_map(|s| {
@@ -662,13 +662,23 @@ fn collect_functions<'a, R: ReadRef<'a>>(
             // An empty or absent name: its first byte is no character.
             let name = s.st_name(endian);
             strings.get(name as usize).filter(|&&b| b != 0)?;
-            Some(TableSym {
-                name,
-                addr: s.st_value(endian),
-                size,
-            })
+            let local = s.st_bind() == elf::STB_LOCAL;
+            Some((
+                local,
+                TableSym {
+                    name,
+                    addr: s.st_value(endian),
+                    size,
+                },
+            ))
         })
         .collect();
+    // A table lists its local symbols first; where a local alias and an
+    // exported name start at one address (glibc's `__libc_start_main_alias_2`
+    // and `__libc_start_main`), the exported name is the one a user knows:
+    // put globals ahead, keeping each group's order (the index sorts stably).
+    syms.sort_by_key(|&(local, _)| local);
+    let syms = syms.into_iter().map(|(_, s)| s).collect();
     SymTable {
         strings,
         syms,
@@ -778,6 +788,45 @@ mod tests {
             checked += 1;
         }
         assert!(checked > 100);
+    }
+
+    #[test]
+    fn an_exported_name_wins_over_a_local_alias_at_its_address() {
+        // glibc's debug file names `__libc_start_main` twice at one address:
+        // a local `__libc_start_main_alias_2` (listed first, as locals are)
+        // and the exported name. Frames and sites take the exported one.
+        use object::write::{Object as Out, Symbol, SymbolSection};
+        use object::{Architecture, BinaryFormat, SymbolFlags, SymbolScope};
+        let mut out = Out::new(
+            BinaryFormat::Elf,
+            Architecture::X86_64,
+            object::Endianness::Little,
+        );
+        let text = out.section_id(object::write::StandardSection::Text);
+        out.append_section_data(text, &[0xc3; 32], 16);
+        for (name, scope, value) in [
+            ("start_alias_2", SymbolScope::Compilation, 0),
+            ("start", SymbolScope::Dynamic, 0),
+            ("other_local", SymbolScope::Compilation, 16),
+        ] {
+            out.add_symbol(Symbol {
+                name: name.as_bytes().to_vec(),
+                value,
+                size: 16,
+                kind: object::SymbolKind::Text,
+                scope,
+                weak: false,
+                section: SymbolSection::Section(text),
+                flags: SymbolFlags::None,
+            });
+        }
+        let tmp = std::env::temp_dir().join(format!("tachy-alias-{}.o", std::process::id()));
+        std::fs::write(&tmp, out.write().unwrap()).unwrap();
+        let obj = ElfObject::open(&tmp, &tmp).unwrap();
+        let index = obj.symbols().unwrap();
+        std::fs::remove_file(&tmp).unwrap();
+        assert_eq!(index.name_starting_at(0), Some("start"));
+        assert_eq!(index.name_starting_at(16), Some("other_local"));
     }
 
     #[test]
