@@ -15,6 +15,9 @@
 //!
 //! Each quantity is the median of several rounds' medians, so that a busy
 //! machine's preemptions and interrupts move it little.
+//!
+//! x86-64's calibration functions are below; arm64's, of the same names
+//! and kinds, in `arm64`.
 
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
@@ -32,10 +35,47 @@ use crate::report::hist::bucket_range;
 use crate::report::Counts;
 use crate::symbols::{self, ElfObject};
 
+mod arm64;
+
+/// What tells one architecture's calibration functions apart.
+struct Layout {
+    /// Offsets of the call in each site parent and of its return address.
+    site_call: u64,
+    site_ret: u64,
+    /// The uretprobe roots (ids 2 and 3) are planned with `--uretprobe`:
+    /// the planner would give them probes on `ret` otherwise.
+    forced_uret: bool,
+    /// The root whose probes the site parents have (their probe time is
+    /// taken from the parents' readings).
+    parent_like: usize,
+    /// The roots as `describe` names them: [stepped, emulated] entry with
+    /// a `ret` exit, then with a uretprobe.
+    labels: [&'static str; 4],
+}
+
+/// x86-64's layout: `push %rbp` is 1 byte, `call rel32` 5, so a parent's
+/// call stands at +1 and returns to +6; the parents are planned with a
+/// uretprobe, as the push+uretprobe root.
+#[cfg(not(target_arch = "aarch64"))]
+const LAYOUT: Layout = Layout {
+    site_call: 1,
+    site_ret: 6,
+    forced_uret: false,
+    parent_like: 2,
+    labels: [
+        "endbr64+ret",
+        "push+ret",
+        "endbr64+uretprobe",
+        "push+uretprobe",
+    ],
+};
+#[cfg(target_arch = "aarch64")]
+use arm64::LAYOUT;
+
 // The calibration functions. Offsets the site probes rely on: push %rbp is
 // 1 byte, call rel32 5, so a parent's call stands at +1 and returns to +6.
-// x86-64 only so far: elsewhere `measure` says so, and durations include
-// the probes' time (as with --raw).
+// x86-64 and arm64 only: elsewhere `measure` says so, and durations
+// include the probes' time (as with --raw).
 #[cfg(target_arch = "x86_64")]
 std::arch::global_asm!(
     ".pushsection .text.tachy_cal,\"ax\",@progbits",
@@ -126,7 +166,8 @@ std::arch::global_asm!(
     options(att_syntax)
 );
 
-#[cfg(target_arch = "x86_64")]
+// Both architectures' calibration functions go by these names.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 extern "C" {
     fn tachy_cal_push_ret();
     fn tachy_cal_endbr_ret();
@@ -149,10 +190,11 @@ const FUNCS: [&str; 7] = [
     "tachy_cal_site_with",
 ];
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn call(i: usize) {
     // SAFETY: the calibration functions take no arguments, touch only
-    // rax, rdx and the stack, and return normally.
+    // scratch registers (rax and rdx; x9, with x29 and x30 restored) and
+    // the stack, and return normally.
     unsafe {
         match i {
             0 => tachy_cal_push_ret(),
@@ -168,7 +210,7 @@ fn call(i: usize) {
 
 /// Never reached: `measure` refuses first where there are no calibration
 /// functions.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn call(_i: usize) {}
 
 /// Calls per function per round, and rounds.
@@ -275,6 +317,13 @@ impl Calibration {
     /// an emulated hit and a single-step, `push` + uretprobe an emulated hit
     /// and a uretprobe's return.
     pub fn hit_prices(&self) -> HitPrices {
+        if cfg!(target_arch = "aarch64") {
+            return arm64::hit_prices(
+                self.root[0][0].add_ns,
+                self.root[1][0].add_ns,
+                self.root[0][1].add_ns,
+            );
+        }
         let stepped = self.root[0][0].add_ns / 2;
         let emulated = self.root[1][0].add_ns.saturating_sub(stepped);
         HitPrices {
@@ -288,8 +337,9 @@ impl Calibration {
     /// first traced function's, for the report.
     pub fn describe(&self) -> String {
         let us = |p: ProbeTime| format!("{:.2}", p.in_ns as f64 / 1000.0);
+        let [stepped_ret, emulated_ret, stepped_uret, emulated_uret] = LAYOUT.labels;
         format!(
-            "probe time per call (us, inside / total): push+ret {}/{:.2}, endbr64+ret {}/{:.2}, push+uretprobe {}/{:.2}, endbr64+uretprobe {}/{:.2}; call sites: emulated end {}/{:.2}, stepped end {}/{:.2}, ended with parent {}/{:.2}",
+            "probe time per call (us, inside / total): {emulated_ret} {}/{:.2}, {stepped_ret} {}/{:.2}, {emulated_uret} {}/{:.2}, {stepped_uret} {}/{:.2}; call sites: emulated end {}/{:.2}, stepped end {}/{:.2}, ended with parent {}/{:.2}",
             us(self.root[1][0]),
             self.root[1][0].add_ns as f64 / 1000.0,
             us(self.root[0][0]),
@@ -322,18 +372,20 @@ fn plan(exe: &Path) -> Result<Plan> {
         by_name.insert(f.raw.as_str(), f);
     }
     let mut addrs = Vec::new();
-    for name in FUNCS {
+    for (i, name) in FUNCS.into_iter().enumerate() {
         let f = by_name
             .get(name)
             .with_context(|| format!("{name} is missing from {}", exe.display()))?;
+        plan.settings.uretprobe = LAYOUT.forced_uret && (i == 2 || i == 3);
         plan.add_function(&obj, f, source)?;
         addrs.push(f.addr);
     }
-    // One site per parent: the call at +1, returning to +6.
+    plan.settings.uretprobe = false;
+    // One site per parent: its call, and where it returns.
     let object = 0;
     for (k, parent) in [4u32, 5, 6].into_iter().enumerate() {
         let at = addrs[parent as usize];
-        let (call, ret) = (at + 1, at + 6);
+        let (call, ret) = (at + LAYOUT.site_call, at + LAYOUT.site_ret);
         plan.sites.push(SiteNode {
             parent,
             slot: k as u32,
@@ -460,9 +512,9 @@ pub struct Measured {
 
 /// Measures the probes' own time on this machine (well under a second).
 pub fn measure(verbose: bool) -> Result<Measured> {
-    if !cfg!(target_arch = "x86_64") {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         anyhow::bail!(
-            "its calibration functions are written for x86-64, and this is {}",
+            "its calibration functions are written for x86-64 and arm64, and this is {}",
             std::env::consts::ARCH
         );
     }
@@ -508,8 +560,8 @@ pub fn measure(verbose: bool) -> Result<Measured> {
         in_ns: read[i],
         add_ns: wall[i].saturating_sub(untraced[i]).max(read[i]),
     };
-    // The parents are timed like push+uretprobe roots.
-    let parent_in = read[2];
+    // The parents' own probes are those of one of the roots.
+    let parent_in = read[LAYOUT.parent_like];
     let site = |k: usize| ProbeTime {
         in_ns: read[FUNCS.len() + k],
         add_ns: read[4 + k].saturating_sub(parent_in),

@@ -4,7 +4,8 @@
 # libelf and zlib that tachy links statically), Debian's cross compilers,
 # qemu-system-aarch64, and, unpacked under target/arm64/, the arm64
 # kernel and busybox-static packages (downloaded once, not installed).
-# KERNEL_PKG picks the kernel package (default below).
+# KERNEL_PKG picks the kernel package (default below). `deps.sh bench`
+# also fetches bpftrace for arm64 (for `make bench-arm64`).
 #
 # `deps.sh x86` instead: what `ARCH=x86_64 tests/arm64/run.sh` needs, the
 # suite on bookworm's own x86-64 kernel (6.1): qemu-system-x86 installed,
@@ -85,4 +86,21 @@ if [ ! -e "$OUT/kernel-6.1/.done" ]; then
 	fetch "$KERNEL61_PKG:arm64" "$OUT/kernel-6.1"
 fi
 fetch busybox-static:arm64 "$OUT/busybox"
+# `make bench-arm64`: bookworm's bpftrace for arm64 and the libraries it
+# loads (LLVM, clang, BCC, ...), unpacked together under $OUT/bpftrace.
+# The C and C++ runtimes come from the cross compilers instead, as for
+# the fixtures.
+if [ "${1:-}" = bench ] && [ ! -e "$OUT/bpftrace/.done" ]; then
+	pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+		--no-breaks --no-replaces --no-enhances --no-pre-depends bpftrace:arm64 |
+		grep '^[a-z]' | grep -v -e '^libc6:' -e '^libgcc-s1:' -e '^libstdc++6:' \
+			-e '^gcc-12-base:' | sort -u)
+	rm -rf "$OUT/bpftrace" && mkdir -p "$OUT/bpftrace" "$OUT/debs"
+	(cd "$OUT/debs" && apt-get download $pkgs)
+	for p in $pkgs; do
+		dpkg-deb -x "$(ls -t "$OUT"/debs/"${p%%:*}"_*_arm64.deb | head -1)" "$OUT/bpftrace"
+	done
+	rm -rf "$OUT"/bpftrace/usr/share
+	echo "$pkgs" > "$OUT/bpftrace/.done"
+fi
 echo "arm64 kernels: $(cat "$OUT/kernel/.done") and $(cat "$OUT/kernel-6.1/.done"), busybox: $(cat "$OUT/busybox/.done")"

@@ -84,6 +84,7 @@ CXX=(-std=c++17 -O2 -g -pthread -Wall -Wextra -I"$SRC")
 t=$ROOT/t
 $cc "${C[@]}" -o "$t/plain" "$SRC/plain.c"
 $cc "${C[@]}" -I"$SRC" -o "$t/tails" tests/arm64/tails.c
+[ "$ARCH" = x86_64 ] || $cc "${C[@]}" -I"$SRC" -o "$t/kinds" tests/arm64/kinds.c
 $cxx -O2 -g -o "$t/exits" "$SRC/exits.cpp"
 $cxx "${CXX[@]}" -o "$t/args" "$SRC/args.cpp"
 $cxx "${CXX[@]}" -o "$t/by" "$SRC/by.cpp"
