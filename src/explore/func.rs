@@ -13,9 +13,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::session::{Request, Started, Tree};
+use super::session::{Attached, Request, Started, Tree};
 use crate::callsites::SiteKind;
-use crate::plan::Plan;
+use crate::plan::{Plan, ProbeKind};
+use crate::report::budget::LateSite;
 use crate::report::fmt::human;
 use crate::report::tree::{per_call, TreeNode};
 
@@ -31,8 +32,11 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FuncAction {
     None,
-    /// Trace again with these probes (a callee to break down).
+    /// Trace again with these probes (a callee to break down, deeper
+    /// than the plan's depth).
     Replan(Request),
+    /// Attach the call sites of these slots, held back until now.
+    Attach(Vec<u32>),
     /// Counting starts again from zero.
     Reset,
     /// Write the tree as `tachy nested --json` prints it.
@@ -73,6 +77,11 @@ pub struct FuncView {
     pub message: Option<String>,
     /// `h`: the histogram of the selected row's node replaces the rows.
     pub show_hist: bool,
+    /// The call sites attached after the start, counted from a later
+    /// moment than the rest (since the start or the last reset), and
+    /// their node ids.
+    pub late: Vec<LateSite>,
+    pub late_nodes: Vec<u32>,
 }
 
 impl FuncView {
@@ -96,6 +105,53 @@ impl FuncView {
         self.started = Some(s);
         self.tree = None;
         self.ended = false;
+        self.late.clear();
+        self.late_nodes.clear();
+    }
+
+    /// Call sites held back are attached: counted from now on, the rest
+    /// as before.
+    pub fn attached(&mut self, a: Attached) {
+        let Some(s) = self.started.as_mut() else {
+            return;
+        };
+        for slot in &a.slots {
+            s.held.remove(slot);
+        }
+        self.message = Some(format!(
+            "{} call site{} attached in {} ms, counted from now on; the other counts go on",
+            a.late.len(),
+            if a.late.len() == 1 { "" } else { "s" },
+            a.took.as_millis()
+        ));
+        self.late.extend(a.late);
+        self.late_nodes.extend(a.nodes);
+    }
+
+    /// Counting starts again from zero, for every site alike.
+    pub fn reset(&mut self) {
+        self.tree = None;
+        self.late.clear();
+        self.late_nodes.clear();
+        self.message = Some("counters reset".into());
+    }
+
+    /// The probes attached now: the plan's, but for those of the call
+    /// sites held back.
+    pub fn probes_in_place(&self) -> Option<(usize, usize)> {
+        let s = self.started.as_ref()?;
+        let held = s
+            .plan
+            .probes
+            .iter()
+            .filter(|p| match p.kind {
+                ProbeKind::Site { slot, .. } | ProbeKind::SiteEnd { slot, .. } => {
+                    s.held.contains(&slot)
+                }
+                _ => false,
+            })
+            .count();
+        Some((s.plan.probes.len() - held, held))
     }
 
     /// The node shown, by id in the plan: the traced function, or the call
@@ -165,6 +221,7 @@ impl FuncView {
             return FuncAction::None;
         };
         let expanded = x.expanded;
+        let id = row.site;
         self.path.push(Step {
             addr: x.site.addr,
             name: x.site.name.clone(),
@@ -172,14 +229,29 @@ impl FuncView {
         self.selected = 0;
         self.top.set(0);
         if expanded {
-            return FuncAction::None;
+            // Planned: its sites held back are attached, if any are.
+            let slots: Vec<u32> = id
+                .map_or(&[][..], |id| s.plan.children(id))
+                .iter()
+                .filter_map(|&c| s.plan.site(c).map(|x| x.slot))
+                .filter(|slot| s.held.contains(slot))
+                .collect();
+            if slots.is_empty() {
+                return FuncAction::None;
+            }
+            self.message = Some("attaching its call sites...".into());
+            return FuncAction::Attach(slots);
         }
         let mut next = req.clone();
         if !next.expand.contains(&raw) {
             next.expand.push(raw);
         }
+        next.open = self.path.clone();
         self.request = Some(next.clone());
-        self.message = Some("probes added: counters restarted".into());
+        self.message = Some(format!(
+            "deeper than --depth {}: planned again, counters restarted",
+            super::session::DEPTH
+        ));
         FuncAction::Replan(next)
     }
 
@@ -280,15 +352,18 @@ impl FuncView {
         ])
         .areas(area);
         let bold = Style::new().add_modifier(Modifier::BOLD);
-        let probes = match &self.started {
-            Some(s) => format!(
-                "{} probes in place{}",
-                s.plan.probes.len(),
+        let probes = match (&self.started, self.probes_in_place()) {
+            (Some(s), Some((n, held))) => format!(
+                "{n} probes in place{}{}",
+                match held {
+                    0 => String::new(),
+                    h => format!(", {h} held"),
+                },
                 s.price
                     .as_ref()
                     .map_or(String::new(), |p| format!("; per call {p}"))
             ),
-            None => "planning and attaching probes...".into(),
+            _ => "planning and attaching probes...".into(),
         };
         let counted = match &self.tree {
             Some(t) => format!("counted {:.0} s", t.seconds),
@@ -365,8 +440,14 @@ impl FuncView {
                 (Some(site), Some(s), Some(p)) => site_numbers(&s.plan, p, site),
                 _ => (String::new(), String::new(), String::new()),
             };
+            // A site attached later than the others: its counts start then.
+            let late = r
+                .site
+                .and_then(|id| self.late_nodes.iter().position(|&n| n == id))
+                .and_then(|k| self.late.get(k)?.from_s)
+                .map_or(String::new(), |from| format!("  [from {from:.0} s]"));
             let text = format!(
-                "{}{:>5}{} {:>8} {:>9} {:>6}  {}",
+                "{}{:>5}{} {:>8} {:>9} {:>6}  {}{late}",
                 if i == sel { "> " } else { "  " },
                 r.line.map_or(String::new(), |l| l.to_string()),
                 if r.inlined { "i" } else { " " },

@@ -39,8 +39,9 @@ Keys of the first screen: Up/Down (j/k) move, s sorts (total, on-CPU,
 blocked, self), Enter times the function and its call sites exactly.
 Keys of a function's view (its source, each call line with its calls per
 call, average and share of the function's time, as tachy nested counts
-them): Enter on a call line drills into the callee (its probes are added
-and the counters restart), Esc goes back up (at the top: to the first
+them): Enter on a call line drills into the callee (its call sites are
+timed from then on, the other counts go on; deeper than two levels, the
+probes are planned again and the counters restart), Esc goes back up (at the top: to the first
 screen), f sets an argument filter (as --filter), s a duration filter
 (as --slower-than: only slower calls are counted and broken down), both
 restarting the counters; h shows the histogram of the selected call site
@@ -336,12 +337,20 @@ fn watch_stop() {
 }
 
 /// Writes the tree of the function view as `tachy nested --json` prints
-/// it, to a new file of the current directory; says where.
+/// it, to a new file of the current directory; says where. The call sites
+/// attached after the others are listed as `late`, as a report of `tachy
+/// nested` lists those its overhead budget held back: their counts start
+/// `from_s` seconds after the others'.
 fn write_tree(pid: u32, view: &func::FuncView) -> String {
     let Some(t) = &view.tree else {
         return "nothing counted yet".into();
     };
-    let value = crate::report::tree::json_value(&t.report);
+    let mut value = crate::report::tree::json_value(&t.report);
+    let note = crate::report::budget::BudgetNote {
+        late: view.late.clone(),
+        ..Default::default()
+    };
+    value["late"] = crate::report::budget::json_value(&note)["late"].take();
     let path = (1..)
         .map(|n| std::path::PathBuf::from(format!("tachy-explore-{pid}-{n}.json")))
         .find(|p| !p.exists())
@@ -420,6 +429,7 @@ fn interactive(
                     match u {
                         session::Update::Started(st) => v.started(st),
                         session::Update::Tree(t) => v.tree = Some(t),
+                        session::Update::Attached(a) => v.attached(a),
                         session::Update::Failed(e) => v.say(e),
                         session::Update::Ended => v.ended = true,
                     }
@@ -467,6 +477,11 @@ fn interactive(
                 }
                 session = Some(session::Session::start(req));
             }
+            Action::Attach(slots) => {
+                if let Some(s) = session.as_ref() {
+                    s.attach(slots);
+                }
+            }
             Action::Refilter(req) => match session::check(&req) {
                 Ok(()) => {
                     if let Some(s) = session.take() {
@@ -487,8 +502,7 @@ fn interactive(
                     s.reset();
                 }
                 if let View::Func(v) = &mut model.view {
-                    v.tree = None;
-                    v.message = Some("counters reset".into());
+                    v.reset();
                 }
             }
             Action::Write => {

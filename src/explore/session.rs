@@ -1,13 +1,17 @@
 //! Exact timing of the functions picked in the explorer, in this process:
-//! the arguments of `tachy nested -p PID FUNC [--expand CALLEE]...` go
-//! through the command's own validation, planning, attach and run loop
-//! ([`crate::trace::run::RunState`], one turn every 50 ms, a report each
-//! second), and each report is the tree `tachy nested --json` prints for
-//! the same probes, counted since the probes were attached (or since the
-//! last reset). A session runs on a thread of its own, which owns the
+//! the arguments of `tachy nested -p PID FUNC --depth 2 [--expand
+//! CALLEE]...` go through the command's own validation, planning, attach
+//! and run loop ([`crate::trace::run::RunState`], one turn every 50 ms, a
+//! report each second), and each report is the tree `tachy nested --json`
+//! prints for the same probes, counted since the probes were attached (or
+//! since the last reset). The call sites inside callees not drilled into
+//! are planned but held back (their probes kept, not attached, as the
+//! overhead budget holds sites back): drilling into a callee attaches its
+//! sites while the run goes on ([`Session::attach`]), and every other
+//! count goes on. A session runs on a thread of its own, which owns the
 //! plan, the BPF object and the links: stopping it detaches every probe.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::mem::MaybeUninit;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
@@ -16,9 +20,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use clap::Parser;
 
+use super::func::{self, Step};
 use crate::cli::{self, TraceSettings};
-use crate::plan::{self, ItemKind, Node, Plan};
+use crate::plan::{self, ItemKind, Node, Plan, ProbeKind};
 use crate::probe::{self, Live};
+use crate::report::budget::LateSite;
 use crate::report::hist::Hist;
 use crate::report::tree::TreeReport;
 use crate::report::{json, Counts, Unit};
@@ -27,14 +33,25 @@ use crate::trace::run::{RunLimits, RunState};
 use crate::trace::sink::{Sink, Snapshot};
 use crate::trace::{latency, nested, target::TraceTarget, ReportOptions};
 
+/// The levels of call sites a session plans (`--depth`): the traced
+/// function's own, attached, and its callees', held back until drilled
+/// into.
+pub const DEPTH: u32 = 2;
+
 /// What to trace: the `tachy nested` command of the same probes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
     pub pid: u32,
     /// `PATH:RAW` of the function.
     pub spec: String,
-    /// Raw names of the callees broken down too (`--expand`).
+    /// Raw names of the callees broken down too (`--expand`), below
+    /// [`DEPTH`].
     pub expand: Vec<String>,
+    /// The callees drilled into (a breadcrumb from the traced function):
+    /// their call sites are attached from the start, as the traced
+    /// function's are; those of the other callees are held back. Not a
+    /// part of the command: the plan is the same.
+    pub open: Vec<Step>,
     /// `--filter EXPR`: only calls whose arguments match are counted.
     pub filter: Option<String>,
     /// `--slower-than DUR`: only calls this slow are counted and broken
@@ -59,6 +76,7 @@ impl Request {
             a.push("--slower-than".into());
             a.push(d.clone());
         }
+        a.extend(["--depth".to_string(), DEPTH.to_string()]);
         a
     }
 
@@ -102,6 +120,21 @@ pub struct Started {
     /// What one call of the traced function costs in probe hits, from
     /// this machine's prices when known (as `--dry-run` prints it).
     pub price: Option<String>,
+    /// The call-site slots held back: planned, not attached yet.
+    pub held: BTreeSet<u32>,
+}
+
+/// Call sites held back, attached while the run goes on: counted from
+/// then on.
+pub struct Attached {
+    pub slots: Vec<u32>,
+    /// The ids of their nodes, in the order of `late`.
+    pub nodes: Vec<u32>,
+    /// Their nodes, as a report names sites counted from a later moment
+    /// (`late` of `tachy nested --json`'s `overhead`).
+    pub late: Vec<LateSite>,
+    /// From the request to the probes counting.
+    pub took: Duration,
 }
 
 /// The report of one interval turned cumulative.
@@ -121,6 +154,7 @@ pub struct Tree {
 pub enum Update {
     Started(Box<Started>),
     Tree(Tree),
+    Attached(Attached),
     /// Planning or attaching failed, or tracing ended with an error.
     Failed(String),
     /// Tracing ended (the process exited).
@@ -130,6 +164,7 @@ pub enum Update {
 enum Command {
     Reset,
     Stop,
+    Attach(Vec<u32>, Instant),
 }
 
 pub struct Session {
@@ -163,6 +198,12 @@ impl Session {
     /// Counting starts again from zero.
     pub fn reset(&self) {
         let _ = self.commands.send(Command::Reset);
+    }
+
+    /// Attaches the probes of call-site slots held back, while the run
+    /// goes on: the other counts go on.
+    pub fn attach(&self, slots: Vec<u32>) {
+        let _ = self.commands.send(Command::Attach(slots, Instant::now()));
     }
 
     /// Stops tracing: its probes are detached when this returns, unless
@@ -220,7 +261,8 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
     let sources = sources(&plan, &mut objects);
     latency::raise_fd_limit();
     let probe_time = latency::calibration(&plan, false).map_or(Vec::new(), |c| c.probe_time(&plan));
-    let live = Live::new(&plan, None, probe_time);
+    let mut live = Live::new(&plan, None, probe_time);
+    live.held_back = held_back(&plan, &req.open);
     // Measured by now, if they were not cached.
     let prices = crate::calibrate::cached_prices();
     let price = plan.call_price(0, prices.as_ref());
@@ -231,7 +273,9 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         plan: plan.clone(),
         sources,
         price,
+        held: live.held_back.clone(),
     })));
+    let mut held = live.held_back.clone();
     let limits = RunLimits {
         interval: Some(Duration::from_secs(1)),
         duration: None,
@@ -248,6 +292,23 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         match commands.recv_timeout(Duration::from_millis(50)) {
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
             Ok(Command::Reset) => sink.reset(),
+            Ok(Command::Attach(slots, asked)) => {
+                let from_s = sink.since.elapsed().as_secs_f64();
+                match attach_held(&plan, &mut tracer, &mut held, &slots) {
+                    Ok(slots) => {
+                        let (nodes, late) = late_sites(&plan, &slots, from_s);
+                        let _ = tx.send(Update::Attached(Attached {
+                            nodes,
+                            late,
+                            slots,
+                            took: asked.elapsed(),
+                        }));
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Update::Failed(format!("{e:#}")));
+                    }
+                }
+            }
             Err(RecvTimeoutError::Timeout) => {}
         }
         if state.step(&mut tracer, None, &mut sink)? {
@@ -255,6 +316,88 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
             return Ok(());
         }
     }
+}
+
+/// The call-site slots held back at the start: those of sites under a
+/// callee (below the traced function) that is not on the breadcrumb
+/// `open`. A slot whose call also ends the site before it
+/// (`exit_first`) is held only with that site.
+pub fn held_back(plan: &Plan, open: &[Step]) -> BTreeSet<u32> {
+    let opened: BTreeSet<u32> = (0..=open.len())
+        .filter_map(|n| func::node_at(plan, &open[..n]))
+        .collect();
+    let mut timed = BTreeSet::new();
+    let mut all = BTreeSet::new();
+    for (_, x) in plan.site_ids() {
+        all.insert(x.slot);
+        if x.level <= 1 || opened.contains(&x.parent) {
+            timed.insert(x.slot);
+        }
+    }
+    let mut held: BTreeSet<u32> = all.difference(&timed).copied().collect();
+    for slot in ends_previous(plan) {
+        if slot > 0 && !held.contains(&(slot - 1)) {
+            held.remove(&slot);
+        }
+    }
+    held
+}
+
+/// The slots whose call probe also ends the previous slot's site
+/// (`exit_first`).
+fn ends_previous(plan: &Plan) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    for p in &plan.probes {
+        if let ProbeKind::Site {
+            slot, exit_first, ..
+        } = p.kind
+        {
+            if exit_first {
+                out.insert(slot);
+            }
+        }
+    }
+    out
+}
+
+/// Attaches the held slots among `slots`, the last first (a site's end
+/// can be the next slot's call, which then goes in before it), each as the
+/// overhead budget attaches a site held back; returns those attached.
+fn attach_held(
+    plan: &Plan,
+    tracer: &mut probe::Tracer,
+    held: &mut BTreeSet<u32>,
+    slots: &[u32],
+) -> Result<Vec<u32>> {
+    let ends = ends_previous(plan);
+    let mut todo: Vec<u32> = slots.iter().copied().filter(|s| held.contains(s)).collect();
+    todo.sort_unstable();
+    for &slot in todo.iter().rev() {
+        let next = slot + 1;
+        if ends.contains(&next) && held.contains(&next) {
+            tracer.attach_site_calls(plan, next)?;
+        }
+        tracer.resume_site(plan, slot)?;
+        held.remove(&slot);
+    }
+    Ok(todo)
+}
+
+/// The nodes timed at `slots`, counted from `from_s` seconds on: their
+/// ids, and as a report names them.
+fn late_sites(plan: &Plan, slots: &[u32], from_s: f64) -> (Vec<u32>, Vec<LateSite>) {
+    plan.site_ids()
+        .filter(|(_, x)| slots.contains(&x.slot))
+        .map(|(id, x)| {
+            let late = LateSite {
+                name: x.site.name.clone(),
+                site: x.site.location.clone(),
+                level: x.level,
+                from_s: Some(from_s),
+            };
+            (id, late)
+        })
+        .unzip()
 }
 
 /// Adds up each interval's counts and sends the tree of the sum.

@@ -57,8 +57,12 @@ pub enum Action {
     Quit,
     /// Time this function exactly, with its call sites.
     Trace(Request),
-    /// Trace again with other probes (a callee drilled into).
+    /// Trace again with other probes (a callee drilled into deeper than
+    /// the plan's depth).
     Replan(Request),
+    /// Attach these call-site slots held back (a callee drilled into):
+    /// the other counts go on.
+    Attach(Vec<u32>),
     /// Counting starts again from zero.
     Reset,
     /// Write the current tree as `tachy nested --json` prints it.
@@ -211,6 +215,7 @@ impl Model {
             (View::Func(v), key) => match v.update(key) {
                 FuncAction::None => Action::None,
                 FuncAction::Replan(r) => Action::Replan(r),
+                FuncAction::Attach(slots) => Action::Attach(slots),
                 FuncAction::Reset => Action::Reset,
                 FuncAction::Write => Action::Write,
                 FuncAction::Ask(ask, text) => {
@@ -288,6 +293,8 @@ impl Model {
         let Some(mut req) = v.request.clone() else {
             return Action::None;
         };
+        // Planned again: the callees of the breadcrumb are attached.
+        req.open = v.path.clone();
         let value = (!text.is_empty()).then(|| text.clone());
         let bad = match (p.ask, &value) {
             (Ask::Filter, Some(t)) => crate::plan::filter::Filter::parse(t).err(),
@@ -377,6 +384,7 @@ impl Model {
             pid: self.pid,
             spec,
             expand: Vec::new(),
+            open: Vec::new(),
             filter: None,
             slower_than: None,
         };
@@ -610,6 +618,7 @@ mod tests {
                 pid: 0,
                 spec: "/bin/app:spin".into(),
                 expand: Vec::new(),
+                open: Vec::new(),
                 filter: None,
                 slower_than: None,
             })
@@ -628,6 +637,7 @@ mod tests {
         use crate::plan::{Item, ItemKind, Plan, SiteNode};
         use crate::report::tree::TreeReport;
         let site = |addr: u64, name: &str, line: Option<u32>, parent: u32, expanded| SiteNode {
+            level: if parent == 0 { 1 } else { 2 },
             parent,
             slot: addr as u32,
             site: Site {
@@ -639,7 +649,6 @@ mod tests {
                 name: name.into(),
                 location: line.map(|l| format!("app.c:{l}")),
             },
-            level: 1,
             expanded,
         };
         let mut plan = Plan::default();
@@ -694,6 +703,7 @@ mod tests {
             )]
             .into(),
             price: Some("~2.0 us (entry emulated, exit emulated)".into()),
+            held: [4].into(),
         }));
         v.tree = Some(Tree {
             report: TreeReport {
@@ -762,7 +772,7 @@ mod tests {
         assert!(v.started.is_none() && v.tree.is_none());
         assert_eq!(
             v.request.as_ref().map(|r| r.command()),
-            Some("tachy nested -p 0 /bin/app:main --filter 'arg0 < 3'".into())
+            Some("tachy nested -p 0 /bin/app:main --filter 'arg0 < 3' --depth 2".into())
         );
         // s keeps the filter; its duration is checked as --slower-than's.
         m.update(Key::Char('s'));
@@ -812,6 +822,7 @@ mod tests {
                 pid: 0,
                 spec: "/bin/app:stop_all_regions".into(),
                 expand: Vec::new(),
+                open: Vec::new(),
                 filter: None,
                 slower_than: None,
             })
@@ -836,9 +847,18 @@ mod tests {
         assert_eq!(m.update(Key::Enter), Action::None);
         m.update(Key::Down);
         m.update(Key::Down);
-        // mid is expanded already: no new probes.
-        assert_eq!(m.update(Key::Enter), Action::None);
-        let View::Func(v) = &m.view else { panic!() };
+        // mid is planned already: its call site held back is attached,
+        // nothing planned again.
+        assert_eq!(m.update(Key::Enter), Action::Attach(vec![4]));
+        let View::Func(v) = &mut m.view else { panic!() };
+        assert_eq!(v.probes_in_place(), Some((0, 0)));
+        v.attached(crate::explore::session::Attached {
+            slots: vec![4],
+            nodes: Vec::new(),
+            late: Vec::new(),
+            took: std::time::Duration::from_millis(5),
+        });
+        assert!(v.started.as_ref().is_some_and(|s| s.held.is_empty()));
         assert_eq!(v.breadcrumb(), "step > mid");
         assert_eq!(v.current(), Some(1));
         assert!(
@@ -846,8 +866,13 @@ mod tests {
             "{}",
             v.own_line()
         );
-        // Back up, then into leaf, which needs its probes.
+        // Back up and in again: nothing is held back now.
         assert_eq!(m.update(Key::Esc), Action::None);
+        m.update(Key::Down);
+        m.update(Key::Down);
+        assert_eq!(m.update(Key::Enter), Action::None);
+        assert_eq!(m.update(Key::Esc), Action::None);
+        // Into leaf, which is not planned: planned again.
         for _ in 0..3 {
             m.update(Key::Down);
         }
@@ -857,6 +882,10 @@ mod tests {
                 pid: 0,
                 spec: "/bin/app:main".into(),
                 expand: vec!["leaf".into()],
+                open: vec![crate::explore::func::Step {
+                    addr: 2,
+                    name: "leaf".into()
+                }],
                 filter: None,
                 slower_than: None,
             })

@@ -313,12 +313,13 @@ fn golden(name: &str, got: &str) {
     assert_eq!(got, want, "{name} differs; TACHY_BLESS=1 rewrites it");
 }
 
-/// The words of the screen's row whose source text is `text`, the
-/// `n`th such row (0 first).
+/// The words of the screen's row whose source text is `text` (with a
+/// note after it or not), the `n`th such row (0 first).
 fn site_row(screen: &str, text: &str, n: usize) -> Vec<String> {
+    let noted = format!("{text}  [");
     screen
         .lines()
-        .filter(|l| l.trim_end().ends_with(text))
+        .filter(|l| l.trim_end().ends_with(text) || l.contains(&noted))
         .nth(n)
         .unwrap_or_else(|| panic!("no row {n} of {text}:\n{screen}"))
         .split_whitespace()
@@ -364,24 +365,41 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     t.resize(80, 24);
     t.wait_for(10, "the view at 80x24", |s| s.lines().count() <= 24);
 
-    // Into step_mid: its probes are added, counted from zero.
+    // The plan is nested --depth 2's, step_mid's call sites held back:
+    // what --dry-run lists, but for the probes of the sites in step_mid
+    // (node [1], the first call site of explore_step).
+    let (planned, in_mid) = dry_run_depth_2(pid);
+    assert_eq!(in_mid, 2, "step_mid's two call sites");
+    assert_eq!(probes_in_place(&s), planned - in_mid, "{s}");
+
+    // Into step_mid: its call sites are attached while the run goes on;
+    // step_mid's own count goes on from what it was.
     t.keys(&["Down", "Enter"]);
-    t.wait_for(20, "step_mid's view", |s| {
-        s.contains("explore_step > step_mid") && s.contains(" step_mid  calls 0")
+    let s = t.wait_for(20, "step_mid's sites attached", |s| {
+        s.contains("explore_step > step_mid") && s.contains("2 call sites attached in")
     });
+    assert_eq!(probes_in_place(&s), planned, "{s}");
+    assert!(
+        s.contains(&format!(" step_mid  calls {calls}  avg")),
+        "counted on:\n{s}"
+    );
     round(&mut fx, calls);
-    let s = t.wait_for(10, "step_mid's exact count", |s| {
-        s.contains(&format!(" step_mid  calls {calls}  avg"))
+    let s = t.wait_for(10, "step_mid's count grown", |s| {
+        s.contains(&format!(" step_mid  calls {}  avg", 2 * calls))
     });
+    // Its sites count from the drill on: two calls in each of the last
+    // round's, half a call per call of the whole count.
     for n in 0..2 {
-        assert_eq!(site_row(&s, "step_leaf();", n)[1], "1.00", "{s}");
+        let row = site_row(&s, "step_leaf();", n);
+        assert_eq!(row[1], "0.50", "{s}");
+        assert_eq!(row[row.len() - 3], "[from", "{s}");
     }
-    assert!(s.contains("--expand step_mid"), "{s}");
+    assert!(s.contains("--depth 2"), "{s}");
 
     // Esc: back to explore_step, whose counts went on.
     t.keys(&["Escape"]);
     let s = t.wait_for(10, "explore_step again", |s| {
-        s.contains(&format!(" explore_step  calls {calls}  avg"))
+        s.contains(&format!(" explore_step  calls {}  avg", 2 * calls))
             && !s.contains("explore_step > step_mid")
     });
     assert_eq!(site_row(&s, "step_mid();", 0)[1], "1.00", "{s}");
@@ -401,7 +419,7 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     let root = &v["roots"][0];
     assert_eq!(root["name"], "explore_step", "{v}");
-    assert_eq!(root["count"], calls, "{v}");
+    assert_eq!(root["count"], 2 * calls, "{v}");
     let kids = root["children"].as_array().expect("children");
     let counts: Vec<(&str, u64)> = kids
         .iter()
@@ -412,13 +430,14 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
             )
         })
         .collect();
+    let all = 2 * calls;
     assert_eq!(
         counts,
         [
-            ("step_mid", calls),
-            ("step_leaf", calls),
-            ("step_leaf", calls),
-            ("step_leaf", calls)
+            ("step_mid", all),
+            ("step_leaf", all),
+            ("step_leaf", all),
+            ("step_leaf", all)
         ],
         "{v}"
     );
@@ -429,9 +448,62 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
         .map(|k| k["count"].as_u64().unwrap_or(0))
         .collect();
     assert_eq!(under, [calls, calls], "{v}");
+    // Those two count from a later moment: listed as late.
+    let late = v["late"].as_array().expect("late");
+    assert_eq!(late.len(), 2, "{v}");
+    assert!(
+        late.iter().all(|l| l["name"] == "step_leaf"
+            && l["level"] == 2
+            && l["from_s"].as_f64() > Some(0.0)),
+        "{v}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 
     hang_up(&t, explorer, &mut fx);
+}
+
+/// The number of probes the function view's header says are in place.
+fn probes_in_place(screen: &str) -> usize {
+    screen
+        .lines()
+        .find_map(|l| {
+            l.split(" probes in place")
+                .next()
+                .filter(|_| l.contains(" probes in place"))
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no probes in place:\n{screen}"))
+}
+
+/// `tachy nested --dry-run -p PID explore_step --depth 2`: its probes,
+/// and those of the call sites in node [1] (step_mid).
+fn dry_run_depth_2(pid: u32) -> (usize, usize) {
+    let out = Command::new(tachy())
+        .args([
+            "nested",
+            "--dry-run",
+            "--depth",
+            "2",
+            "-p",
+            &pid.to_string(),
+        ])
+        .arg("explore_step")
+        .output()
+        .expect("tachy runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let probes = text
+        .lines()
+        .next()
+        .and_then(|l| l.split(" function(s), ").nth(1))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no probe count:\n{text}"));
+    let in_mid = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("site <") && l.contains(" in [1]"))
+        .count();
+    (probes, in_mid)
 }
 
 /// The fixture with its spinning and blocking threads paused, so that
