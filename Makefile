@@ -6,7 +6,7 @@ APT_PACKAGES := clang libelf-dev zlib1g-dev pkg-config make gcc g++ clang-format
 TARGET_DIR := target
 
 .PHONY: deps build demo test check bench soak clean fuzz install uninstall deb lintian \
-	deps-arm64 cross-arm64 test-arm64 test-arm64-6.1 test-x86-6.1
+	deps-arm64 cross-arm64 test-arm64 test-arm64-6.1 test-x86-6.1 bench-arm64
 
 # Installs the build dependencies that a fresh Debian machine lacks. A
 # package installed for two architectures (libelf-dev and libelf-dev:arm64
@@ -79,6 +79,14 @@ test-arm64: cross-arm64
 
 test-arm64-6.1: cross-arm64
 	KERNEL=kernel-6.1 TACHY=$(ARM64_BIN) bash tests/arm64/run.sh
+
+# tachy's plan against bpftrace's uprobe + uretprobe, per probed
+# instruction kind, in the same emulated arm64 machine (bookworm's bpftrace
+# for arm64 in the initramfs): per-call costs and their ratios, kept in
+# target/arm64/bench.txt. KERNEL as for test-arm64; ROUNDS, ITER, SPIN.
+bench-arm64: cross-arm64
+	bash tests/arm64/deps.sh bench
+	BENCH=1 KERNEL=$(KERNEL) TACHY=$(ARM64_BIN) bash tests/arm64/run.sh
 
 # The same checks with the x86-64 tachy on bookworm's x86-64 6.1 kernel
 # under qemu-system-x86_64 (TCG): the oldest kernel tachy supports.

@@ -26,7 +26,8 @@
  *   site_parent(n)  moved entry; one call site, `bl spin_callee`, whose
  *                   return address holds a `mov` (single-stepped) and
  *                   then a `cbz` (simulated), where tachy ends the site
- *   spin_callee(n)  the spin, as a leaf that starts with `subs`
+ *   spin_callee(n)  the spin, as a leaf (its first instruction is no
+ *                   branch target: a probe there runs once per call)
  *
  * A spin of n runs `subs; b.ne` n times.
  */
@@ -63,7 +64,7 @@ void k_leaf(void), k_leaf_u(void);
 	FUNC("site_parent" S) FRAME "    adr x9, .\n    bl spin_callee" S "\n" \
 	"    mov x9, x0\n    cbz x9, 2f\n    add x0, x0, #1\n2:\n" UNFRAME "    ret\n" \
 	END("site_parent" S) \
-	FUNC("spin_callee" S) SPIN "    ret\n" END("spin_callee" S) \
+	FUNC("spin_callee" S) "    mov x9, x0\n" SPIN "    ret\n" END("spin_callee" S) \
 	FUNC("k_leaf" S) "    ret\n" END("k_leaf" S)
 
 __asm__(".text\n"

@@ -13,6 +13,12 @@
 # by default; kernel-6.1 for bookworm's own), QEMU_CPU (default
 # max,pauth-impdef=on), QEMU_SMP (2), TIMEOUT (seconds).
 #
+# BENCH=1 (make bench-arm64) boots the same machine with bpftrace for
+# arm64 and its libraries added (`deps.sh bench` unpacks them) and
+# tests/arm64/bench.sh as /init: tachy's plan against bpftrace per probed
+# instruction kind, as ratios; the table is kept in target/arm64/bench.txt.
+# ROUNDS, ITER, SPIN go to the guest.
+#
 # ARCH=x86_64 runs the same checks with the x86-64 tachy (default
 # target/release/tachy) and fixtures built by gcc on an x86-64 kernel from
 # target/x86 (`tests/arm64/deps.sh x86`: bookworm's 6.1) under
@@ -45,6 +51,19 @@ else
 	CONSOLE=ttyAMA0
 fi
 QEMU_SMP=${QEMU_SMP:-2}
+QEMU_MEM=1024
+GUEST=${GUEST:-tests/arm64/guest.sh}
+APPEND=""
+if [ -n "${BENCH:-}" ]; then
+	[ -e "$OUT/bpftrace/.done" ] || {
+		echo "no bpftrace under $OUT: run tests/arm64/deps.sh bench" >&2
+		exit 2
+	}
+	GUEST=tests/arm64/bench.sh
+	# bpftrace and LLVM unpacked in the initramfs.
+	QEMU_MEM=3072
+	APPEND="ROUNDS=${ROUNDS:-3} ITER=${ITER:-200} SPIN=${SPIN:-2000}"
+fi
 TIMEOUT=${TIMEOUT:-1200}
 SRC=tests/fixtures
 ROOT=$OUT/root
@@ -64,7 +83,7 @@ start=$(date +%s)
 rm -rf "$ROOT"
 mkdir -p "$ROOT/bin" "$ROOT/lib" "$ROOT/t"
 cp "$busybox" "$ROOT/bin/"
-cp "${GUEST:-tests/arm64/guest.sh}" "$ROOT/init"
+cp "$GUEST" "$ROOT/init"
 chmod 755 "$ROOT/init"
 for l in $LIBS; do
 	cp -L "$SYSLIB/$l" "$ROOT/lib/"
@@ -76,6 +95,10 @@ if [ "$ARCH" = x86_64 ]; then
 	mv "$ROOT"/lib/*.so.* "$ROOT/lib/x86_64-linux-gnu/"
 fi
 cp "$TACHY" "$ROOT/t/tachy"
+if [ -n "${BENCH:-}" ]; then
+	cp -a "$OUT/bpftrace/." "$ROOT/"
+	rm -f "$ROOT/.done"
+fi
 
 # The fixtures, with the flags the x86 suite builds them with
 # (tests/it/common/fixtures.rs).
@@ -103,9 +126,16 @@ python3 tests/arm64/mkinitramfs.py "$ROOT" "$OUT/initramfs.cpio.gz"
 echo "booting $(basename "$kernel") on ${QEMU[0]} -cpu $QEMU_CPU -smp $QEMU_SMP"
 # The guest prints "arm64-suite: ..." on either architecture.
 timeout "$TIMEOUT" "${QEMU[@]}" -cpu "$QEMU_CPU" -smp "$QEMU_SMP" \
-	-m 1024 -nographic -no-reboot -kernel "$kernel" \
+	-m $QEMU_MEM -nographic -no-reboot -kernel "$kernel" \
 	-initrd "$OUT/initramfs.cpio.gz" \
-	-append "console=$CONSOLE rdinit=/init panic=-1 quiet" </dev/null |
-	tee "$OUT/console.log" | grep --line-buffered -E '^(arm64-suite|    )'
-echo "test-arm64 ($ARCH) took $(($(date +%s) - start)) s (console: $OUT/console.log)"
-grep -q '^arm64-suite: PASS [0-9]* FAIL 0' "$OUT/console.log"
+	-append "console=$CONSOLE rdinit=/init panic=-1 quiet $APPEND" </dev/null |
+	tee "$OUT/console.log" | grep --line-buffered -E '^(arm64-suite|arm64-bench|    )'
+what=test-arm64
+[ -z "${BENCH:-}" ] || what=bench-arm64
+echo "$what ($ARCH) took $(($(date +%s) - start)) s (console: $OUT/console.log)"
+if [ -n "${BENCH:-}" ]; then
+	grep '^arm64-bench: ' "$OUT/console.log" | sed 's/^arm64-bench: //' >"$OUT/bench.txt"
+	grep -q '^done' "$OUT/bench.txt" && ! grep -q -e 'failed' -e 'no measure' "$OUT/bench.txt"
+else
+	grep -q '^arm64-suite: PASS [0-9]* FAIL 0' "$OUT/console.log"
+fi
