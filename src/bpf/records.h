@@ -22,7 +22,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 1); /* set by user space: one per function id */
 	__type(key, __u32);
 	__type(value, __u64);
 } rec_lost SEC(".maps");
@@ -88,13 +88,23 @@ static __always_inline struct tachy_record *rec_start(__u32 id, __u64 now,
 	return r;
 }
 
+/* The wakeup flag of the next record: forced once the ring buffer holds
+ * more than a quarter of its size unread. */
+static __always_inline __u64 rec_wakeup(void)
+{
+	__u64 unread = bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&records, BPF_RB_RING_SIZE);
+
+	return unread > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
 /* Sends the record with its first `nsites` sites (all of them, and the
  * stack, when it has one), or counts it lost. */
 static __always_inline void rec_send(struct tachy_record *r, __u32 nsites)
 {
 	__u64 size = __builtin_offsetof(struct tachy_record, sites) +
 		     (__u64)nsites * sizeof(struct tachy_rec_site);
-	__u32 zero = 0;
+	__u32 zero = 0, id;
 	__u64 *lost;
 
 	if (r->stack_how != TACHY_STACK_NONE)
@@ -109,11 +119,18 @@ static __always_inline void rec_send(struct tachy_record *r, __u32 nsites)
 		size = sizeof(*r);
 	barrier_var(size);
 	r->nsites = nsites;
-	/* No wakeup: user space reads on its own clock, and a wakeup per
-	 * record would cost the traced thread. */
-	if (!bpf_ringbuf_output(&records, r, size, BPF_RB_NO_WAKEUP))
+	/* No wakeup while the buffer has room: user space reads on its own
+	 * clock, and a wakeup per record would cost the traced thread. Past a
+	 * quarter full (stack copies at a high rate fill it between two
+	 * reads) the reader is woken to drain it. */
+	if (!bpf_ringbuf_output(&records, r, size, rec_wakeup()))
 		return;
-	lost = bpf_map_lookup_elem(&rec_lost, &zero);
+	/* Counted by function, and never cleared: user space keeps what it
+	 * read last. */
+	id = r->id;
+	lost = bpf_map_lookup_elem(&rec_lost, &id);
+	if (!lost)
+		lost = bpf_map_lookup_elem(&rec_lost, &zero);
 	if (lost)
 		(*lost)++;
 }

@@ -155,6 +155,10 @@ pub(super) fn load<'obj>(
             .records
             .set_max_entries(record_buffer_size(plan.stack)?)
             .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
+        open.maps
+            .rec_lost
+            .set_max_entries(plan.ids().max(1))
+            .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
     } else {
         skip_record_maps(&mut open)?;
     }

@@ -118,6 +118,8 @@ pub struct Tracer<'obj> {
     last_gen: u32,
     /// --record-slower-than: the ring buffer and its lost count exist.
     records: bool,
+    /// The records lost per function id, as last read.
+    rec_lost_seen: Vec<u64>,
     /// How the probes were attached, for --verbose.
     pub multi: bool,
     pub thread_exit: bool,
@@ -210,6 +212,7 @@ impl<'obj> Tracer<'obj> {
             },
             last_gen: 0,
             records: plan.settings.records(),
+            rec_lost_seen: vec![0; plan.ids().max(1) as usize],
             multi,
             thread_exit: false,
             kernel_with: None,

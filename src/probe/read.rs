@@ -137,6 +137,16 @@ impl RecordReader {
             .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
         Ok(std::mem::take(&mut *self.got.borrow_mut()))
     }
+
+    /// Waits up to `timeout` for the kernel to wake the reader (the
+    /// buffer filling up), reading what is there when it does; true when
+    /// records arrived.
+    pub fn wait(&mut self, timeout: std::time::Duration) -> Result<bool> {
+        self.ring
+            .poll(timeout)
+            .map_err(|e| anyhow!("cannot read the records' ring buffer: {e}"))?;
+        Ok(!self.got.borrow().is_empty())
+    }
 }
 
 /// The ring buffer's size: TACHY_RECORD_BUFFER bytes (a power of two of at
@@ -385,29 +395,31 @@ impl<'obj> Tracer<'obj> {
         }))
     }
 
-    /// Records the ring buffer had no room for since the last call.
-    pub fn take_records_lost(&mut self) -> Result<u64> {
+    /// Records the ring buffer had no room for since the last call, by
+    /// function id. The kernel's counts only grow: the difference from
+    /// the last read is exact, whenever a record is lost.
+    pub fn take_records_lost(&mut self) -> Result<Vec<u64>> {
         if !self.records {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        let key = 0u32.to_ne_bytes();
         let map = &self.skel.maps.rec_lost;
-        let per_cpu = map
-            .lookup_percpu(&key, MapFlags::ANY)
-            .map_err(|e| anyhow!("cannot read the records lost: {e}"))?
-            .unwrap_or_default();
-        let mut lost = 0;
-        let mut zero = Vec::with_capacity(per_cpu.len());
-        for raw in &per_cpu {
-            let b = raw.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok());
-            lost += b.map_or(0, u64::from_ne_bytes);
-            zero.push(vec![0u8; raw.len()]);
+        let ids = self.rec_lost_seen.len() as u32;
+        let mut out = Vec::with_capacity(ids as usize);
+        for id in 0..ids {
+            let per_cpu = map
+                .lookup_percpu(&id.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| anyhow!("cannot read the records lost: {e}"))?
+                .unwrap_or_default();
+            let total: u64 = per_cpu
+                .iter()
+                .filter_map(|raw| raw.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()))
+                .map(u64::from_ne_bytes)
+                .sum();
+            let seen = &mut self.rec_lost_seen[id as usize];
+            out.push(total.saturating_sub(*seen));
+            *seen = total;
         }
-        // A record lost between the read and the clear is not counted: the
-        // window is a few microseconds, once per report.
-        map.update_percpu(&key, &zero, MapFlags::ANY)
-            .map_err(|e| anyhow!("cannot clear the records lost: {e}"))?;
-        Ok(lost)
+        Ok(out)
     }
 
     /// With --follow: whether any followed process still runs. Processes

@@ -226,6 +226,10 @@ pub struct Groups {
     /// Calls the kernel's group map had no room for, and its size in
     /// groups.
     pub full: Option<(u64, Counts)>,
+    /// `--by stack`: calls whose records came faster than they were read
+    /// (their stacks, and so their group, unknown; their durations are in
+    /// the function's own counts).
+    pub lost: u64,
 }
 
 impl Groups {
@@ -274,6 +278,7 @@ impl Groups {
             groups,
             folded,
             full: full.filter(|(_, c)| c.count > 0),
+            lost: 0,
         }
     }
 }
@@ -327,6 +332,17 @@ pub fn render_text(g: &Groups, unit: Unit, w: &mut impl Write) -> io::Result<()>
             c,
         ));
     }
+    // Lost records: a count, their durations only in the function's own.
+    let lost = Counts {
+        count: g.lost,
+        ..Counts::default()
+    };
+    if g.lost > 0 {
+        lines.push((
+            "  not grouped: their records came faster than tachy read them".into(),
+            &lost,
+        ));
+    }
     writeln!(w, "\n{}", title(&g.by))?;
     if lines.is_empty() {
         return writeln!(w, "  (no calls)");
@@ -342,10 +358,14 @@ pub fn render_text(g: &Groups, unit: Unit, w: &mut impl Write) -> io::Result<()>
     let rows: Vec<[String; 4]> = lines
         .iter()
         .map(|(_, c)| {
+            let timed = !std::ptr::eq(*c, &lost);
             [
                 c.count.to_string(),
                 cell(c, &|c| {
-                    c.total_ns.checked_div(c.count).map(|a| a / unit.ns())
+                    c.total_ns
+                        .checked_div(c.count)
+                        .filter(|_| timed)
+                        .map(|a| a / unit.ns())
                 }),
                 cell(c, &|c| percentile(c, 50.0)),
                 cell(c, &|c| percentile(c, 99.0)),
@@ -410,6 +430,7 @@ pub fn json_fields(g: &Groups, unit: Unit, into: &mut Value) {
         }
         None => Value::Null,
     };
+    into["groups_lost"] = json!(g.lost);
     into["groups_not_kept"] = match &g.full {
         Some((cap, c)) => {
             let mut m = stats_json(c, unit);

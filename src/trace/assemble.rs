@@ -161,6 +161,9 @@ pub fn metric_series(
 /// name their keys, and how many the kernel keeps.
 pub struct GroupsIn<'a> {
     pub raw: &'a [RawGroup],
+    /// `--by stack`: each function's calls whose records (and so stacks)
+    /// the ring buffer had no room for, by function id.
+    pub lost: &'a [u64],
     pub namer: &'a mut Namer,
     pub max: u32,
 }
@@ -186,12 +189,9 @@ pub fn add_groups(report: &mut Report, o: &ReportOptions, g: &mut GroupsIn<'_>) 
                 });
             }
         }
-        f.groups = Some(report::groups::Groups::build(
-            by.clone(),
-            named,
-            full,
-            o.top,
-        ));
+        let mut groups = report::groups::Groups::build(by.clone(), named, full, o.top);
+        groups.lost = g.lost.get(id).copied().unwrap_or(0);
+        f.groups = Some(groups);
     }
 }
 

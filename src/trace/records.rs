@@ -1,7 +1,7 @@
 //! The slow-call records of `--record-slower-than`: read from the kernel's
 //! ring buffer as they arrive, named by the plan, handed to the sinks.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use anyhow::Result;
 
@@ -56,6 +56,20 @@ impl Recorder {
             stacks,
             pid,
             groups: HashMap::new(),
+        }
+    }
+
+    /// Waits until `until`, printing records as the kernel wakes the
+    /// reader to drain a filling buffer.
+    pub fn wait(&mut self, plan: &Plan, sink: &mut dyn Sink, until: Instant) -> Result<()> {
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            if self.reader.wait(left)? {
+                self.print(plan, sink)?;
+            }
         }
     }
 

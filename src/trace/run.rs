@@ -72,6 +72,9 @@ pub struct RunState<'p> {
     comms: HashMap<u32, String>,
     /// --by: the groups read so far, and the names of their keys.
     carry_groups: Vec<RawGroup>,
+    /// `--by stack`: each function's calls whose records were lost, in
+    /// the interval.
+    carry_lost: Vec<u64>,
     namer: Namer,
     /// Which of a group's key values is its caller, and when the callers'
     /// processes are looked at again.
@@ -109,7 +112,7 @@ pub fn run(
         state.set_budget(b);
     }
     loop {
-        std::thread::sleep(Duration::from_millis(50));
+        state.pause(sink, Duration::from_millis(50))?;
         if state.step(tracer, spawned.as_deref_mut(), sink)? {
             return Ok(state.end);
         }
@@ -161,6 +164,7 @@ impl<'p> RunState<'p> {
                 .filter_map(|&p| Some((p, scope::comm(p)?)))
                 .collect(),
             carry_groups: Vec::new(),
+            carry_lost: Vec::new(),
             namer,
             caller_key,
             next_watch: start,
@@ -192,6 +196,18 @@ impl<'p> RunState<'p> {
     /// last report, which the next one still includes (as SIGUSR1 does).
     pub fn request_interim(&mut self) {
         self.interim = true;
+    }
+
+    /// Waits `d` between two turns; records are printed as they fill
+    /// their buffer meanwhile.
+    pub fn pause(&mut self, sink: &mut dyn Sink, d: Duration) -> Result<()> {
+        match self.recorder.as_mut() {
+            Some(r) => r.wait(self.plan, sink, Instant::now() + d),
+            None => {
+                std::thread::sleep(d);
+                Ok(())
+            }
+        }
     }
 
     /// One turn: prints the records that arrived, reads the counters when
@@ -343,11 +359,20 @@ impl<'p> RunState<'p> {
             false => Vec::new(),
         };
         report::groups::merge_raw(&mut self.carry_groups, fresh_groups);
-        let lost = match self.recorder {
+        let by_id = match self.recorder {
             Some(_) => tracer.take_records_lost()?,
-            None => 0,
+            None => Vec::new(),
         };
+        let lost = by_id.iter().sum();
         self.lost += lost;
+        if plan.settings.by.contains(&ByKey::Stack) {
+            // --by stack: a lost record is a call its function's groups miss.
+            self.carry_lost
+                .resize(by_id.len().max(self.carry_lost.len()), 0);
+            for (c, n) in self.carry_lost.iter_mut().zip(&by_id) {
+                *c += n;
+            }
+        }
         sink.read(&Read {
             counts: &fresh,
             groups,
@@ -380,6 +405,7 @@ impl<'p> RunState<'p> {
                 let mut report = assemble::flat_report(plan, self.opts, &counts, span);
                 let mut groups = GroupsIn {
                     raw: &self.carry_groups,
+                    lost: &self.carry_lost,
                     namer: &mut self.namer,
                     max: self.groups_max,
                 };
@@ -400,6 +426,7 @@ impl<'p> RunState<'p> {
         })?;
         if interval {
             self.carry_groups.clear();
+            self.carry_lost.clear();
         }
         Ok(())
     }

@@ -31,11 +31,22 @@ fn traced(name: &str, opts: &[&str]) -> Outcome {
 /// attached by pid before the fixture starts; its header on stderr
 /// (`header_on_stderr`) or stdout.
 fn attached(name: &str, iterations: u64, opts: &[&str], header_on_stderr: bool) -> Outcome {
+    attached_env(name, iterations, opts, header_on_stderr, &[])
+}
+
+/// [`attached`] with `env` set for tachy.
+fn attached_env(
+    name: &str,
+    iterations: u64,
+    opts: &[&str],
+    header_on_stderr: bool,
+    env: &[(&str, &str)],
+) -> Outcome {
     let mut fx = Fixture::spawn(name, &[&iterations.to_string()]);
     let pid = fx.pid().to_string();
     let mut args = vec!["latency", "-p", &pid];
     args.extend_from_slice(opts);
-    let mut t = Tachy::start(&args, &[]);
+    let mut t = Tachy::start(&args, env);
     t.wait_for_header(header_on_stderr);
     fx.go();
     let out = t.finish(Duration::from_secs(60));
@@ -175,6 +186,7 @@ fn by_stack_counts(fixture: &str, method: &str) {
     let rep = out.success_report();
     assert_eq!(num(func(&rep, "slow"), "count"), 4 * N, "{out}");
     assert_eq!(groups(&rep, "slow"), expected(), "{out}");
+    assert_eq!(num(func(&rep, "slow"), "groups_lost"), 0, "{out}");
     assert!(
         out.stderr.contains(&format!(
             "Grouping calls by their callers out to main (user stack by {method})"
@@ -193,6 +205,62 @@ fn by_stack_with_frame_pointers() {
 fn by_stack_from_stack_copies() {
     let _g = common::needs_root!();
     by_stack_counts("stacks_nofp", "stack copy");
+}
+
+/// A ring buffer of one page cannot hold a record with a stack copy
+/// (12 KiB): every call is lost to the groups, and the report counts them
+/// as not grouped, in JSON and text.
+#[test]
+fn by_stack_counts_the_calls_whose_records_were_lost() {
+    let _g = common::needs_root!();
+    let env = [("TACHY_RECORD_BUFFER", "4096")];
+    let out = attached_env(
+        "stacks_nofp",
+        N,
+        &["--json", "--by", "stack", "slow"],
+        true,
+        &env,
+    );
+    let rep = out.success_report();
+    let slow = func(&rep, "slow");
+    assert_eq!(num(slow, "count"), 4 * N, "{out}");
+    assert_eq!(groups(&rep, "slow"), BTreeMap::new(), "{out}");
+    assert_eq!(num(slow, "groups_lost"), 4 * N, "{out}");
+    let out = attached_env("stacks_nofp", N, &["--by", "stack", "slow"], false, &env);
+    out.assert_success();
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("not grouped"))
+        .unwrap_or_else(|| panic!("no not-grouped line\n{out}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        words,
+        [
+            "not",
+            "grouped:",
+            "their",
+            "records",
+            "came",
+            "faster",
+            "than",
+            "tachy",
+            "read",
+            "them",
+            "count",
+            &(4 * N).to_string(),
+            "avg",
+            "-",
+            "nsecs",
+            "p50",
+            "-",
+            "nsecs",
+            "p99",
+            "-",
+            "nsecs"
+        ],
+        "{out}"
+    );
 }
 
 /// A flame graph of callers: one folded line per chain, weighted by calls.
