@@ -214,7 +214,9 @@ clean:
 # sqlite3_step under nested --depth 1 and 2 against latency and bpftrace,
 # with its budgets; bench/redis.py: Redis's getCommand (a single-stepped
 # exit) against bpftrace, per GET; bench/explore.py: tachy explore's own
-# CPU with 50 call sites attached, and its drill-down latency, in tmux
+# CPU with 50 call sites attached, and its drill-down latency, in tmux;
+# bench/deeper.py: --by retval and --by stack (frame-pointer walk and
+# stack copy) per call, against bpftrace's retval and ustack
 # (each against its goal: met or NOT met). These share
 # bench/benchlib.py.
 BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite3 redis-server
@@ -239,6 +241,7 @@ bench: build
 	/usr/bin/python3 bench/redis.py
 	/usr/bin/python3 bench/probe_time.py
 	/usr/bin/python3 bench/explore.py
+	/usr/bin/python3 bench/deeper.py
 
 # Soak and scale, as root, not part of `make test`: tachy -i 1 on a workload
 # making >= 100k calls/s for SOAK_MINUTES (default 10; SOAK_MINUTES=1 for a
