@@ -188,16 +188,12 @@ static __always_inline void close_frame(struct tachy_thread *t,
 		}
 		return;
 	}
-	if (nested && (f->flags & TACHY_FRAME_ROOT)) {
-		bool keep = !(d < min_ns || (max_ns && d > max_ns));
-
-		record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
-			  indirect_tail);
-		end_root(t, keep);
-		return;
-	}
 	record_ns(id, d, parts_since(&t->cpu, f->blocked0, f->runq0),
 		  indirect_tail);
+	/* nested: the root's sites are committed with it; its --by groups
+	 * follow, as a function's. */
+	if (nested && (f->flags & TACHY_FRAME_ROOT))
+		end_root(t, !(d < min_ns || (max_ns && d > max_ns)));
 	/* f is the top frame. */
 	if (by_kind[0] == TACHY_BY_NONE || (!rv_ok && by_has(TACHY_BY_RETVAL)))
 		return;

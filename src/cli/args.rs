@@ -567,6 +567,19 @@ pub struct NestedArgs {
     #[arg(long, value_name = "FILE")]
     pub hlog: Option<PathBuf>,
 
+    /// Break the traced function's calls down by KEY, as tachy latency
+    /// --by does (caller, tid, pid, argN, a parameter's name, retval,
+    /// goroutine; not stack); repeat for two keys. Counted in the kernel,
+    /// for the function itself (its call sites are not broken down)
+    #[arg(long = "by", value_name = "KEY", value_parser = ByKeyParser, hide_possible_values = true)]
+    pub by: Vec<ByKey>,
+
+    /// With --by: show the N groups with the most total time, the others
+    /// as one "other" line
+    #[arg(long, value_name = "N", requires = "by",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub top: Option<u32>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
 }

@@ -265,9 +265,22 @@ impl NestedArgs {
             (_, _, Some(p)) => (Format::Svg, Some(p)),
             _ => (Format::Text, None),
         };
+        if self.by.contains(&crate::plan::by::ByKey::Stack) {
+            return Err(usage(
+                "--by stack groups the calls of tachy latency: nested breaks calls down by their call sites",
+            ));
+        }
+        if !self.by.is_empty() && matches!(format, Format::Folded | Format::Svg) {
+            return Err(usage(
+                "--by goes with the text and JSON reports of nested, not with --folded or --svg",
+            ));
+        }
+        crate::plan::by::check(&self.by, Default::default())?;
         let mut s = self.trace.validate(vec![self.func], format, svg)?;
         s.hlog = self.hlog;
         s.cpu_hist = s.cpu && self.hist;
+        s.by = self.by;
+        s.top = self.top.map(|n| n as usize);
         s.mode = Mode::Nested(NestedOpts {
             depth: self.depth,
             expand: self.expand,

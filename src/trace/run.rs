@@ -399,9 +399,12 @@ impl<'p> RunState<'p> {
             self.procs.clear();
             self.interval_start = now;
         }
+        // Nested with --by: the flat report carries the traced functions'
+        // groups, which the tree's report shows at its roots.
         let flat = match (&self.opts.tree, self.opts.format) {
-            (None, crate::cli::Format::Svg) | (Some(_), _) => None,
-            (None, _) => {
+            (None, crate::cli::Format::Svg) => None,
+            (Some(_), _) if self.opts.by.is_empty() => None,
+            _ => {
                 let mut report = assemble::flat_report(plan, self.opts, &counts, span);
                 let mut groups = GroupsIn {
                     raw: &self.carry_groups,

@@ -274,10 +274,14 @@ impl Sink for TextOutput {
 /// The report as text, after an empty line.
 fn text_report(snap: &Snapshot<'_>, mut w: &mut dyn Write) -> std::io::Result<()> {
     match (&snap.opts.tree, snap.flat) {
-        (Some(t), _) => {
+        (Some(t), flat) => {
             let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
             writeln!(w)?;
             tree::render_text(&report, &mut w)?;
+            // --by: the traced function's groups, under its tree.
+            for g in flat.iter().flat_map(|r| &r.funcs).flat_map(|f| &f.groups) {
+                crate::report::groups::render_text(g, report.unit, &mut w)?;
+            }
         }
         (None, Some(report)) => {
             writeln!(w)?;
@@ -313,8 +317,17 @@ impl Sink for JsonOutput {
     }
     fn report(&mut self, snap: &Snapshot<'_>) -> Result<()> {
         let value = match (&snap.opts.tree, snap.flat) {
-            (Some(t), _) => {
-                tree::json_value(&nested::tree_report(snap.plan, snap.opts, t, snap.counts))
+            (Some(t), flat) => {
+                let report = nested::tree_report(snap.plan, snap.opts, t, snap.counts);
+                let mut v = tree::json_value(&report);
+                // --by: each traced function's groups, in its root.
+                let funcs = flat.iter().flat_map(|r| &r.funcs);
+                for (k, f) in funcs.enumerate() {
+                    if let (Some(g), Some(root)) = (&f.groups, v["roots"].get_mut(k)) {
+                        crate::report::groups::json_fields(g, report.unit, root);
+                    }
+                }
+                v
             }
             (None, Some(report)) => report::json::value(report),
             (None, None) => return Ok(()),

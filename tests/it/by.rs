@@ -750,3 +750,43 @@ fn entry_moves_back_for_an_overwritten_register() {
     let (f, e) = entry("v");
     assert_ne!(f, e);
 }
+
+/// `tachy nested --by caller`: the traced function's calls grouped as
+/// `latency --by caller` groups them (the why fixture's three callers,
+/// exact counts), in its root, beside its call sites; and as a table under
+/// the tree in text.
+#[test]
+fn nested_groups_the_root_by_caller() {
+    let _g = common::needs_root!();
+    let out = run_fixture(
+        "nested",
+        &["--json", "--by", "caller", "target"],
+        "why",
+        &["callers", "10"],
+        &[],
+    );
+    let rep = out.success_report();
+    let root = &rep["roots"][0];
+    assert_eq!(root["name"], "target", "{out}");
+    assert_eq!(num(root, "count"), 100, "{out}");
+    let flat = serde_json::json!({ "functions": [root] });
+    assert_eq!(groups(&flat, "target"), why_callers(&out, 10), "{out}");
+
+    let out = run_fixture(
+        "nested",
+        &["--by", "caller", "target"],
+        "why",
+        &["callers", "10"],
+        &[],
+    );
+    assert!(out.stdout.contains("\ncalled from:\n"), "{out}");
+    for (caller, n) in why_callers(&out, 10) {
+        let (name, _) = caller.split_once(" at ").unwrap();
+        assert!(
+            out.stdout
+                .lines()
+                .any(|l| l.contains(name) && l.contains(&format!("count {n:>2} "))),
+            "{caller}: {n}\n{out}"
+        );
+    }
+}
