@@ -75,6 +75,9 @@ fn p50(rep: &Value) -> (f64, u64) {
 /// here and its cost drifts by up to 40% between the calibration and the
 /// run (seen in a clean CI run: 13.3 us against 9.5 us calibrated), so at
 /// 20 us half the probe time also passes: the raw reading is ~47% off.
+/// A busy machine slows the probes as it slows the spin: the twin's
+/// reading over the spin's nominal length (34.9 us for 20 us, seen in a
+/// clean CI run) scales the probe time the bound allows for.
 fn check_spin(fixture: &str, func: &str, spin_ns: u64) {
     let (rep, fx_out) = run(fixture, &["latency"], func, 2000, spin_ns);
     let want = untraced(&fx_out)[func];
@@ -82,9 +85,10 @@ fn check_spin(fixture: &str, func: &str, spin_ns: u64) {
     assert!(probe > 0, "no probe time subtracted: {rep}");
     let (ok, bound) = if spin_ns >= 20_000 {
         let off = (got - want).abs();
+        let slowed = (want / spin_ns as f64).max(1.0);
         (
-            off <= 0.2 * want || off <= 0.5 * probe as f64,
-            "20% of the untraced time and half the probe time",
+            off <= 0.2 * want || off <= 0.5 * probe as f64 * slowed,
+            "20% of the untraced time and half the probe time (scaled by the twin's slow-down)",
         )
     } else {
         (
