@@ -9,6 +9,7 @@ use std::rc::Rc;
 use anyhow::{bail, Result};
 
 use crate::symbols::elf::dwarf;
+use crate::symbols::elf::inlined::{self, Instance};
 use crate::symbols::{self, ifunc, ElfObject, Function, Pattern, SymSource};
 use crate::target::{self, ObjectRef, ProcessMaps};
 
@@ -96,6 +97,11 @@ impl Resolution {
                             m.funcs.push(f);
                         }
                     }
+                    for i in r.inlined {
+                        if !m.inlined.contains(&i) {
+                            m.inlined.push(i);
+                        }
+                    }
                 }
                 None => self.user.push(r),
             }
@@ -109,6 +115,9 @@ pub struct Resolved {
     pub obj: Rc<ElfObject>,
     pub source: SymSource,
     pub funcs: Vec<Function>,
+    /// The instances DWARF lists of the functions named, inlined into
+    /// others (with or without a copy of their own among `funcs`).
+    pub inlined: Vec<Instance>,
 }
 
 #[derive(Default)]
@@ -237,6 +246,7 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
         let mut searched: Vec<Searched> = Vec::new();
         let mut first_err = None;
         for group in &groups {
+            let group_start = searched.len();
             for r in group {
                 let obj = match objects.get(r) {
                     Ok(o) => o,
@@ -278,6 +288,8 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                 if found.functions.is_empty() {
                     continue;
                 }
+                // The copies the compiler inlined beside the function's own.
+                let instances = instances_of(&obj, &pat);
                 let functions =
                     implement_ifuncs(&obj, found.functions, scope, objects, &mut left_out);
                 found_any = true;
@@ -288,12 +300,34 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
                                 r.funcs.push(f);
                             }
                         }
+                        for i in instances {
+                            if !r.inlined.contains(&i) {
+                                r.inlined.push(i);
+                            }
+                        }
                     }
                     None => out.push(Resolved {
                         obj,
                         source: found.source,
                         funcs: functions,
+                        inlined: instances,
                     }),
+                }
+            }
+            // A function that exists only inlined: its instances, in the
+            // objects of the group whose DWARF has them.
+            let only_inlined = !found_any;
+            for s in searched[group_start..].iter().filter(|_| only_inlined) {
+                let Ok(source) = &s.source else { continue };
+                let instances = instances_of(&s.obj, &pat);
+                if !instances.is_empty() {
+                    found_any = true;
+                    out.push(Resolved {
+                        obj: s.obj.clone(),
+                        source: *source,
+                        funcs: Vec::new(),
+                        inlined: instances,
+                    });
                 }
             }
             if found_any {
@@ -322,6 +356,16 @@ pub fn resolve(specs: &[FuncSpec], scope: &Scope, objects: &mut Objects) -> Resu
         kernel,
         left_out,
     })
+}
+
+/// The inlined instances DWARF lists of what `pat` names in `obj`. A glob
+/// names what has a symbol: instances are looked up for a name (`work`,
+/// `ns::Cache::get`), and lists of every function stay what they were.
+fn instances_of(obj: &ElfObject, pat: &Pattern) -> Vec<Instance> {
+    if pat.as_str().contains(['*', '?']) {
+        return Vec::new();
+    }
+    inlined::instances(obj.dwarf_data(), pat)
 }
 
 /// `funcs` with each IFUNC symbol replaced by what callers reach: in a

@@ -104,17 +104,24 @@ static __always_inline bool cond_taken(__u64 fl, __u32 cc)
 	return (cc & 1) ? !r : r;
 }
 
-/* A `ret`, or an early exit that sees one coming (cookie in tachy.h). */
+/*
+ * A `ret`, an early exit that sees one coming, or the way out of an
+ * inlined instance (cookie in tachy.h). An instance's frame is keyed a few
+ * bytes below its enclosing frame's, off the 8-byte grid of return-address
+ * slots: no slot holds its caller, and the exit's own address, in the
+ * function it was inlined into, stands for it.
+ */
 static __always_inline int do_exit_probe(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 key;
 
 	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
 	    !cond_taken(reg_flags(ctx), cookie & TACHY_EXIT_COND_MASK))
 		return 0;
-	return do_exit(
-		frame_key(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32)),
-		reg_link(ctx), reg_retval(ctx));
+	key = frame_key(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32));
+	return do_exit(key, (key & 7) ? PT_REGS_IP(ctx) : reg_link(ctx),
+		       reg_retval(ctx));
 }
 
 /*

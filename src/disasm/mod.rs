@@ -326,6 +326,9 @@ pub struct Decoded {
     /// targets of its internal indirect jumps (jump tables, labels), and
     /// those of `loop` and `jrcxz`.
     pub other_targets: std::collections::BTreeSet<u64>,
+    /// Bytes below SP at entry before each instruction the stack analysis
+    /// reached, where known (x86-64; empty on arm64).
+    pub depths: AddrMap<Option<i32>>,
 }
 
 /// What probe placement needs to know of one instruction.

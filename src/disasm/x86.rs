@@ -232,6 +232,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
     // Arrivals that no direct jmp or jcc explains.
     out.other_targets = flow.targets.clone();
     out.other_targets.extend(opaque_targets);
+    out.depths = flow.depth;
     // An unproven jump that stays inside may land anywhere after the entry
     // probe (its check takes a target up to the entry probe for a new call:
     // see `Plan::add_function`), so the entry candidates above keep their

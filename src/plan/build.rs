@@ -133,6 +133,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             roots.push((r, f, id));
         }
     }
+    add_instances(&mut plan, req, &resolved)?;
     if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
         if req.tree.is_some() && (s.min_ns.is_some() || s.max_ns.is_some()) {
             return refuse(format!(
@@ -253,6 +254,43 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
         );
     }
     Ok(plan)
+}
+
+/// Adds the inlined instances of what `req` names, each an item timed from
+/// its entry to where control leaves it; those that cannot be are left out
+/// with a line naming them, as are all under options that read what an
+/// instance does not have (a return value) or that planning cannot locate
+/// yet in one (its parameters, its call sites).
+fn add_instances(plan: &mut Plan, req: &PlanRequest, resolved: &resolve::Resolution) -> Result<()> {
+    let unread = if req.tree.is_some() {
+        Some("tachy nested does not time inlined instances yet")
+    } else if req.filter.is_some() {
+        Some("--filter does not read the parameters of inlined instances")
+    } else if req.settings.read_ret {
+        Some("an inlined instance has no return value of its own to read")
+    } else {
+        None
+    };
+    for r in &resolved.user {
+        for inst in &r.inlined {
+            if let Some(why) = unread {
+                plan.left_out.push(format!(
+                    "{} inlined at {} ({:#x}): {why}",
+                    inst.name, inst.call, inst.entry
+                ));
+                continue;
+            }
+            if let Err(line) = plan.add_inlined(&r.obj, inst, r.source)? {
+                plan.left_out.push(line);
+            }
+        }
+    }
+    if plan.items.is_empty() {
+        if let Some(line) = plan.left_out.first() {
+            return Err(UsageError(format!("nothing to trace: {line}")).into());
+        }
+    }
+    Ok(())
 }
 
 /// Whether no object of the one process traced (`-p PID`, or the command

@@ -98,6 +98,17 @@ impl Plan {
                     "  [{i}] {}: kernel function, timed by fentry/fexit, else a kprobe and kretprobe",
                     item.name
                 ),
+                ItemKind::Function(f) if f.inlined.is_some() => writeln!(
+                    s,
+                    "  [{i}] {} in {} at {:#x} (symbols from {}); {}{}",
+                    item.name,
+                    self.objects[f.object].display.display(),
+                    f.addr,
+                    f.source_text,
+                    f.describe_probes(),
+                    self.call_price(i as u32, prices)
+                        .map_or(String::new(), |p| format!("; price per call: {p}"))
+                ),
                 ItemKind::Function(f) => writeln!(
                     s,
                     "  [{i}] {} in {} at {:#x} (symbols from {}); return: {}{}{}",
@@ -208,7 +219,7 @@ impl Plan {
             .join(", ")
     }
 
-    fn kind_text(&self, kind: ProbeKind) -> String {
+    pub(super) fn kind_text(&self, kind: ProbeKind) -> String {
         kind_text(kind, &|slot| self.slot_nodes(slot))
     }
 }
@@ -248,7 +259,12 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             cond: None,
         } => "exit".to_string(),
         ProbeKind::Exit { sp_adjust, cond } => format!(
-            "exit ahead of ret, sp{sp_adjust:+#x}{}",
+            "{}, sp{sp_adjust:+#x}{}",
+            if sp_adjust % 8 == 0 {
+                "exit ahead of ret"
+            } else {
+                "inlined exit"
+            },
             cond.map_or(String::new(), |c| format!(
                 " if {}",
                 COND_NAMES[usize::from(c & 15)]
@@ -277,6 +293,9 @@ impl TracedFunc {
     /// parts, the entry probe and the instruction under it, how the return
     /// is timed, and every way out of the function.
     pub fn describe_probes(&self) -> String {
+        if let Some(i) = &self.inlined {
+            return self.describe_instance(i);
+        }
         let x = &self.exits;
         let mut s = String::new();
         if self.fragments > 0 {
@@ -346,6 +365,47 @@ impl TracedFunc {
     }
 }
 
+impl TracedFunc {
+    /// How an inlined instance is probed, as `tachy list` says it: where
+    /// it was inlined, its entry and each of its exits, as offsets in the
+    /// enclosing function.
+    fn describe_instance(&self, i: &super::inlined::InlinedOf) -> String {
+        let cost = |c: ProbeCost| match c {
+            ProbeCost::Emulated => "emulated",
+            ProbeCost::SingleStepped => "single-stepped",
+        };
+        let exits: Vec<String> = i
+            .exits
+            .iter()
+            .map(|x| {
+                format!(
+                    "+{:#x}{}",
+                    x.addr - i.enclosing_addr,
+                    x.cond.map_or(String::new(), |c| format!(
+                        " if {}",
+                        COND_NAMES[usize::from(c & 15)]
+                    ))
+                )
+            })
+            .collect();
+        format!(
+            "inlined into {} at {}{}  entry at +{:#x} `{}` ({})  exits: {} where control leaves it ({})",
+            i.enclosing,
+            i.call,
+            if i.depth > 1 {
+                format!(" ({} deep)", i.depth)
+            } else {
+                String::new()
+            },
+            self.entry_addr - i.enclosing_addr,
+            self.entry_insn,
+            cost(self.entry_cost),
+            i.exits.len(),
+            exits.join(", ")
+        )
+    }
+}
+
 /// x86 condition codes by number, as `jcc` mnemonics name them.
 const COND_NAMES: [&str; 16] = [
     "o", "no", "b", "ae", "e", "ne", "be", "a", "s", "ns", "p", "np", "l", "ge", "le", "g",
@@ -407,6 +467,7 @@ mod tests {
                 entry_addr: 0x401204,
                 entry_insn: "push rbp".into(),
                 entry_cost: ProbeCost::Emulated,
+                inlined: None,
                 exits: ExitSummary {
                     mode: ExitMode::Rets,
                     why_rets: Some(

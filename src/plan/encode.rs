@@ -422,6 +422,7 @@ mod tests {
                 entry_addr: addr,
                 entry_insn: "push rbp".into(),
                 entry_cost: crate::disasm::ProbeCost::Emulated,
+                inlined: None,
                 exits: ExitSummary {
                     mode: ExitMode::UretprobeNoUnwind,
                     why_rets: None,

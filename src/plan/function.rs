@@ -254,6 +254,7 @@ impl Plan {
                 entry_insn: entry.text,
                 entry_cost: entry.cost,
                 exits,
+                inlined: None,
             }),
         });
     }

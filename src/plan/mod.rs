@@ -15,6 +15,7 @@ pub mod encode;
 pub mod filter;
 mod function;
 mod golang;
+pub mod inlined;
 mod nodes;
 mod sites;
 pub mod stack;
@@ -198,6 +199,8 @@ pub struct TracedFunc {
     pub entry_insn: String,
     pub entry_cost: ProbeCost,
     pub exits: ExitSummary,
+    /// An inlined instance: where it is, and its ways out.
+    pub inlined: Option<Box<inlined::InlinedOf>>,
 }
 
 /// What one counter slot times. (One per traced item, made once: the size

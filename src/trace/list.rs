@@ -95,6 +95,9 @@ pub fn list(a: ListSettings) -> Result<i32> {
             };
             listing::render_func(&listed, &mut out)?;
         }
+        for inst in &r.inlined {
+            listing::render_func(&instance(r, inst, prices.as_ref()), &mut out)?;
+        }
     }
     if misses.is_empty() {
         return Ok(0);
@@ -105,6 +108,58 @@ pub fn list(a: ListSettings) -> Result<i32> {
         eprintln!("tachy: {e:#}");
     }
     Ok(1)
+}
+
+/// An inlined instance as listed: how `tachy latency` would time it,
+/// planned alone, or why it cannot.
+fn instance(
+    r: &resolve::Resolved,
+    inst: &crate::symbols::elf::inlined::Instance,
+    prices: Option<&HitPrices>,
+) -> listing::ListedFunc {
+    let mut p = Plan::default();
+    let enclosing = r
+        .obj
+        .symbols()
+        .ok()
+        .and_then(|i| i.function_containing(inst.entry));
+    let (name, lang) = match &enclosing {
+        Some(f) => (
+            plan::inlined::instance_name(inst, f),
+            f.names.lang.as_str().to_string(),
+        ),
+        None => (format!("{} [inlined]", inst.name), "c".to_string()),
+    };
+    let probes = match p.add_inlined(&r.obj, inst, r.source) {
+        Ok(Ok(id)) => {
+            p.finish();
+            let item = &p.items[id as usize];
+            let probes = match &item.kind {
+                ItemKind::Function(t) => {
+                    let prices = prices.filter(|_| p.foreign.is_none());
+                    match p.call_price(id, prices) {
+                        Some(price) => {
+                            Ok(format!("{}  price per call: {price}", t.describe_probes()))
+                        }
+                        None => Ok(t.describe_probes()),
+                    }
+                }
+                _ => Err("not a function of the object".into()),
+            };
+            probes
+        }
+        Ok(Err(why)) => Err(why),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    listing::ListedFunc {
+        name,
+        lang,
+        addr: inst.entry,
+        size: inst.ranges.iter().map(|(s, e)| e - s).sum(),
+        probes,
+        sites: None,
+        ifunc: None,
+    }
 }
 
 /// How `tachy latency` would probe `f`, planned alone, in the plan's words,

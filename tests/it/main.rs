@@ -17,6 +17,7 @@ mod fleet;
 mod go;
 mod hostile;
 mod ijump;
+mod inlined;
 mod install;
 mod kernel;
 mod latency;

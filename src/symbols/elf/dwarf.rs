@@ -15,7 +15,7 @@ use super::section::section_data;
 use crate::symbols::golang::GLayout;
 use crate::symbols::names::{demangle, Lang, Names, Part, Pattern};
 
-type R<'a> = EndianSlice<'a, RunTimeEndian>;
+pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// Where one inlined copy sits.
 struct Copy {
@@ -190,7 +190,7 @@ fn inlined_only_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Option<String>
     ))
 }
 
-fn plain_names(q: &str) -> Names {
+pub(super) fn plain_names(q: &str) -> Names {
     Names {
         stem: String::new(),
         suffix: String::new(),
@@ -201,7 +201,7 @@ fn plain_names(q: &str) -> Names {
     }
 }
 
-fn attr_str(
+pub(super) fn attr_str(
     dwarf: &gimli::Dwarf<R<'_>>,
     unit: &gimli::Unit<R<'_>>,
     v: Option<AttributeValue<R<'_>>>,
@@ -211,7 +211,10 @@ fn attr_str(
     Some(String::from_utf8_lossy(s.slice()).into_owned())
 }
 
-fn ref_offset(unit: &gimli::Unit<R<'_>>, v: Option<AttributeValue<R<'_>>>) -> Option<usize> {
+pub(super) fn ref_offset(
+    unit: &gimli::Unit<R<'_>>,
+    v: Option<AttributeValue<R<'_>>>,
+) -> Option<usize> {
     match v? {
         AttributeValue::UnitRef(o) => o.to_debug_info_offset(&unit.header).map(|o| o.0),
         AttributeValue::DebugInfoRef(o) => Some(o.0),
@@ -219,7 +222,11 @@ fn ref_offset(unit: &gimli::Unit<R<'_>>, v: Option<AttributeValue<R<'_>>>) -> Op
     }
 }
 
-fn file_name(dwarf: &gimli::Dwarf<R<'_>>, unit: &gimli::Unit<R<'_>>, index: u64) -> String {
+pub(super) fn file_name(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    index: u64,
+) -> String {
     let Some(lp) = &unit.line_program else {
         return String::new();
     };

@@ -16,6 +16,7 @@ pub mod dwarf;
 mod eh_frame;
 pub mod imports;
 pub mod index;
+pub mod inlined;
 pub mod lines;
 pub mod params;
 pub mod relocs;

@@ -118,6 +118,10 @@ const FIXTURES: &[Def] = &[
           &["-std=c++17", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-I{src}"]),
     plain("plain", &["plain.c", "fixture.h"], Tool::Cc, C),
     plain("retval", &["retval.c", "fixture.h"], Tool::Cc, C),
+    // One function inlined into three callers, and called out of line.
+    plain("inlined_o2", &["inlined.c", "fixture.h"], Tool::Cc, C),
+    plain("inlined_o3", &["inlined.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O3", "-funroll-loops", "-g", "-Wall", "-Wextra"]),
     // The same callers with and without frame pointers (--stack).
     plain("stacks_fp", &["stacks.c", "fixture.h"], Tool::Cc,
           &["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-fno-omit-frame-pointer"]),

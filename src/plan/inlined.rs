@@ -1,0 +1,423 @@
+//! Inlined instances, timed: a function the compiler copied into its
+//! callers has no entry or `ret` of its own, so each copy (an instance, as
+//! DWARF lists it) is timed from its entry to wherever control leaves its
+//! code. The enclosing function is decoded, and every control-flow edge
+//! from the instance's code to code outside it is an exit.
+//!
+//! An instance pushes no return address: its frame is keyed `depth` bytes
+//! below the enclosing frame's key (1 for an instance inlined straight into
+//! a function, 2 for one inlined into that, ...). No return-address slot
+//! lies there, so an instance never closes (or abandons) the frame of the
+//! function around it, nor that of an instance around it, and the frames
+//! of calls made inside it, further down the stack, end before it does.
+//! The decoder knows how far SP is below its value at the enclosing
+//! function's entry at each instruction, so each probe's key is SP plus a
+//! constant, as for the early exits of a function.
+//!
+//! Code DWARF gives the instance is not one block: the compiler schedules
+//! the caller's instructions between the instance's, and some of the
+//! instance's (argument set-up) before its entry. Here, the instance runs
+//! from its entry through its code and through any code from which its
+//! code is reached again, and ends on the first edge to code from which
+//! it is not; code of its ranges that only runs before the entry is not
+//! part of it. An instance is left out, with the reason, where this does
+//! not bound it: a tail or indirect jump inside it, its entry reached again
+//! from inside it (a loop around its start), its code reached without
+//! passing its entry, or SP unknown at its entry or an exit.
+
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::Result;
+
+use super::function::{ExitMode, ExitSummary};
+use super::{Item, ItemKind, Plan, ProbeKind, TracedFunc};
+use crate::disasm::{Arch, Decoded};
+use crate::symbols::elf::inlined::Instance;
+use crate::symbols::{ElfObject, Function, SymSource};
+
+/// Instances nested deeper than this are left out: their keys must stay
+/// between the enclosing frame's and the slot below it.
+const MAX_DEPTH: u32 = 7;
+
+/// Where an instance of an inlined function is timed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InlinedOf {
+    /// The function whose code holds the instance, as shown.
+    pub enclosing: String,
+    /// Its address.
+    pub enclosing_addr: u64,
+    /// The line the function was inlined at: `file.c:42`.
+    pub call: String,
+    /// How deep the instance sits among inlined instances (1: straight
+    /// into the enclosing function).
+    pub depth: u32,
+    /// Where control leaves it, by address.
+    pub exits: Vec<InstanceExit>,
+}
+
+/// One way out of an instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct InstanceExit {
+    pub addr: u64,
+    /// Add to SP there to get the instance's key.
+    pub sp_adjust: i32,
+    /// Only when this x86 condition holds (a `jcc` whose one way leaves).
+    pub cond: Option<u8>,
+}
+
+/// An instance's probes, as the decoder bounds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    /// Add to SP at the entry to get the key.
+    pub entry_adjust: i32,
+    pub exits: Vec<InstanceExit>,
+}
+
+/// The successors of each instruction, and what ends the walk there.
+enum Next {
+    /// Control goes on at these addresses.
+    To(Vec<u64>),
+    /// A `ret`: the enclosing function returns.
+    Ret,
+    /// A jump the decoder cannot follow, with what it is.
+    Opaque(&'static str),
+}
+
+fn next_of(d: &Decoded, i: &crate::disasm::InsnInfo) -> Next {
+    let a = i.addr;
+    let after = a + u64::from(i.len);
+    if d.rets.contains(&a) {
+        return Next::Ret;
+    }
+    if let Some(t) = d.tails.iter().find(|t| t.addr == a) {
+        return Next::Opaque(match t.target {
+            crate::disasm::Target::Direct(_) => "a tail jump out of its function",
+            _ => "an indirect jump",
+        });
+    }
+    if d.internal_jumps.iter().any(|j| j.addr == a) || d.checked_jumps.iter().any(|j| j.addr == a) {
+        return Next::Opaque("an indirect jump");
+    }
+    if i.is_call {
+        return Next::To(vec![after]);
+    }
+    match i.jump {
+        Some((t, None)) => Next::To(vec![t]),
+        Some((t, Some(_))) => Next::To(vec![t, after]),
+        None if i.falls_through => Next::To(vec![after]),
+        None => Next::To(Vec::new()),
+    }
+}
+
+/// Bounds the instance of `depth` that starts at `entry` and whose code
+/// DWARF gives as `ranges`, in the decoded function `d` that starts at
+/// `start`; or why it cannot be bounded.
+pub fn bound(
+    d: &Decoded,
+    start: u64,
+    entry: u64,
+    ranges: &[(u64, u64)],
+    depth: u32,
+) -> std::result::Result<Bounds, String> {
+    let at = |a: u64| format!("+{:#x}", a.wrapping_sub(start));
+    if d.arch != Arch::X86_64 {
+        return Err("inlined instances are timed on x86-64 only".into());
+    }
+    if !(1..=MAX_DEPTH).contains(&depth) {
+        return Err(format!("inlined {depth} deep (at most {MAX_DEPTH})"));
+    }
+    let pos: HashMap<u64, usize> = d
+        .insns
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (i.addr, k))
+        .collect();
+    if !pos.contains_key(&entry) {
+        return Err(format!("its entry {} is not an instruction", at(entry)));
+    }
+    let inside_ranges = |a: u64| ranges.iter().any(|&(s, e)| s <= a && a < e);
+    for &(s, _) in ranges {
+        if !pos.contains_key(&s) {
+            return Err(format!(
+                "its code at {} is outside what the decoder follows of its function",
+                at(s)
+            ));
+        }
+    }
+    let nexts: Vec<Next> = d.insns.iter().map(|i| next_of(d, i)).collect();
+    let mut preds: HashMap<u64, Vec<u64>> = HashMap::new();
+    for (i, n) in d.insns.iter().zip(&nexts) {
+        if let Next::To(ts) = n {
+            for &t in ts {
+                preds.entry(t).or_default().push(i.addr);
+            }
+        }
+    }
+    // Its code, and the code from which its code is reached again (other
+    // than through its entry) without passing its code.
+    let mut region: BTreeSet<u64> = d
+        .insns
+        .iter()
+        .map(|i| i.addr)
+        .filter(|&a| inside_ranges(a))
+        .collect();
+    region.insert(entry);
+    let mut work: Vec<u64> = region.iter().copied().filter(|&a| a != entry).collect();
+    while let Some(a) = work.pop() {
+        for &p in preds.get(&a).map_or(&[][..], |v| v) {
+            if p != entry && region.insert(p) {
+                work.push(p);
+            }
+        }
+    }
+    // What runs of it from the entry on.
+    let mut inside: BTreeSet<u64> = BTreeSet::from([entry]);
+    let mut work = vec![entry];
+    while let Some(a) = work.pop() {
+        let Some(&k) = pos.get(&a) else { continue };
+        match &nexts[k] {
+            Next::Opaque(what) => return Err(format!("{what} at {}", at(a))),
+            Next::Ret => {}
+            Next::To(ts) => {
+                for &t in ts {
+                    if t == entry {
+                        return Err(format!(
+                            "its entry {} is reached again from {} inside it (a loop around its start)",
+                            at(entry),
+                            at(a)
+                        ));
+                    }
+                    if region.contains(&t) && inside.insert(t) {
+                        work.push(t);
+                    }
+                }
+            }
+        }
+    }
+    for &a in inside.iter().filter(|&&a| a != entry) {
+        if let Some(p) = preds
+            .get(&a)
+            .and_then(|v| v.iter().find(|p| !inside.contains(p)))
+        {
+            return Err(format!(
+                "its code at {} is reached from {} without passing its entry {}",
+                at(a),
+                at(*p),
+                at(entry)
+            ));
+        }
+    }
+    let key_at = |a: u64| -> std::result::Result<i32, String> {
+        match d.depths.get(&a) {
+            Some(Some(sp)) => Ok(sp - depth as i32),
+            _ => Err(format!("the stack pointer is not known at {}", at(a))),
+        }
+    };
+    let probeable = |a: u64| -> std::result::Result<(), String> {
+        match pos.get(&a).map(|&k| d.insns[k].probeable) {
+            Some(true) => Ok(()),
+            _ => Err(format!("the kernel cannot probe its exit at {}", at(a))),
+        }
+    };
+    let entry_adjust = key_at(entry)?;
+    if !d.insns[pos[&entry]].probeable {
+        return Err(format!("the kernel cannot probe its entry {}", at(entry)));
+    }
+    let mut exits: BTreeSet<InstanceExit> = BTreeSet::new();
+    for &a in &inside {
+        let i = &d.insns[pos[&a]];
+        let out: Vec<u64> = match &nexts[pos[&a]] {
+            Next::Ret => {
+                probeable(a)?;
+                exits.insert(InstanceExit {
+                    addr: a,
+                    sp_adjust: key_at(a)?,
+                    cond: None,
+                });
+                continue;
+            }
+            Next::To(ts) => ts.iter().copied().filter(|t| !inside.contains(t)).collect(),
+            Next::Opaque(_) => continue,
+        };
+        if out.is_empty() {
+            continue;
+        }
+        if i.is_call {
+            // It leaves when the call returns, where the call returns to.
+            probeable(out[0])?;
+            exits.insert(InstanceExit {
+                addr: out[0],
+                sp_adjust: key_at(out[0])?,
+                cond: None,
+            });
+            continue;
+        }
+        let cond = match i.jump {
+            Some((t, Some(cc))) if out.len() == 1 => Some(if out[0] == t { cc } else { cc ^ 1 }),
+            _ => None,
+        };
+        probeable(a)?;
+        exits.insert(InstanceExit {
+            addr: a,
+            sp_adjust: key_at(a)?,
+            cond,
+        });
+    }
+    if exits.is_empty() {
+        return Err("control never leaves it".into());
+    }
+    Ok(Bounds {
+        entry_adjust,
+        exits: exits.into_iter().collect(),
+    })
+}
+
+impl Plan {
+    /// Adds an inlined instance `inst` of `obj`, in `enclosing`: its entry
+    /// and exit probes, as a traced item of its own. `Ok(None)` with the
+    /// line that names it where it cannot be timed.
+    pub fn add_inlined(
+        &mut self,
+        obj: &ElfObject,
+        inst: &Instance,
+        source: SymSource,
+    ) -> Result<std::result::Result<u32, String>> {
+        let index = obj.symbols()?;
+        let Some(f) = index.function_containing(inst.entry) else {
+            return Ok(Err(format!(
+                "{} inlined at {} ({:#x}): no function symbol holds its code",
+                inst.name, inst.call, inst.entry
+            )));
+        };
+        let name = instance_name(inst, &f);
+        let refuse = |why: String| Ok(Err(format!("{name} at {}: {why}", inst.call)));
+        if f.names.lang == crate::symbols::demangle::Lang::Go {
+            return refuse("instances inlined into Go code are not timed yet".into());
+        }
+        let d = match super::decode_function(obj, &f) {
+            Ok(d) => d,
+            Err(e) => return refuse(format!("{e:#}")),
+        };
+        let b = match bound(&d, f.addr, inst.entry, &inst.ranges, inst.depth) {
+            Ok(b) => b,
+            Err(why) => return refuse(why),
+        };
+        let object = self.object_index(obj);
+        // Probes of one address run in an order the kernel does not
+        // promise: an entry must be alone at its address, and no exit may
+        // stand on another's entry.
+        let taken = |p: &super::Probe, entries_only: bool| {
+            p.object == object && (!entries_only || matches!(p.kind, ProbeKind::Entry { .. }))
+        };
+        if let Some(p) = self
+            .probes
+            .iter()
+            .find(|p| taken(p, false) && p.vaddr == inst.entry)
+        {
+            return refuse(format!(
+                "its entry {:#x} carries a probe of another traced item ({})",
+                inst.entry,
+                self.kind_text(p.kind)
+            ));
+        }
+        if let Some(x) = b.exits.iter().find(|x| {
+            self.probes
+                .iter()
+                .any(|p| taken(p, true) && p.vaddr == x.addr)
+        }) {
+            return refuse(format!(
+                "its exit {:#x} is the entry of another traced item",
+                x.addr
+            ));
+        }
+        let id = self.items.len() as u32;
+        self.push(
+            obj,
+            object,
+            inst.entry,
+            ProbeKind::Entry {
+                id,
+                sp_adjust: b.entry_adjust,
+                tailing: false,
+            },
+        )?;
+        let first_exit = self.probes.len();
+        for x in &b.exits {
+            self.push(
+                obj,
+                object,
+                x.addr,
+                ProbeKind::Exit {
+                    sp_adjust: x.sp_adjust,
+                    cond: x.cond,
+                },
+            )?;
+        }
+        let hits = self.probes[first_exit..].iter().map(|p| p.hit()).collect();
+        self.exit_hits.insert(id, hits);
+        let entry = &self.probes[first_exit - 1];
+        let entry_cost = entry.cost;
+        let entry_insn = obj
+            .code(inst.entry, 15)
+            .or_else(|| obj.code(inst.entry, 1))
+            .map(|c| crate::disasm::refused_text(obj.arch, c, inst.entry))
+            .unwrap_or_default()
+            .trim_matches('`')
+            .to_string();
+        self.items.push(Item {
+            name,
+            raw_name: inst.name.clone(),
+            kind: ItemKind::Function(TracedFunc {
+                object,
+                addr: inst.entry,
+                size: inst.ranges.iter().map(|(s, e)| e - s).sum(),
+                fragments: 0,
+                source,
+                source_text: obj.describe_source(source),
+                entry_addr: inst.entry,
+                entry_insn,
+                entry_cost,
+                exits: ExitSummary {
+                    mode: ExitMode::Rets,
+                    why_rets: Some("inlined: exits where control leaves its code".into()),
+                    rets: b.exits.len(),
+                    early_rets: 0,
+                    early_points: 0,
+                    early_stepped: 0,
+                    tail_callees: Vec::new(),
+                    unknown_tails: 0,
+                    value_unknown: 0,
+                    internal_jumps: 0,
+                    checked_jumps: 0,
+                    unchecked_jumps: 0,
+                    unnamed_fragments: 0,
+                },
+                inlined: Some(Box::new(InlinedOf {
+                    enclosing: f.display_name(),
+                    enclosing_addr: f.addr,
+                    call: inst.call.clone(),
+                    depth: inst.depth,
+                    exits: b.exits,
+                })),
+            }),
+        });
+        Ok(Ok(id))
+    }
+}
+
+/// The instances `f`'s name has, for `list` and plans: none unless DWARF
+/// has them.
+pub fn instances_of(obj: &ElfObject, pat: &crate::symbols::Pattern) -> Vec<Instance> {
+    crate::symbols::elf::inlined::instances(obj.dwarf_data(), pat)
+}
+
+/// An instance as reports name it: `work [inlined caller_b+0x7e]`, after
+/// the function it was inlined into (`f`) and where in it it starts.
+pub fn instance_name(inst: &Instance, f: &Function) -> String {
+    format!(
+        "{} [inlined {}+{:#x}]",
+        inst.name,
+        f.display_name(),
+        inst.entry - f.addr
+    )
+}

@@ -1,0 +1,179 @@
+//! Inlined instances, timed (root, but `list` needs none): `work` of the
+//! `inlined` fixture is `static inline`, inlined into caller_a (once a
+//! round), caller_b (twice) and caller_c (in a loop, three times), and
+//! called once a round through a pointer, which leaves one out-of-line
+//! copy. Each call spins 300 us and adds the time it measured itself to
+//! the fixture's total for its way in. Counts are exact per instance and
+//! in total; durations are within 20% of the fixture's own clock; the
+//! same at -O2 and at -O3 with loops unrolled.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::report::{functions, num};
+use common::run::run_fixture;
+
+/// Rounds of the fixture.
+const ROUNDS: u64 = 4;
+
+/// The way into `work` a report's item stands for: its enclosing function
+/// for an instance (`work [inlined caller_b+0x7e]`), else `out_of_line`.
+fn way(name: &str) -> String {
+    match name.strip_prefix("work [inlined ") {
+        Some(rest) => rest.split('+').next().unwrap_or(rest).to_string(),
+        None => {
+            assert_eq!(name, "work", "an item that is not work");
+            "out_of_line".to_string()
+        }
+    }
+}
+
+fn counts_and_times(fixture: &str) {
+    let out = run_fixture(
+        "latency",
+        &["--json", "work"],
+        fixture,
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let text = out.fixture_text();
+    let want: BTreeMap<String, u64> = [
+        ("caller_a", ROUNDS),
+        ("caller_b", 2 * ROUNDS),
+        ("caller_c", 3 * ROUNDS),
+        ("out_of_line", ROUNDS),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), *v))
+    .collect();
+    assert_eq!(
+        common::counts(&text),
+        want,
+        "the fixture's own counts\n{out}"
+    );
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    let mut instances: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for f in functions(&rep) {
+        let w = way(f["name"].as_str().unwrap());
+        for k in ["unwound", "filtered", "overflow"] {
+            assert_eq!(num(f, k), 0, "{k} of {}\n{out}", f["name"]);
+        }
+        *calls.entry(w.clone()).or_default() += num(f, "count");
+        *total.entry(w.clone()).or_default() += num(f, "total_ns");
+        instances.entry(w).or_default().push(num(f, "count"));
+    }
+    assert_eq!(calls, want, "calls per way in\n{out}");
+    // caller_b has two instances, each called once a round.
+    assert_eq!(instances["caller_b"], [ROUNDS, ROUNDS], "{out}");
+    assert_eq!(instances["caller_a"], [ROUNDS], "{out}");
+    let own = common::tagged(&text, "ns");
+    for (w, ns) in &own {
+        let got = total[w] as f64;
+        let ns = *ns as f64;
+        assert!(
+            (got - ns).abs() <= 0.2 * ns,
+            "{w}: tachy timed {got} ns, the fixture {ns} ns\n{out}"
+        );
+    }
+}
+
+#[test]
+fn instances_are_counted_and_timed_at_o2() {
+    let _g = common::needs_root!();
+    counts_and_times("inlined_o2");
+}
+
+#[test]
+fn instances_are_counted_and_timed_at_o3_unrolled() {
+    let _g = common::needs_root!();
+    counts_and_times("inlined_o3");
+}
+
+/// `--by caller` names the function each instance was inlined into.
+#[test]
+fn by_caller_names_the_enclosing_function() {
+    let _g = common::needs_root!();
+    let out = run_fixture(
+        "latency",
+        &["--json", "--by", "caller", "work"],
+        "inlined_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    for f in functions(&rep) {
+        let name = f["name"].as_str().unwrap();
+        if name == "work" {
+            continue;
+        }
+        let groups = f["groups"].as_array().expect("groups");
+        assert_eq!(groups.len(), 1, "{name}\n{out}");
+        let caller = groups[0]["caller"].to_string();
+        assert!(caller.contains(&way(name)), "{name}: {caller}\n{out}");
+        assert_eq!(num(&groups[0], "count"), num(f, "count"), "{out}");
+    }
+}
+
+/// `--filter` cannot read an instance's parameters: each instance is left
+/// out with a line, and the out-of-line copy is timed.
+#[test]
+fn filter_leaves_instances_out_with_a_line() {
+    let _g = common::needs_root!();
+    let out = run_fixture(
+        "latency",
+        &["--json", "--filter", "arg0 > 0", "work"],
+        "inlined_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let names: Vec<&str> = functions(&rep)
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["work"], "{out}");
+    assert_eq!(
+        out.stderr
+            .lines()
+            .filter(|l| l.contains("--filter does not read the parameters of inlined instances"))
+            .count(),
+        4,
+        "{out}"
+    );
+}
+
+/// `tachy list` shows each instance with its entry and exits: golden
+/// (tests/golden/inlined/; `TACHY_BLESS=1` rewrites it).
+#[test]
+fn list_shows_each_instance() {
+    let _lock = common::serial();
+    common::build("inlined_o2");
+    let out = Command::new(common::tachy())
+        .args(["list", "./inlined_o2", "work"])
+        .current_dir(common::fixtures_out_dir())
+        .output()
+        .unwrap();
+    // Prices show where this machine's are cached: the words stay.
+    let got: String = common::mask_prices(&String::from_utf8_lossy(&out.stdout))
+        .lines()
+        .map(|l| match l.split_once("price per call: ~N (") {
+            Some((head, words)) => format!("{head}price per call: {}\n", &words[..words.len() - 1]),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert!(out.status.success(), "{got}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/inlined/list-o2.txt");
+    if std::env::var_os("TACHY_BLESS").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
+    assert_eq!(got, want, "list differs; TACHY_BLESS=1 rewrites it");
+}
