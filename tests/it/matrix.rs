@@ -496,6 +496,8 @@ enum Opt {
     Plain,
     Filter,
     By,
+    ByStack,
+    ByRetval,
     Cpu,
     Record,
     SlowerThan,
@@ -509,6 +511,8 @@ const OPTS: &[Opt] = &[
     Opt::Plain,
     Opt::Filter,
     Opt::By,
+    Opt::ByStack,
+    Opt::ByRetval,
     Opt::Cpu,
     Opt::Record,
     Opt::SlowerThan,
@@ -524,6 +528,8 @@ impl Opt {
             Opt::Plain | Opt::Nested | Opt::MidFlight => &[],
             Opt::Filter => &["--filter", "arg0 > 2"],
             Opt::By => &["--by", "tid"],
+            Opt::ByStack => &["--by", "stack"],
+            Opt::ByRetval => &["--by", "retval"],
             Opt::Cpu => &["--cpu"],
             Opt::Record => &["--record-slower-than", "100us"],
             Opt::SlowerThan => &["--slower-than", "150us"],
@@ -536,13 +542,37 @@ impl Opt {
 /// Combinations tachy refuses, with exit status 2: (shape, option, what
 /// its message says).
 const REFUSED: &[(&str, Opt, &str)] = &[
-    ("sites at depth 2", Opt::By, "unexpected argument '--by'"),
     (
         "sites at depth 2",
         Opt::Outermost,
         "unexpected argument '--outermost'",
     ),
-    ("sites at depth 3", Opt::By, "unexpected argument '--by'"),
+    (
+        "sites at depth 2",
+        Opt::ByStack,
+        "--by stack groups the calls of tachy latency",
+    ),
+    (
+        "sites at depth 3",
+        Opt::ByStack,
+        "--by stack groups the calls of tachy latency",
+    ),
+    (
+        "sites at depth 2",
+        Opt::ByRetval,
+        "--by retval: outer returns void",
+    ),
+    ("longjmp", Opt::ByRetval, "--by retval: escape returns void"),
+    (
+        "Go with stack growth",
+        Opt::ByStack,
+        "--by stack does not group calls of Go functions",
+    ),
+    (
+        "Go with stack growth",
+        Opt::ByRetval,
+        "--by retval does not group calls of Go functions",
+    ),
     (
         "sites at depth 3",
         Opt::Outermost,
@@ -675,6 +705,31 @@ fn cell(shape: &Shape, opt: Opt) -> Vec<String> {
             bad.push(format!(
                 "{what}: {f}: a call under --slower-than timed\n{out}"
             ));
+        }
+        if matches!(opt, Opt::By | Opt::ByStack | Opt::ByRetval) {
+            // Every timed call is in one group, or counted as not.
+            let list = if nested { "roots" } else { "functions" };
+            let grouped: u64 = reports
+                .iter()
+                .filter_map(|rep| rep[list].as_array())
+                .flatten()
+                .filter(|x| x["name"] == f)
+                .map(|x| {
+                    let groups = x["groups"].as_array().map_or(0, |g| {
+                        g.iter().map(|g| g["count"].as_u64().unwrap_or(0)).sum()
+                    });
+                    let folded = ["groups_other", "groups_not_kept"]
+                        .iter()
+                        .map(|k| x[*k]["count"].as_u64().unwrap_or(0))
+                        .sum::<u64>();
+                    groups + folded + x["groups_lost"].as_u64().unwrap_or(0)
+                })
+                .sum();
+            if grouped != count {
+                bad.push(format!(
+                    "{what}: {f}: {grouped} in groups of {count} timed\n{out}"
+                ));
+            }
         }
         let floor = shape.floor_ns.iter().find(|x| x.0 == f).map_or(0, |x| x.1);
         if count > 0 && get("total_ns") < count * floor {
