@@ -111,6 +111,39 @@ pub fn aapcs64_param_reg(ps: &FuncParams, k: usize) -> Option<u8> {
     int_arg_reg(ps, k, &AAPCS64_REGS)
 }
 
+/// Where AAPCS64 passes integer or pointer parameter `k` at the entry:
+/// x0-x7 for the first eight, then the stack, each in an 8-byte slot in
+/// order from SP (AAPCS64 C.12-C.16, as Linux lays them out). None after a
+/// parameter whose place is not counted here: a struct, one wider than 8
+/// bytes, or a ninth floating-point one (it takes a stack slot too).
+pub fn aapcs64_param_place(ps: &FuncParams, k: usize) -> Option<EntryLoc> {
+    let (mut ints, mut floats) = (0u8, 0u8);
+    for (i, p) in ps.params.iter().enumerate() {
+        let int = match &p.ty {
+            ParamType::Int { size, .. } if *size <= 8 => true,
+            ParamType::Pointer { .. } => true,
+            ParamType::Float { .. } => false,
+            _ => return None,
+        };
+        if i == k {
+            return match (int, ints) {
+                (false, _) => None,
+                (true, 0..=7) => Some(EntryLoc::Reg(ints)),
+                (true, n) => Some(EntryLoc::Stack(8 * (i64::from(n) - 8))),
+            };
+        }
+        if int {
+            ints = ints.checked_add(1)?;
+        } else {
+            floats += 1;
+            if floats > 8 {
+                return None;
+            }
+        }
+    }
+    None
+}
+
 /// Parameter `k`'s register among `regs`, the integer argument registers
 /// in order, counting the integer and pointer parameters before it.
 fn int_arg_reg(ps: &FuncParams, k: usize, regs: &[u8]) -> Option<u8> {
@@ -174,5 +207,30 @@ mod tests {
                 .collect::<Vec<_>>(),
             [Some(0), None, Some(1)]
         );
+    }
+
+    /// `f(long a0, ..., double d, long a9)`: a0-a7 in x0-x7, a8 and a9 in
+    /// the first two stack slots (the double takes v0).
+    #[test]
+    fn aapcs64_passes_the_ninth_integer_on_the_stack() {
+        let long = || ParamType::Int {
+            size: 8,
+            signed: true,
+            name: "long".into(),
+        };
+        let mut params: Vec<Param> = (0..9).map(|_| param(long())).collect();
+        params.push(param(ParamType::Float {
+            name: "double".into(),
+        }));
+        params.push(param(long()));
+        let ps = FuncParams {
+            params,
+            nocall: false,
+            returns: Default::default(),
+        };
+        let got: Vec<_> = (0..11).map(|k| aapcs64_param_place(&ps, k)).collect();
+        let mut want: Vec<_> = (0..8).map(|r| Some(EntryLoc::Reg(r))).collect();
+        want.extend([Some(EntryLoc::Stack(0)), None, Some(EntryLoc::Stack(8))]);
+        assert_eq!(got, want);
     }
 }

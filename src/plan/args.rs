@@ -570,6 +570,19 @@ impl FuncArgs {
             // A function that follows the ABI has its arguments where the
             // ABI puts them at its first instruction, whatever DWARF says
             // of later instructions (-O0 code stores them in its frame).
+            // On arm64, past x7 that is the stack from SP up; stack
+            // operands are read from the frame key, which is one slot
+            // below the entry SP there (regs.h frame_key): slot 0 is +8.
+            (_, None) if self.arm64 => match abi::aapcs64_param_place(ps, k) {
+                Some(EntryLoc::Reg(r)) => Source::Reg(r),
+                Some(EntryLoc::Stack(off)) => match i32::try_from(off + 8) {
+                    Ok(o) => Source::Stack(o),
+                    Err(_) => bail!("{n} of {name} is on the stack at an offset tachy does not read ({off})"),
+                },
+                _ => bail!(
+                    "{n} of {name} is not passed in an integer register or stack slot (after a struct, or past the eighth floating-point parameter): tachy cannot place it"
+                ),
+            },
             (_, None) => match self.abi_reg(ps, k) {
                 Some(r) => Source::Reg(r),
                 None => bail!(

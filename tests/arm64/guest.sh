@@ -146,6 +146,14 @@ if run filter-named latency --json pick --filter 'v == 3 && w == 300' -- ./args 
 	expect "--filter v == 3 && w == 300: filtered out" 90 "$(json filtered_by_args pick)"
 fi
 
+# --filter on parameters past x7, named by DWARF: AAPCS64 passes wide10's
+# a8 and a9 in the stack's first two slots. a8 == 103 holds for i % 10 ==
+# 3, a9 == 203 for i % 5 == 3: both for 10 of 100 calls.
+if run filter-stack latency --json wide10 --filter 'a8 == 103 && a9 == 203' -- ./stackargs 100; then
+	expect "--filter a8 == 103 && a9 == 203 (stack): timed" 10 "$(json count wide10)"
+	expect "--filter a8 == 103 && a9 == 203 (stack): filtered out" 90 "$(json filtered_by_args wide10)"
+fi
+
 # --by caller: the return address is x30 at the `ret`.
 if run by latency --json --by caller 'grp::Table::scan(int)' -- ./by 10 2; then
 	front=$(grep -o '"function":"grp::front[^}]*},"count":[0-9]*' out | sed 's/.*://')

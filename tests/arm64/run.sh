@@ -108,6 +108,7 @@ t=$ROOT/t
 $cc "${C[@]}" -o "$t/plain" "$SRC/plain.c"
 $cc "${C[@]}" -I"$SRC" -o "$t/tails" tests/arm64/tails.c
 [ "$ARCH" = x86_64 ] || $cc "${C[@]}" -I"$SRC" -o "$t/kinds" tests/arm64/kinds.c
+$cc "${C[@]}" -I"$SRC" -o "$t/stackargs" tests/arm64/stackargs.c
 $cxx -O2 -g -o "$t/exits" "$SRC/exits.cpp"
 $cxx "${CXX[@]}" -o "$t/args" "$SRC/args.cpp"
 $cxx "${CXX[@]}" -o "$t/by" "$SRC/by.cpp"
