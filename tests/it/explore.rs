@@ -448,6 +448,27 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
         .map(|k| k["count"].as_u64().unwrap_or(0))
         .collect();
     assert_eq!(under, [calls, calls], "{v}");
+    // The same fields at every node as tachy nested --json prints for the
+    // same command (its second line), over a round of its own.
+    let pid_s = pid.to_string();
+    let mut nested = Tachy::start(
+        &[
+            "nested",
+            "--json",
+            "--depth",
+            "2",
+            "-p",
+            &pid_s,
+            "explore_step",
+        ],
+        &[],
+    );
+    nested.wait_for_header(true);
+    round(&mut fx, calls);
+    nested.signal(libc::SIGINT);
+    let n = nested.finish(Duration::from_secs(20)).success_report();
+    assert_eq!(shape(&v["roots"]), shape(&n["roots"]), "{v}\n{n}");
+
     // Those two count from a later moment: listed as late.
     let late = v["late"].as_array().expect("late");
     assert_eq!(late.len(), 2, "{v}");
@@ -460,6 +481,16 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     let _ = std::fs::remove_dir_all(&dir);
 
     hang_up(&t, explorer, &mut fx);
+}
+
+/// The fields of a JSON value, object by object, without their values.
+fn shape(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => Value::Object(m.iter().map(|(k, x)| (k.clone(), shape(x))).collect()),
+        Value::Array(a) => Value::Array(a.iter().map(shape).collect()),
+        _ => Value::Null,
+    }
 }
 
 /// The number of probes the function view's header says are in place.
