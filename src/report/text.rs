@@ -47,6 +47,34 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     if !shown.is_empty() {
         writeln!(w)?;
         render_summary(&shown, r.unit, r.span, w)?;
+        render_inlined_split(&shown, w)?;
+    }
+    Ok(())
+}
+
+/// For a function timed in inlined instances (items named `work [inlined
+/// caller_b+0x7e]`), how many calls went through its out-of-line copies
+/// and how many through the instances: one line each, after the table.
+fn render_inlined_split(funcs: &[&FuncReport], w: &mut impl Write) -> io::Result<()> {
+    // (out of line, inlined, instances) by function.
+    let mut split: std::collections::BTreeMap<&str, (u64, u64, usize)> = Default::default();
+    for f in funcs {
+        match f.name.split_once(" [inlined ") {
+            Some((name, _)) => {
+                let e = split.entry(name).or_default();
+                e.1 += f.counts.count;
+                e.2 += 1;
+            }
+            None => split.entry(f.name.as_str()).or_default().0 += f.counts.count,
+        }
+    }
+    for (name, (out, inl, n)) in split.iter().filter(|(_, e)| e.2 > 0) {
+        writeln!(
+            w,
+            "{name}: {out} call{} out of line, {inl} through {n} inlined instance{}",
+            if *out == 1 { "" } else { "s" },
+            if *n == 1 { "" } else { "s" }
+        )?;
     }
     Ok(())
 }

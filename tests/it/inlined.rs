@@ -94,6 +94,26 @@ fn instances_are_counted_and_timed_at_o3_unrolled() {
     counts_and_times("inlined_o3");
 }
 
+/// The text report says how many calls went out of line and how many
+/// through inlined instances.
+#[test]
+fn text_report_splits_out_of_line_and_inlined_calls() {
+    let _g = common::needs_root!();
+    let out = run_fixture(
+        "latency",
+        &["work"],
+        "inlined_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    out.assert_success();
+    let want = format!(
+        "work: {ROUNDS} calls out of line, {} through 4 inlined instances",
+        6 * ROUNDS
+    );
+    assert!(out.stdout.lines().any(|l| l == want), "{want}\n{out}");
+}
+
 /// `--by caller` names the function each instance was inlined into.
 #[test]
 fn by_caller_names_the_enclosing_function() {
