@@ -589,7 +589,7 @@ fn pick_filter_slower_than_and_hist_count_as_latency_does() {
     let mut fx = paused(calls);
     let pid = fx.pid();
     let dir = std::env::temp_dir();
-    let t = Tmux::explore(&format!("-p {pid}"), &dir, 100, 30, None);
+    let t = Tmux::explore(&format!("-p {pid}"), &dir, 200, 30, None);
     let explorer = t.pane_pid();
     // `>`: step_arg by fuzzy search, then its view.
     t.wait_for(20, "the profile", |s| s.contains("where time goes"));
