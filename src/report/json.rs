@@ -94,6 +94,20 @@ pub fn value(r: &Report) -> Value {
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
     let mut v = json!({ "time": ts, "functions": funcs });
+    let split = super::inlined_split(r.funcs.iter());
+    if !split.is_empty() {
+        v["inlined"] = split
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "out_of_line": s.out_of_line,
+                    "inlined": s.inlined,
+                    "instances": s.instances,
+                })
+            })
+            .collect();
+    }
     if let Some(span) = r.span {
         v["interval_s"] = json!(span.as_secs_f64());
     }

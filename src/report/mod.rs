@@ -71,6 +71,42 @@ pub fn draw_to(
     }
 }
 
+/// A function timed in inlined instances: its calls through out-of-line
+/// copies and through the instances.
+#[derive(Debug, PartialEq, Eq)]
+pub struct InlinedSplit<'a> {
+    pub name: &'a str,
+    pub out_of_line: u64,
+    pub inlined: u64,
+    pub instances: usize,
+}
+
+/// The split of each function of `funcs` that has inlined instances
+/// (items named `work [inlined caller_b+0x7e]`), by name.
+pub fn inlined_split<'a>(funcs: impl Iterator<Item = &'a FuncReport>) -> Vec<InlinedSplit<'a>> {
+    let mut by: std::collections::BTreeMap<&str, InlinedSplit<'a>> = Default::default();
+    for f in funcs {
+        let (name, inlined) = match f.name.split_once(" [inlined ") {
+            Some((name, _)) => (name, true),
+            None => (f.name.as_str(), false),
+        };
+        let e = by.entry(name).or_insert(InlinedSplit {
+            name,
+            out_of_line: 0,
+            inlined: 0,
+            instances: 0,
+        });
+        match inlined {
+            true => {
+                e.inlined += f.counts.count;
+                e.instances += 1;
+            }
+            false => e.out_of_line += f.counts.count,
+        }
+    }
+    by.into_values().filter(|s| s.instances > 0).collect()
+}
+
 #[cfg(test)]
 mod golden {
     //! Golden files for every renderer. `TACHY_BLESS=1 cargo test` rewrites them.

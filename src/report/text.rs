@@ -52,28 +52,20 @@ pub fn render(r: &Report, w: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// For a function timed in inlined instances (items named `work [inlined
-/// caller_b+0x7e]`), how many calls went through its out-of-line copies
-/// and how many through the instances: one line each, after the table.
+/// For a function timed in inlined instances, how many calls went
+/// through its out-of-line copies and how many through the instances: one
+/// line each, after the table.
 fn render_inlined_split(funcs: &[&FuncReport], w: &mut impl Write) -> io::Result<()> {
-    // (out of line, inlined, instances) by function.
-    let mut split: std::collections::BTreeMap<&str, (u64, u64, usize)> = Default::default();
-    for f in funcs {
-        match f.name.split_once(" [inlined ") {
-            Some((name, _)) => {
-                let e = split.entry(name).or_default();
-                e.1 += f.counts.count;
-                e.2 += 1;
-            }
-            None => split.entry(f.name.as_str()).or_default().0 += f.counts.count,
-        }
-    }
-    for (name, (out, inl, n)) in split.iter().filter(|(_, e)| e.2 > 0) {
+    for s in super::inlined_split(funcs.iter().copied()) {
         writeln!(
             w,
-            "{name}: {out} call{} out of line, {inl} through {n} inlined instance{}",
-            if *out == 1 { "" } else { "s" },
-            if *n == 1 { "" } else { "s" }
+            "{}: {} call{} out of line, {} through {} inlined instance{}",
+            s.name,
+            s.out_of_line,
+            if s.out_of_line == 1 { "" } else { "s" },
+            s.inlined,
+            s.instances,
+            if s.instances == 1 { "" } else { "s" }
         )?;
     }
     Ok(())

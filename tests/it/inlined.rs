@@ -71,6 +71,22 @@ fn counts_and_times(fixture: &str) {
     // caller_b has two instances, each called once a round.
     assert_eq!(instances["caller_b"], [ROUNDS, ROUNDS], "{out}");
     assert_eq!(instances["caller_a"], [ROUNDS], "{out}");
+    // The report's split: out of line, and through every instance.
+    let n: usize = instances
+        .iter()
+        .filter(|(w, _)| *w != "out_of_line")
+        .map(|(_, v)| v.len())
+        .sum();
+    assert_eq!(
+        rep["inlined"],
+        serde_json::json!([{
+            "name": "work",
+            "out_of_line": ROUNDS,
+            "inlined": 6 * ROUNDS,
+            "instances": n,
+        }]),
+        "{out}"
+    );
     let own = common::tagged(&text, "ns");
     for (w, ns) in &own {
         let got = total[w] as f64;
