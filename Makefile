@@ -216,7 +216,8 @@ clean:
 # exit) against bpftrace, per GET; bench/explore.py: tachy explore's own
 # CPU with 50 call sites attached, and its drill-down latency, in tmux;
 # bench/deeper.py: --by retval and --by stack (frame-pointer walk and
-# stack copy) per call, against bpftrace's retval and ustack
+# stack copy) per call, against bpftrace's retval and ustack, and an
+# inlined instance against an out-of-line copy of the same function
 # (each against its goal: met or NOT met). These share
 # bench/benchlib.py.
 BENCH_APT_PACKAGES := bpftrace binutils python3 python3.11 linux-libc-dev sqlite3 redis-server

@@ -25,6 +25,10 @@ medians, each tachy variant's cost per call over untraced against
 bpftrace's for the same answer (ratio; met where <= 1.0), and writes the
 section "--by retval and --by stack: cost per call" of bench/RESULTS.md.
 
+Then an inlined instance: `work` of bench/workloads/inlined.c timed where
+it was inlined, against the same function called out of line (tachy and
+bpftrace), cost per call.
+
 Environment: BENCH_ROUNDS (default 5), BENCH_CALLS (default 200000),
 BENCH_RESULTS, BENCH_TACHY.
 """
@@ -51,36 +55,41 @@ PAIRS = [("tachy-retval", "bpftrace-retval"), ("tachy-stack-fp", "bpftrace-stack
 FLAGS = ["-O2", "-g", "-fno-stack-protector", "-fno-omit-frame-pointer", "-fcf-protection=none"]
 
 
-def tracer(variant, binary, pid):
+def tracer(variant, binary, pid, func=FUNC):
     """The tracer's command (None untraced) and the line it prints once
     attached."""
-    if variant == "untraced":
+    if variant.startswith("untraced"):
         return None, None
+    if variant == "bpftrace-out-of-line":
+        prog = (f"uprobe:{binary}:{func} {{ @s[tid] = nsecs; }} "
+                f"uretprobe:{binary}:{func} /@s[tid]/ "
+                f"{{ @h = hist(nsecs - @s[tid]); delete(@s[tid]); }}")
+        return ["bpftrace", "-p", str(pid), "-e", prog], "Attaching"
     if variant.startswith("bpftrace"):
         key = "retval" if variant == "bpftrace-retval" else "ustack"
-        prog = (f"uprobe:{binary}:{FUNC} {{ @s[tid] = nsecs; }} "
-                f"uretprobe:{binary}:{FUNC} /@s[tid]/ "
+        prog = (f"uprobe:{binary}:{func} {{ @s[tid] = nsecs; }} "
+                f"uretprobe:{binary}:{func} /@s[tid]/ "
                 f"{{ @[{key}] = hist(nsecs - @s[tid]); delete(@s[tid]); }}")
         return ["bpftrace", "-p", str(pid), "-e", prog], "Attaching"
     env = {"tachy-stack-fp": "fp", "tachy-stack-copy": "copy"}.get(variant)
     by = {"tachy-retval": ["--by", "retval"]}.get(variant, [])
     if env:
         by = ["--by", "stack"]
-    cmd = [TACHY, "latency", "-p", str(pid)] + by + [FUNC]
+    cmd = [TACHY, "latency", "-p", str(pid)] + by + [func]
     if env:
         cmd = ["env", f"TACHY_STACK_METHOD={env}"] + cmd
     return cmd, "Tracing "
 
 
-def entry_address(binary):
-    """traced_ret's file offset in `binary` (nm's value: the workload is
-    not position-dependent here, its text at its own offset)."""
+def entry_address(binary, func=FUNC):
+    """`func`'s file offset in `binary` (nm's value: the workload's text is
+    at its own offset)."""
     out = subprocess.run(["nm", binary], capture_output=True, text=True, check=True).stdout
     for l in out.splitlines():
         f = l.split()
-        if len(f) == 3 and f[2] == FUNC:
+        if len(f) == 3 and f[2] == func:
             return int(f[0], 16)
-    sys.exit(f"bench: no {FUNC} in {binary}")
+    sys.exit(f"bench: no {func} in {binary}")
 
 
 def wait_int3(pid, binary, off, timeout=10.0):
@@ -100,23 +109,25 @@ def wait_int3(pid, binary, off, timeout=10.0):
                         if m.read(1) == b"\xcc":
                             return
         time.sleep(0.02)
-    sys.exit(f"bench: no breakpoint at {FUNC} after {timeout} s")
+    sys.exit(f"bench: no breakpoint at +{off:#x} after {timeout} s")
 
 
-def run_once(binary, variant):
+def run_once(binary, variant, func=FUNC):
     """ns per call the workload measured, the calls it made, the tracer's
-    output."""
+    output. tachy says "Tracing" once attached; bpftrace says "Attaching"
+    before it attaches, so a breakpoint at `func` is waited for."""
     wp = subprocess.Popen([binary, str(CALLS), str(WARMUP)], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True)
     line = wp.stdout.readline()
     if not line.startswith("ready "):
         wp.kill()
         sys.exit(f"bench: workload did not start: {line!r}")
-    cmd, word = tracer(variant, binary, wp.pid)
+    cmd, word = tracer(variant, binary, wp.pid, func)
     tp = lines = reader = None
     if cmd:
         tp, lines, reader = attach_tracer(cmd, word, 60, variant, wp)
-        wait_int3(wp.pid, binary, entry_address(binary))
+        if variant.startswith("bpftrace"):
+            wait_int3(wp.pid, binary, entry_address(binary, func))
     wp.stdin.write("g")
     wp.stdin.flush()
     out = wp.stdout.read()
@@ -200,7 +211,51 @@ def main():
     for v in ("tachy-stack-fp", "tachy-stack-copy"):
         lines.append(f"{v}: calls not grouped (records the ring buffer could not hold) per "
                      f"round: {', '.join(str(x) for x in lost[v])} of {CALLS + WARMUP}.")
+    lines += [""] + inlined_rows()
     write_section(SECTION, "\n".join(lines).rstrip() + "\n")
+
+
+INLINED = ["untraced", "tachy-inlined", "untraced-out-of-line", "tachy-out-of-line",
+           "bpftrace-out-of-line"]
+
+
+def inlined_rows():
+    """An inlined instance against an out-of-line copy of the same function
+    (bench/workloads/inlined.c, built both ways): what timing each costs per
+    call, bpftrace only where it can (it cannot time an inlined instance)."""
+    src = os.path.join(WORKLOADS, "inlined.c")
+    bins = {"inline": os.path.join(OUT, "inlined"), "ool": os.path.join(OUT, "inlined_ool")}
+    subprocess.run(["gcc"] + FLAGS + ["-o", bins["inline"], src], check=True)
+    subprocess.run(["gcc"] + FLAGS + ["-DOUT_OF_LINE", "-o", bins["ool"], src], check=True)
+    res = {v: [] for v in INLINED}
+    for r in range(ROUNDS):
+        for v in INLINED:
+            binary = bins["ool" if "out-of-line" in v else "inline"]
+            ns, calls, report = run_once(binary, v, "work")
+            if v.startswith("tachy") and f"count: {calls}" not in report \
+                    and not re.search(rf"\s{calls}\s", report):
+                sys.exit(f"bench: {v} did not count the {calls} calls:\n{report[-2000:]}")
+            res[v].append(ns)
+            print(f"round {r + 1}: {v:21} {ns:9.1f} ns/call", flush=True)
+    med = medians(res)
+    plan = subprocess.run([TACHY, "list", f"{bins['inline']}:work"], capture_output=True,
+                          text=True).stdout
+    price = re.search(r"price per call: (.*)", plan)
+    inl = med["tachy-inlined"] - med["untraced"]
+    ool = med["tachy-out-of-line"] - med["untraced-out-of-line"]
+    bt = med["bpftrace-out-of-line"] - med["untraced-out-of-line"]
+    lines = ["An inlined instance (bench/workloads/inlined.c: `work` inlined into bench_call) "
+             "against the same function called out of line through a pointer (-DOUT_OF_LINE); "
+             "bpftrace cannot time the inlined instance:", "",
+             "| variant | median ns per call | all rounds |", "|---|---|---|"]
+    for v in INLINED:
+        lines.append(f"| {v} | {med[v]:.1f} | {rounds_cell(res[v])} |")
+    lines += ["", f"Timing the inlined instance costs {inl:.0f} ns per call; the out-of-line "
+              f"copy {ool:.0f} ns with tachy and {bt:.0f} ns with bpftrace. tachy's plan for the "
+              f"instance: {price.group(1) if price else '?'} (the instance's first and last "
+              "instructions are ordinary ones the kernel single-steps, where a function's "
+              "entry and ret are emulated)."]
+    return lines
 
 
 if __name__ == "__main__":
