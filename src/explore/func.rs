@@ -45,6 +45,9 @@ pub enum FuncAction {
     Leave,
     /// Open the one-line prompt, with this text in it.
     Ask(super::ui::Ask, String),
+    /// Trace again with other settings (`b`: another key to group by),
+    /// once planning them proved they can be traced.
+    Refilter(Request),
 }
 
 /// One row of the view: a source line, or a call site on it.
@@ -188,7 +191,9 @@ impl FuncView {
                 return FuncAction::Ask(super::ui::Ask::Slower, now);
             }
             Key::Char('h') => self.show_hist = !self.show_hist,
+            Key::Char('b') => return self.next_by(),
             Key::Esc if self.show_hist => self.show_hist = false,
+            Key::Esc if req.is_some_and(|r| r.by.is_some()) => return self.regroup(None),
             Key::Esc => {
                 if self.path.pop().is_none() {
                     return FuncAction::Leave;
@@ -200,6 +205,104 @@ impl FuncView {
             _ => {}
         }
         FuncAction::None
+    }
+
+    /// `b`: the traced function's calls grouped by the next key of
+    /// [`Started::by_keys`] (caller, tid, each named parameter, retval),
+    /// after the last by none.
+    fn next_by(&mut self) -> FuncAction {
+        let Some(keys) = self.started.as_ref().map(|s| &s.by_keys) else {
+            self.message = Some("waiting for the probes to be attached".into());
+            return FuncAction::None;
+        };
+        let now = self.request.as_ref().and_then(|r| r.by.as_ref());
+        let next = match now.and_then(|k| keys.iter().position(|x| x == k)) {
+            Some(i) => keys.get(i + 1),
+            None if now.is_some() => None,
+            None => keys.first(),
+        };
+        self.regroup(next.cloned())
+    }
+
+    /// Traced again, grouped by `key` (or not grouped).
+    fn regroup(&mut self, key: Option<String>) -> FuncAction {
+        let Some(mut req) = self.request.clone() else {
+            return FuncAction::None;
+        };
+        req.by = key;
+        // Planned again: the callees of the breadcrumb are attached.
+        req.open = self.path.clone();
+        FuncAction::Refilter(req)
+    }
+
+    /// `b`: the traced function's groups as `tachy nested --by KEY
+    /// --json` has them at its root, one line each: count, average and
+    /// p99 (the midpoint of its bucket, as the JSON's `percentiles_ns`),
+    /// under a title and a header.
+    pub fn group_lines(&self) -> Vec<String> {
+        let key = self
+            .request
+            .as_ref()
+            .and_then(|r| r.by.clone())
+            .unwrap_or_default();
+        let root = self.breadcrumb();
+        let root = root.split(" > ").next().unwrap_or_default();
+        let mut out = vec![format!(
+            "calls of {root} by {key}  (b: next key, Esc: none)"
+        )];
+        let Some((g, unit)) = self
+            .tree
+            .as_ref()
+            .and_then(|t| Some((t.groups.as_ref()?, t.report.unit)))
+        else {
+            out.push("waiting for the first report".into());
+            return out;
+        };
+        out.push(format!(
+            "{:>8} {:>9} {:>9}  {}",
+            "COUNT",
+            "AVG",
+            "P99",
+            key.to_uppercase()
+        ));
+        let mut rows: Vec<(String, &crate::report::Counts)> = g
+            .groups
+            .iter()
+            .map(|x| (crate::report::groups::label(&x.keys), &x.counts))
+            .collect();
+        if let Some((n, c)) = &g.folded {
+            rows.push((format!("other ({n} groups)"), c));
+        }
+        if let Some((cap, c)) = &g.full {
+            rows.push((format!("not grouped: the map of {cap} groups was full"), c));
+        }
+        if rows.is_empty() {
+            out.push("no call counted yet".into());
+        }
+        for (name, c) in rows {
+            let avg = c.total_ns.checked_div(c.count);
+            let p99 = c
+                .hist
+                .percentiles(&[99.0])
+                .into_iter()
+                .next()
+                .flatten()
+                .map(|(lo, hi)| (lo + (hi - lo) / 2).saturating_mul(unit.ns()));
+            let h = |v: Option<u64>| v.map_or("-".to_string(), |v| human(v as f64));
+            out.push(format!(
+                "{:>8} {:>9} {:>9}  {name}",
+                c.count,
+                h(avg),
+                h(p99)
+            ));
+        }
+        if g.lost > 0 {
+            out.push(format!(
+                "{:>8} {:>9} {:>9}  not grouped: their records came faster than tachy read them",
+                g.lost, "-", "-"
+            ));
+        }
+        out
     }
 
     /// Enter on a call line: its callee's view, traced first if its call
@@ -382,8 +485,17 @@ impl FuncView {
             ]),
             head,
         );
+        let grouped = self.request.as_ref().is_some_and(|r| r.by.is_some());
         if self.show_hist {
             let lines: Vec<Line> = self.hist_lines().into_iter().map(Line::from).collect();
+            f.render_widget(Paragraph::new(lines), body);
+        } else if grouped {
+            let mut lines: Vec<Line> = self.group_lines().into_iter().map(Line::from).collect();
+            if let Some(l) = lines.get_mut(1) {
+                *l = l
+                    .clone()
+                    .style(Style::new().add_modifier(Modifier::REVERSED));
+            }
             f.render_widget(Paragraph::new(lines), body);
         } else {
             self.draw_rows(f, body);
@@ -394,8 +506,7 @@ impl FuncView {
         }
         f.render_widget(Paragraph::new(lines), said);
         let help = self.message.clone().unwrap_or_else(|| {
-            "Enter drill  Esc up  f filter  s slower  h hist  > pick  r reset  w json  q quit"
-                .into()
+            "Enter:drill Esc:up f:filter s:slower h:hist b:by >:pick r:reset w:json q:quit".into()
         });
         f.render_widget(Paragraph::new(help), foot);
     }

@@ -45,7 +45,10 @@ probes are planned again and the counters restart), Esc goes back up (at the top
 screen), f sets an argument filter (as --filter), s a duration filter
 (as --slower-than: only slower calls are counted and broken down), both
 restarting the counters; h shows the histogram of the selected call site
-or function (as --hist prints it), r resets the counters, w writes the
+or function (as --hist prints it), b groups the traced function's calls
+by caller, then thread, each named parameter, return value and none (as
+--by; the table's counts, averages and p99 are those of tachy nested
+--by KEY --json), r resets the counters, w writes the
 tree as tachy nested --json prints it to tachy-explore-PID-N.json. On
 both screens > picks any function of the process by fuzzy search and
 opens its view. q or Ctrl-C quits; quitting,
@@ -346,6 +349,10 @@ fn write_tree(pid: u32, view: &func::FuncView) -> String {
         return "nothing counted yet".into();
     };
     let mut value = crate::report::tree::json_value(&t.report);
+    // --by: the traced function's groups, in its root.
+    if let (Some(g), Some(root)) = (&t.groups, value["roots"].get_mut(0)) {
+        crate::report::groups::json_fields(g, t.report.unit, root);
+    }
     let note = crate::report::budget::BudgetNote {
         late: view.late.clone(),
         ..Default::default()

@@ -25,6 +25,7 @@ use crate::cli::{self, TraceSettings};
 use crate::plan::{self, ItemKind, Node, Plan, ProbeKind};
 use crate::probe::{self, Live};
 use crate::report::budget::LateSite;
+use crate::report::groups::{self, Group, Groups};
 use crate::report::hist::Hist;
 use crate::report::tree::TreeReport;
 use crate::report::{json, Counts, Unit};
@@ -57,6 +58,8 @@ pub struct Request {
     /// `--slower-than DUR`: only calls this slow are counted and broken
     /// down.
     pub slower_than: Option<String>,
+    /// `--by KEY`: the traced function's calls grouped by this key.
+    pub by: Option<String>,
 }
 
 impl Request {
@@ -75,6 +78,10 @@ impl Request {
         if let Some(d) = &self.slower_than {
             a.push("--slower-than".into());
             a.push(d.clone());
+        }
+        if let Some(k) = &self.by {
+            a.push("--by".into());
+            a.push(k.clone());
         }
         a.extend(["--depth".to_string(), DEPTH.to_string()]);
         a
@@ -122,6 +129,10 @@ pub struct Started {
     pub price: Option<String>,
     /// The call-site slots held back: planned, not attached yet.
     pub held: BTreeSet<u32>,
+    /// The keys `b` groups the traced function's calls by, in turn (as
+    /// `--by` names them): caller and thread (goroutine in Go), each of
+    /// its named integer parameters, its return value when it has one.
+    pub by_keys: Vec<String>,
 }
 
 /// Call sites held back, attached while the run goes on: counted from
@@ -145,6 +156,10 @@ pub struct Tree {
     /// Per node id, the histogram of its counted calls, which `--hist`
     /// prints.
     pub hists: Vec<Hist>,
+    /// With `--by`: the traced function's groups, added up over the
+    /// same intervals as the counts (as `tachy nested --by` reports them
+    /// at its root).
+    pub groups: Option<Groups>,
     /// Seconds counted.
     pub seconds: f64,
 }
@@ -259,6 +274,7 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
     probe::check_environment()?;
     let opts = ReportOptions::new(&s);
     let sources = sources(&plan, &mut objects);
+    let by_keys = by_keys(&plan, &mut objects);
     latency::raise_fd_limit();
     let probe_time = latency::calibration(&plan, false).map_or(Vec::new(), |c| c.probe_time(&plan));
     let mut live = Live::new(&plan, None, probe_time);
@@ -274,6 +290,7 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         sources,
         price,
         held: live.held_back.clone(),
+        by_keys,
     })));
     let mut held = live.held_back.clone();
     let limits = RunLimits {
@@ -285,6 +302,9 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
     let mut sink = Cumulative {
         tx: tx.clone(),
         counts: vec![Counts::default(); plan.ids() as usize],
+        groups: Vec::new(),
+        full: None,
+        lost: 0,
         since: Instant::now(),
     };
     let mut state = RunState::new(&plan, &live, &opts, limits, &mut tracer, None)?;
@@ -400,17 +420,65 @@ fn late_sites(plan: &Plan, slots: &[u32], from_s: f64) -> (Vec<u32>, Vec<LateSit
         .unzip()
 }
 
-/// Adds up each interval's counts and sends the tree of the sum.
+/// Adds up each interval's counts (and with `--by`, the traced function's
+/// groups) and sends the tree of the sum.
 struct Cumulative {
     tx: Sender<Update>,
     counts: Vec<Counts>,
+    /// `--by`: the traced function's named groups, the calls its group
+    /// map had no room for, and (`--by stack`) the calls not grouped.
+    groups: Vec<Group>,
+    full: Option<(u64, Counts)>,
+    lost: u64,
     since: Instant,
 }
 
 impl Cumulative {
     fn reset(&mut self) {
         self.counts.iter_mut().for_each(|c| *c = Counts::default());
+        self.groups.clear();
+        self.full = None;
+        self.lost = 0;
         self.since = Instant::now();
+    }
+
+    /// Adds an interval's groups of the traced function (the report's
+    /// first) to the sum, and gives the sum as a report has it: groups
+    /// named alike are one, as [`Groups::build`] makes them of the raw
+    /// groups of a single interval.
+    fn add_groups(&mut self, snap: &Snapshot<'_>) -> Option<Groups> {
+        let fresh = snap.flat?.funcs.first()?.groups.as_ref()?;
+        let mut at: HashMap<String, usize> = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (groups::label(&g.keys), i))
+            .collect();
+        // A --top fold is not asked for: every group is in `groups`.
+        for g in &fresh.groups {
+            match at.get(&groups::label(&g.keys)) {
+                Some(&i) => self.groups[i].counts.merge(&g.counts),
+                None => {
+                    at.insert(groups::label(&g.keys), self.groups.len());
+                    self.groups.push(g.clone());
+                }
+            }
+        }
+        if let Some((cap, c)) = &fresh.full {
+            self.full
+                .get_or_insert_with(|| (*cap, Counts::default()))
+                .1
+                .merge(c);
+        }
+        self.lost += fresh.lost;
+        let mut sum = Groups::build(
+            fresh.by.clone(),
+            self.groups.clone(),
+            self.full.clone(),
+            snap.opts.top,
+        );
+        sum.lost = self.lost;
+        Some(sum)
     }
 }
 
@@ -432,10 +500,12 @@ impl Sink for Cumulative {
             .map(|c| percentiles(c, snap.opts.unit))
             .collect();
         let hists = self.counts.iter().map(|c| c.hist.clone()).collect();
+        let groups = self.add_groups(snap);
         let _ = self.tx.send(Update::Tree(Tree {
             report,
             percentiles,
             hists,
+            groups,
             seconds: self.since.elapsed().as_secs_f64(),
         }));
         Ok(())
@@ -457,6 +527,46 @@ fn percentiles(c: &Counts, unit: Unit) -> (Option<u64>, Option<u64>) {
             .map(|(lo, hi)| (lo + (hi - lo) / 2).saturating_mul(unit.ns()))
     };
     (mid(p.first()), mid(p.get(1)))
+}
+
+/// The keys `b` groups the traced function's calls by, in turn: caller
+/// and tid (a Go function's: goroutine), then its named integer and
+/// pointer parameters as its DWARF names them (those a slow-call record
+/// prints), then retval when its return value can be read.
+fn by_keys(plan: &Plan, objects: &mut Objects) -> Vec<String> {
+    let Some(ItemKind::Function(t)) = plan.items.first().map(|i| &i.kind) else {
+        return vec!["tid".into()];
+    };
+    if plan.items.first().is_some_and(|i| i.is_go()) {
+        return vec!["goroutine".into()];
+    }
+    let mut keys = vec!["caller".to_string(), "tid".to_string()];
+    let Some(obj) = plan.objects.get(t.object).and_then(|o| objects.get(o).ok()) else {
+        return keys;
+    };
+    let Some(f) = obj
+        .symbols()
+        .ok()
+        .and_then(|s| s.function_containing(t.addr))
+    else {
+        return keys;
+    };
+    let Some(args) = plan::args::FuncArgs::for_functions(&obj, &[(&f, f.addr)]).pop() else {
+        return keys;
+    };
+    keys.extend(
+        args.record_args()
+            .into_iter()
+            .filter(|a| {
+                plan::args::ArgRef::parse(&a.name)
+                    .is_ok_and(|r| matches!(r, plan::args::ArgRef::Name(_)))
+            })
+            .map(|a| a.name),
+    );
+    if args.returns().is_ok() {
+        keys.push("retval".into());
+    }
+    keys
 }
 
 /// The source of each node with call sites in the plan.

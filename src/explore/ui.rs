@@ -218,6 +218,7 @@ impl Model {
                 FuncAction::Attach(slots) => Action::Attach(slots),
                 FuncAction::Reset => Action::Reset,
                 FuncAction::Write => Action::Write,
+                FuncAction::Refilter(r) => Action::Refilter(r),
                 FuncAction::Ask(ask, text) => {
                     self.ask(ask, text);
                     Action::None
@@ -318,11 +319,12 @@ impl Model {
     /// The run loop planned `req` (a new filter): it is traced from now on.
     pub fn refiltered(&mut self, req: Request) {
         if let View::Func(v) = &mut self.view {
-            let what = match (&req.filter, &req.slower_than) {
-                (None, None) => "no filter".to_string(),
-                (f, d) => [
+            let what = match (&req.filter, &req.slower_than, &req.by) {
+                (None, None, None) => "no filter".to_string(),
+                (f, d, b) => [
                     f.as_ref().map(|f| format!("filter {f}")),
                     d.as_ref().map(|d| format!("slower than {d}")),
+                    b.as_ref().map(|b| format!("by {b}")),
                 ]
                 .into_iter()
                 .flatten()
@@ -387,6 +389,7 @@ impl Model {
             open: Vec::new(),
             filter: None,
             slower_than: None,
+            by: None,
         };
         self.view = View::Func(Box::new(FuncView::new(req.clone(), shown)));
         Action::Trace(req)
@@ -621,6 +624,7 @@ mod tests {
                 open: Vec::new(),
                 filter: None,
                 slower_than: None,
+                by: None,
             })
         );
         assert_eq!(m.update(Key::Down), Action::None);
@@ -704,6 +708,7 @@ mod tests {
             .into(),
             price: Some("~2.0 us (entry emulated, exit emulated)".into()),
             held: [4].into(),
+            by_keys: vec!["caller".into(), "tid".into(), "retval".into()],
         }));
         v.tree = Some(Tree {
             report: TreeReport {
@@ -716,6 +721,7 @@ mod tests {
             },
             percentiles: vec![(Some(900), Some(2_900)); 5],
             hists: Vec::new(),
+            groups: None,
             seconds: 3.0,
         });
         m
@@ -788,6 +794,43 @@ mod tests {
     }
 
     #[test]
+    fn b_cycles_the_keys_to_group_by_then_none() {
+        let mut m = func_model();
+        let mut req = match &m.view {
+            View::Func(v) => v.request.clone().unwrap(),
+            View::Profile => panic!("not tracing"),
+        };
+        for key in ["caller", "tid", "retval"] {
+            req.by = Some(key.into());
+            assert_eq!(m.update(Key::Char('b')), Action::Refilter(req.clone()));
+            m.refiltered(req.clone());
+            let View::Func(v) = &mut m.view else { panic!() };
+            assert_eq!(
+                v.message.as_deref(),
+                Some(&*format!("by {key}: counters restarted"))
+            );
+            assert_eq!(v.group_lines()[1], "waiting for the first report");
+            // The keys are known once tracing starts again.
+            v.started = func_model_started();
+        }
+        req.by = None;
+        assert_eq!(m.update(Key::Char('b')), Action::Refilter(req.clone()));
+        // Esc, grouped: not grouped any more.
+        req.by = Some("tid".into());
+        m.refiltered(req.clone());
+        req.by = None;
+        assert_eq!(m.update(Key::Esc), Action::Refilter(req));
+    }
+
+    /// What `func_model`'s tracing started with.
+    fn func_model_started() -> Option<Box<crate::explore::session::Started>> {
+        match func_model().view {
+            View::Func(v) => v.started,
+            View::Profile => None,
+        }
+    }
+
+    #[test]
     fn gt_picks_any_function_by_fuzzy_search() {
         let mut m = model();
         assert_eq!(m.update(Key::Char('>')), Action::Index);
@@ -825,6 +868,7 @@ mod tests {
                 open: Vec::new(),
                 filter: None,
                 slower_than: None,
+                by: None,
             })
         );
         assert!(matches!(m.view, View::Func(_)));
@@ -888,6 +932,7 @@ mod tests {
                 }],
                 filter: None,
                 slower_than: None,
+                by: None,
             })
         );
         m.update(Key::Esc);

@@ -331,16 +331,8 @@ fn site_row(screen: &str, text: &str, n: usize) -> Vec<String> {
 fn function_view_counts_each_call_site_drills_down_and_back() {
     let _g = needs_root!();
     let calls = 40;
-    let mut fx = paused(calls);
+    let (mut fx, dir, t, explorer) = explore_paused(calls, "explore_step", "explore_step");
     let pid = fx.pid();
-    // Run where `w` writes its file.
-    let dir = std::env::temp_dir().join(format!("tachy-explore-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let t = Tmux::explore(&format!("-p {pid} explore_step"), &dir, 80, 24, None);
-    let explorer = t.pane_pid();
-    t.wait_for(20, "the first report", |s| {
-        s.contains("explore_step  calls 0")
-    });
     round(&mut fx, calls);
     let s = t.wait_for(10, "the exact count", |s| {
         s.contains(&format!(" explore_step  calls {calls}  avg"))
@@ -405,18 +397,7 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     assert_eq!(site_row(&s, "step_mid();", 0)[1], "1.00", "{s}");
 
     // w: the tree as tachy nested --json prints it, step_mid broken down.
-    t.keys(&["w"]);
-    let s = t.wait_for(10, "the file written", |s| {
-        s.contains("wrote tachy-explore-")
-    });
-    let name = s
-        .split_whitespace()
-        .find(|w| w.starts_with("tachy-explore-"))
-        .unwrap_or_default();
-    let path = dir.join(name);
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{s}", path.display()));
-    let v: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let (_, v) = written(&t, &dir);
     let root = &v["roots"][0];
     assert_eq!(root["name"], "explore_step", "{v}");
     assert_eq!(root["count"], 2 * calls, "{v}");
@@ -481,6 +462,40 @@ fn function_view_counts_each_call_site_drills_down_and_back() {
     let _ = std::fs::remove_dir_all(&dir);
 
     hang_up(&t, explorer, &mut fx);
+}
+
+/// `w`, then the file it wrote in `dir`: the screen that says so, and
+/// the file's JSON.
+fn written(t: &Tmux, dir: &Path) -> (String, serde_json::Value) {
+    t.keys(&["w"]);
+    let s = t.wait_for(10, "the file written", |s| {
+        s.contains("wrote tachy-explore-")
+    });
+    let name = s
+        .split_whitespace()
+        .find(|w| w.starts_with("tachy-explore-"))
+        .unwrap_or_default();
+    let path = dir.join(name);
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{s}", path.display()));
+    let v = serde_json::from_str(&text).expect("JSON");
+    (s, v)
+}
+
+/// The paused fixture (`calls` a round), and `tachy explore -p PID ARGS`
+/// on it at 80x24, run in a directory of its own (where `w` writes),
+/// showing `func`'s view: the fixture, the directory, the session and
+/// the explorer's pid.
+fn explore_paused(calls: u64, args: &str, func: &str) -> (Fixture, std::path::PathBuf, Tmux, i32) {
+    let fx = paused(calls);
+    let pid = fx.pid();
+    let dir = std::env::temp_dir().join(format!("tachy-explore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let t = Tmux::explore(&format!("-p {pid} {args}"), &dir, 80, 24, None);
+    let explorer = t.pane_pid();
+    let first = format!("{func}  calls 0");
+    t.wait_for(20, "the first report", |s| s.contains(&first));
+    (fx, dir, t, explorer)
 }
 
 /// The fields of a JSON value, object by object, without their values.
@@ -680,4 +695,169 @@ fn libc_kill(pid: u32, sig: libc::c_int) {
     // SAFETY: kill has no memory effects; the pid is a process this test
     // started.
     unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// The rows of the `b` table on the screen: (label, count, avg, p99),
+/// avg and p99 as the screen writes them (`1.2 us`).
+fn group_rows(screen: &str) -> Vec<(String, u64, String, String)> {
+    let mut out = Vec::new();
+    let mut in_table = false;
+    for l in screen.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.first() == Some(&"COUNT") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        // count, avg (number unit), p99 (number unit), label.
+        let (Some(n), true) = (w.first().and_then(|n| n.parse().ok()), w.len() > 5) else {
+            break;
+        };
+        out.push((w[5..].join(" "), n, w[1..3].join(" "), w[3..5].join(" ")));
+    }
+    out
+}
+
+/// The counts of the screen's `b` table by label, sorted.
+fn group_counts(screen: &str) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = group_rows(screen)
+        .into_iter()
+        .map(|(l, n, _, _)| (l, n))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `tachy nested -p PID by_target --json --by KEY`, attached.
+fn nested_by(pid: u32, key: &str) -> Tachy {
+    let pid = pid.to_string();
+    let mut t = Tachy::start(
+        &["nested", "--json", "--by", key, "-p", &pid, "by_target"],
+        &[],
+    );
+    t.wait_for_header(true);
+    t
+}
+
+/// The groups of the root of a `tachy nested --by --json` report, as the
+/// screen labels them, with their counts, sorted.
+fn nested_groups(t: Tachy) -> Vec<(String, u64)> {
+    t.signal(libc::SIGINT);
+    let rep = t.finish(Duration::from_secs(20)).success_report();
+    let root = &rep["roots"][0];
+    let key = root["by"][0].as_str().expect("a --by key").to_string();
+    let mut v: Vec<(String, u64)> = root["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| {
+            let v = &g[&key];
+            let label = match key.as_str() {
+                "caller" => format!(
+                    "{} at {}",
+                    v["function"].as_str().unwrap_or("?"),
+                    v["location"].as_str().unwrap_or("?")
+                ),
+                "tid" => format!("tid {} ({})", v["tid"], v["comm"].as_str().unwrap_or("?")),
+                _ => format!("{key} {}", v["value"]),
+            };
+            (label, g["count"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `b` groups the traced function's calls by caller, then thread, its
+/// named parameter, its return value, then not at all; each table counts
+/// what `tachy nested --by KEY --json` counts over the same round: the
+/// fixture's by_target is called 5, 3 and 2 times per call of
+/// explore_calls from three callers, with v = 1, 2 and 3.
+#[test]
+fn b_groups_by_caller_thread_argument_and_return_as_nested_by() {
+    let _g = needs_root!();
+    let calls = 10;
+    let (mut fx, dir, t, explorer) = explore_paused(calls, "by_target", " by_target");
+    let pid = fx.pid();
+    let mut total = 0;
+    for key in ["caller", "tid", "v", "retval"] {
+        t.keys(&["b"]);
+        let title = format!("calls of by_target by {key}");
+        t.wait_for(20, &title, |s| {
+            s.contains(&title)
+                && command_of(s).contains(&format!("--by {key}"))
+                && s.contains(" by_target  calls 0")
+        });
+        let nested = nested_by(pid, key);
+        round(&mut fx, calls);
+        total = 10 * calls;
+        let s = t.wait_for(10, "the groups counted", |s| {
+            s.contains(&format!(" by_target  calls {total}  avg"))
+                && group_rows(s).iter().map(|r| r.1).sum::<u64>() == total
+        });
+        let got = group_counts(&s);
+        assert_eq!(got, nested_groups(nested), "{s}");
+        let mut counts: Vec<u64> = got.iter().map(|g| g.1).collect();
+        counts.sort_unstable();
+        match key {
+            "tid" => assert_eq!(counts, [total], "{s}"),
+            _ => assert_eq!(counts, [2 * calls, 3 * calls, 5 * calls], "{s}"),
+        }
+        if key == "caller" {
+            for f in [
+                "by_one at explore.c:",
+                "by_two at explore.c:",
+                "by_three at",
+            ] {
+                assert!(got.iter().any(|g| g.0.starts_with(f)), "{f}\n{s}");
+            }
+            // The groups by total time: their order, with times masked,
+            // is the machine's; the golden has them by name.
+            let m = masked(&s);
+            let mut rows: Vec<&str> = m.lines().filter(|l| l.starts_with("# # # ")).collect();
+            rows.sort_unstable();
+            let mut rows = rows.into_iter();
+            let m: String = m
+                .lines()
+                .map(|l| match l.starts_with("# # # ") {
+                    true => rows.next().unwrap_or(l),
+                    false => l,
+                })
+                .flat_map(|l| [l, "\n"])
+                .collect();
+            golden("by_tmux_80x24.txt", &m);
+            // w: the tree with the groups at its root, as nested --by
+            // --json has them; the screen's numbers are the file's.
+            let (s, v) = written(&t, &dir);
+            let root = &v["roots"][0];
+            assert_eq!(root["by"], serde_json::json!(["caller"]), "{v}");
+            for g in root["groups"].as_array().expect("groups") {
+                let label = format!(
+                    "{} at {}",
+                    g["caller"]["function"].as_str().unwrap_or("?"),
+                    g["caller"]["location"].as_str().unwrap_or("?")
+                );
+                let row = group_rows(&s)
+                    .into_iter()
+                    .find(|r| r.0 == label)
+                    .unwrap_or_else(|| panic!("{label} not on the screen:\n{s}"));
+                let human = |k: &serde_json::Value| {
+                    tachy::report::fmt::human(k.as_u64().unwrap_or(0) as f64)
+                };
+                assert_eq!(row.1, g["count"].as_u64().unwrap_or(0), "{label}\n{s}");
+                assert_eq!(row.2, human(&g["avg_ns"]), "{label}\n{s}");
+                assert_eq!(row.3, human(&g["percentiles_ns"]["p99"]), "{label}\n{s}");
+            }
+        }
+    }
+    // After retval, not grouped: the source again.
+    t.keys(&["b"]);
+    let s = t.wait_for(20, "the view without --by", |s| {
+        !command_of(s).contains("--by") && s.contains("LINE")
+    });
+    assert!(total > 0, "{s}");
+    let _ = std::fs::remove_dir_all(&dir);
+    hang_up(&t, explorer, &mut fx);
 }
