@@ -861,3 +861,57 @@ fn b_groups_by_caller_thread_argument_and_return_as_nested_by() {
     let _ = std::fs::remove_dir_all(&dir);
     hang_up(&t, explorer, &mut fx);
 }
+
+/// Moves the selection of the function view to the row holding `text`.
+fn select_row(t: &Tmux, text: &str) {
+    t.keys(&["Home"]);
+    for _ in 0..40 {
+        let s = t.screen();
+        if s.lines().any(|l| l.starts_with("> ") && l.contains(text)) {
+            return;
+        }
+        t.keys(&["Down"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no row holds {text}:\n{}", t.screen());
+}
+
+/// Drilling through the PLT into libc: Enter on explore_calls's line
+/// that calls write() attaches the call sites of libc's write while the
+/// run goes on, and write@plt's count goes on from what it was.
+#[test]
+fn enter_on_a_plt_call_drills_into_the_library() {
+    let _g = needs_root!();
+    let calls = 10;
+    let (mut fx, dir, t, explorer) = explore_paused(calls, "explore_calls", " explore_calls");
+    round(&mut fx, calls);
+    t.wait_for(10, "the first round", |s| {
+        s.contains(&format!(" explore_calls  calls {calls}  avg"))
+    });
+    select_row(&t, "write(-1");
+    t.keys(&["Enter"]);
+    let s = t.wait_for(20, "write's call sites attached", |s| {
+        s.contains("explore_calls > write@plt") && s.contains(" call sites attached in")
+    });
+    assert!(
+        s.contains(&format!(" write@plt  calls {calls}  avg")),
+        "{s}"
+    );
+    // libc's source is not on disk: its lines are named from DWARF (or
+    // its code is shown), in libc's own file.
+    assert!(s.contains("write.c"), "{s}");
+    round(&mut fx, calls);
+    let s = t.wait_for(10, "write's count grown", |s| {
+        s.contains(&format!(" write@plt  calls {}  avg", 2 * calls))
+    });
+    // Its call sites count from the drill on: once in each of the last
+    // round's calls, half a call per call of the whole count.
+    assert!(
+        s.lines()
+            .skip(5)
+            .any(|l| l.split_whitespace().any(|w| w == "0.50")),
+        "{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    hang_up(&t, explorer, &mut fx);
+}
