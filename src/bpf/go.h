@@ -53,21 +53,53 @@ struct gwalk_ctx {
 	__u64 off;
 	__u64 now;
 	__u64 goid; /* --by goroutine, at a ret */
+	__u64 rv;   /* at a ret: the first integer result register */
+	__u64 sp;   /* at a ret: SP, the return-address slot */
 	__u32 kind;
 	/* a site's call: the slot of a site at the key that returned here
 	 * (ANY_ID: none); a site's return: the slot of the site to close */
 	__u32 slot;
 };
 
-/* --by: a Go call of `id` that lasted d ns ends on goroutine `goid`. */
-static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid)
+/*
+ * --by: a Go call of `id` that lasted d ns ends on goroutine `goid`,
+ * returning rv.
+ */
+static __always_inline void go_by_close(__u32 id, __u64 d, __u64 goid, __u64 rv)
 {
 	__u64 vals[TACHY_BY_KEYS];
 	__u32 k;
 
 	for (k = 0; k < TACHY_BY_KEYS; k++)
 		vals[k] = goid;
-	by_close(id, d, vals, 0, 0);
+	by_close(id, d, vals, 0, rv);
+}
+
+/*
+ * --record-slower-than: a Go call of `id` returned at `sp` (its
+ * return-address slot) at `now` after d ns, with `rv` in its first
+ * integer result register. Its arguments are not read; its stack is the
+ * frame-pointer chain of the goroutine at the `ret`, wherever the runtime
+ * moved the stack during the call (copystack adjusts the saved frame
+ * pointers). The chain ends at the goroutine's first frame, whose saved
+ * frame pointer is 0.
+ */
+static __always_inline void grec_close(__u32 id, __u64 now, __u64 d, __u64 sp,
+				       __u64 rv)
+{
+	struct tachy_record *r;
+
+	if (!record || d < record_min_ns)
+		return;
+	r = rec_start(id, now, d, (struct parts){});
+	if (!r)
+		return;
+	r->ret = rv;
+	r->flags |= TACHY_REC_RET;
+	__builtin_memset(r->args, 0, sizeof(r->args));
+	if (stack_how != TACHY_STACK_NONE)
+		rec_stack(r, sp, 0);
+	rec_send(r, 0);
 }
 
 /* NULL or a frame of gr, tested as a pointer (see top() in frames.h). */
@@ -120,18 +152,21 @@ static __always_inline struct tachy_gframe *gbelow(struct tachy_goroutine *gr)
 }
 
 /*
- * The top frame `f` ends at `now`: timed when it returned (`close`),
+ * The top frame `f` ends at `c->now`: timed when it returned (`close`),
  * without the probes' own time (never below zero, nor below the calls
  * timed inside it), else counted as left by panic. The probes' time of the
  * calls inside it, and its own when it returned (a frame left by a panic
  * never ran its exit probe), lie inside the frame below it too, as does
- * its corrected duration. A traced function's call (`func`) also counts in
- * its --by group; `goid` is its goroutine's id.
+ * its corrected duration. A traced function's call (`func`, closed at its
+ * `ret`) is first decided by a --filter on its return value (a call
+ * rejected is counted so, and its time goes to no one), then counts in its
+ * --by group (`c->goid` is its goroutine's id) and may be recorded.
  */
-static __always_inline void gend(struct tachy_goroutine *gr,
-				 struct tachy_gframe *f, __u64 now, bool close,
-				 bool func, __u64 goid)
+static __always_inline void gend(struct gwalk_ctx *c_, struct tachy_gframe *f,
+				 bool close, bool func)
 {
+	struct tachy_goroutine *gr = c_->gr;
+	__u64 now = c_->now;
 	__u32 id = f->id;
 	struct tachy_corr *c = bpf_map_lookup_elem(&corr, &id);
 	struct tachy_gframe *up;
@@ -140,7 +175,11 @@ static __always_inline void gend(struct tachy_goroutine *gr,
 	__u64 probe = f->probe_ns;
 	struct tachy_stats *s;
 
-	if (close) {
+	if (close && func && arg_filter && f->slot &&
+	    ret_rejects(id, c_->rv, f->slot)) {
+		/* Its exit probe ran: its time lies in the frame below. */
+		probe += c ? c->add_ns : 0;
+	} else if (close) {
 		if (d < sub) {
 			s = stats_of(id);
 			if (s)
@@ -156,7 +195,9 @@ static __always_inline void gend(struct tachy_goroutine *gr,
 		probe += c ? c->add_ns : 0;
 		record_ns(id, d, (struct parts){}, false);
 		if (func && by_kind[0] != TACHY_BY_NONE)
-			go_by_close(id, d, goid);
+			go_by_close(id, d, c_->goid, c_->rv);
+		if (func)
+			grec_close(id, now, d, c_->sp, c_->rv);
 	} else {
 		count_unwound(id);
 	}
@@ -208,7 +249,7 @@ static long gpop_one(__u64 i, void *data)
 		close = true;
 		last = true;
 	}
-	gend(gr, f, c->now, close, !site, c->goid);
+	gend(c, f, close, !site);
 	gr->depth--;
 	return last;
 }
@@ -328,6 +369,7 @@ static __always_inline int do_go(struct pt_regs *ctx)
 	void *first;
 	__u64 pt = bpf_get_current_pid_tgid();
 	struct gkey k = {.g = g, .tgid = pt >> 32};
+	int open = FILTER_PASS;
 
 	if (!(kind == TACHY_GO_ENTRY ? entry_wanted(pt) : process_wanted(pt)))
 		return 0;
@@ -360,6 +402,8 @@ static __always_inline int do_go(struct pt_regs *ctx)
 			 * it began on, so its g holds the same one. */
 			if (go_goid && user_read8(g + go_goid, &c.goid))
 				c.goid = 0;
+			c.rv = reg_retval(ctx);
+			c.sp = sp;
 			gwalk(&c);
 			if (!gr->depth)
 				bpf_map_delete_elem(&goroutines, &k);
@@ -388,7 +432,16 @@ static __always_inline int do_go(struct pt_regs *ctx)
 		if (!gr)
 			return 0;
 	}
-	gpush(gr, c.off, id, 0, 0);
+	/*
+	 * --filter: Go's filters read only the return value, so none rejects
+	 * a call here; the groups left open wait for its `ret`.
+	 */
+	if (arg_filter) {
+		open = args_pass(id, ctx, sp, pt);
+		if (open == FILTER_REJECT)
+			open = 0;
+	}
+	gpush(gr, c.off, id, 0, open);
 	return 0;
 }
 

@@ -273,7 +273,9 @@ struct tachy_gframe {
 	__u64 inner_ns;
 	__u32 id; /* a function's id, or a site's node */
 	__u32 flags;
-	__u32 slot; /* a site's slot */
+	/* a site's slot; a function's --filter groups left open for its
+	 * `ret` (0: none) */
+	__u32 slot;
 	__u32 pad;
 };
 

@@ -386,12 +386,25 @@ impl FuncArgs {
                     ..RetShape::whole("long")
                 })
             }
-            Convention::Go => return Ok(RetShape::whole("Go's first integer result")),
+            Convention::Go if self.params.is_none() => {
+                return Ok(RetShape::whole("Go's first integer result"))
+            }
             _ => {}
         }
         let Some(ps) = &self.params else {
             return Ok(RetShape::whole("rax, no DWARF"));
         };
+        // Go's results are read from its first integer result register
+        // (RAX), as its first result's type reads it.
+        if matches!(self.convention, Convention::Go) {
+            match &ps.returns {
+                Returns::Void => bail!("{name} has no result"),
+                Returns::Value(ParamType::Float { name: ty }) => bail!(
+                    "{name}'s first result is floating point ({ty}): tachy reads Go's first integer result register"
+                ),
+                _ => {}
+            }
+        }
         let int = |size: u8, signed: bool, kind: RetKind, ty: &str| RetShape {
             size,
             signed,
@@ -428,7 +441,7 @@ impl FuncArgs {
     pub fn returns_note(&self) -> Option<String> {
         let name = &self.name;
         match (&self.convention, &self.params) {
-            (Convention::Go, _) => Some(format!(
+            (Convention::Go, None) => Some(format!(
                 "{name}: ret is Go's first integer result register, read as a signed 64-bit number"
             )),
             (Convention::Syscall, _) => None,
@@ -687,12 +700,13 @@ impl FuncArgs {
                 })
                 .collect()
         };
+        // Go passes arguments in its own registers: not read yet.
+        if matches!(self.convention, Convention::Go) {
+            return Vec::new();
+        }
         let Some(ps) = &self.params else {
             return registers();
         };
-        if matches!(self.convention, Convention::Go) {
-            return registers();
-        }
         // What the BPF side saves: a function's ABI registers, a system
         // call's own.
         let saved: &[u8; 6] = match self.convention {

@@ -147,9 +147,9 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
                 go.name
             ));
         }
-        if s.record_min_ns.is_some() {
+        if req.tree.is_some() && s.record_min_ns.is_some() {
             return refuse(format!(
-                "--record-slower-than does not record Go functions yet ({})",
+                "tachy nested does not record Go functions yet ({}): use tachy latency --record-slower-than",
                 go.name
             ));
         }
@@ -390,9 +390,11 @@ fn add_filters(plan: &mut Plan, f: &Filter, args: &TracedArgs) -> Result<()> {
                     item.name
                 )))
             }
-            ItemKind::Function(_) if item.is_go() => {
+            // Go's return value is read at its exits; its arguments, in
+            // Go's own registers, are not read.
+            ItemKind::Function(_) if item.is_go() && !f.reads_only_ret() => {
                 return Err(bad(anyhow!(
-                    "--filter does not read the arguments of Go functions yet ({})",
+                    "--filter does not read the arguments of Go functions yet ({}): only ret",
                     item.name
                 )))
             }

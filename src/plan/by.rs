@@ -166,10 +166,10 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), UsageError> {
     if let Some(g) = traced.go {
         if let Some(k) = keys
             .iter()
-            .find(|k| !matches!(k, ByKey::Goroutine | ByKey::Pid))
+            .find(|k| !matches!(k, ByKey::Goroutine | ByKey::Pid | ByKey::Retval))
         {
             return refuse(format!(
-                "--by {k} does not group calls of Go functions ({g}): group them by goroutine (or pid)"
+                "--by {k} does not group calls of Go functions ({g}): group them by goroutine, pid or retval"
             ));
         }
     }
@@ -247,9 +247,10 @@ mod tests {
             ..go
         };
         assert!(check(&[ByKey::Goroutine, ByKey::Pid], known).is_ok());
+        assert!(check(&[ByKey::Retval, ByKey::Goroutine], known).is_ok());
         assert_eq!(
             check(&[ByKey::Goroutine, ByKey::Arg(ArgRef::Index(0))], known).unwrap_err().0,
-            "--by arg0 does not group calls of Go functions (main.work): group them by goroutine (or pid)"
+            "--by arg0 does not group calls of Go functions (main.work): group them by goroutine, pid or retval"
         );
         let c = Traced {
             native: Some("work"),

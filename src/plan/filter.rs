@@ -248,6 +248,11 @@ impl Filter {
         self.operands().contains(&&ArgRef::Ret)
     }
 
+    /// Whether every operand is the return value.
+    pub fn reads_only_ret(&self) -> bool {
+        self.operands().iter().all(|a| **a == ArgRef::Ret)
+    }
+
     /// The filter for one function: every operand resolved where that
     /// function has it, every literal checked against the operand's type.
     pub fn resolve(&self, f: &FuncArgs) -> Result<Resolved> {

@@ -781,12 +781,12 @@ fn by_keys_go_refuses() {
         (
             format!("{}:main.yielder", go.display()),
             "tid",
-            "error: --by tid does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+            "error: --by tid does not group calls of Go functions (main.yielder): group them by goroutine, pid or retval",
         ),
         (
             format!("{}:main.yielder", go.display()),
             "arg0",
-            "error: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine (or pid)",
+            "error: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine, pid or retval",
         ),
         (
             format!("{}:main", c.display()),
@@ -885,4 +885,181 @@ fn two_go_processes_keep_their_goroutines_apart() {
     let rep = out.single_report();
     assert_calls(&rep, &out, "main.safeCall", 202, 0, 200 * US, 20 * MS);
     assert_calls(&rep, &out, "main.mayPanic", 102, 100, 200 * US, 20 * MS);
+}
+
+/// `tachy latency --json OPTS -- gowork MODE N` to its end: the one
+/// report and the slow-call records, apart.
+fn trace_records(opts: &[&str], mode: &str, n: u64) -> (Outcome, Value, Vec<Value>) {
+    let exe = common::build("gowork");
+    let n = n.to_string();
+    let mut args = vec!["latency", "--json"];
+    args.extend_from_slice(opts);
+    args.extend(["--", exe.to_str().unwrap(), mode, &n]);
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(240));
+    out.assert_success();
+    assert!(out.stderr.contains("\ndone\n"), "{out}");
+    let (mut reps, records): (Vec<Value>, Vec<Value>) = common::run::json_lines(&out.stdout)
+        .into_iter()
+        .partition(|v| v.get("functions").is_some());
+    assert_eq!(reps.len(), 1, "{out}");
+    let records = records
+        .into_iter()
+        .filter(|v| v["type"] == "record")
+        .collect();
+    (out, reps.pop().unwrap(), records)
+}
+
+/// Count per value of a `--by retval` report's groups (its JSON text).
+fn by_retval(f: &Value) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for g in f["groups"].as_array().expect("a groups array") {
+        *out.entry(g["retval"]["value"].to_string()).or_default() += num(g, "count");
+    }
+    out
+}
+
+fn map(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Goroutines of the `retval` mode (10 calls each of check and ready).
+const RET_G: u64 = 20;
+
+/// Go's first integer result register, typed by Go's DWARF (`~r0`: an
+/// int, a bool), read at every `ret` of calls whose goroutines yield,
+/// move between threads and grow their stacks on the slow error path:
+/// exact counts per value.
+#[test]
+fn go_calls_group_by_return_value() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let opts = ["--by", "retval", "main.check", "main.ready"];
+    let (out, rep, _) = trace_records(&opts, "retval", RET_G);
+    assert_eq!(fixture_count(&out, "main.check"), 10 * RET_G);
+    assert!(
+        out.stderr.contains(&format!("\nerrors {}\n", 2 * RET_G)),
+        "{out}"
+    );
+    for name in ["main.check", "main.ready"] {
+        let f = func(&rep, name);
+        assert_eq!(num(f, "count"), 10 * RET_G, "{name}\n{out}");
+        assert_eq!(num(f, "unwound"), 0, "{name}\n{out}");
+        assert_eq!(num(f, "overflow"), 0, "{name}\n{out}");
+    }
+    let check = func(&rep, "main.check");
+    assert_eq!(
+        by_retval(check),
+        map(&[("-1", 2 * RET_G), ("0", 8 * RET_G)]),
+        "{out}"
+    );
+    // The error path is the slow one (1 ms of spinning).
+    let slow = check["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["retval"]["value"] == -1)
+        .unwrap();
+    assert!(num(slow, "avg_ns") >= 900 * US, "{out}");
+    assert_eq!(
+        by_retval(func(&rep, "main.ready")),
+        map(&[("false", 2 * RET_G), ("true", 8 * RET_G)]),
+        "{out}"
+    );
+}
+
+/// `--filter 'ret < 0'` on Go code is decided at the `ret`: the error
+/// calls are timed, the others counted as filtered, none lost.
+#[test]
+fn go_filter_on_ret_counts_the_rest_as_filtered() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let opts = ["--filter", "ret < 0", "main.check"];
+    let (out, rep, _) = trace_records(&opts, "retval", RET_G);
+    let f = func(&rep, "main.check");
+    assert_eq!(num(f, "count"), 2 * RET_G, "{out}");
+    assert_eq!(num(f, "filtered_by_args"), 8 * RET_G, "{out}");
+    assert_eq!(num(f, "unwound"), 0, "{out}");
+    assert_eq!(num(f, "overflow"), 0, "{out}");
+    assert!(num(f, "min_ns") >= 900 * US, "{out}");
+    // Arguments of Go functions are still not read: one line.
+    let exe = common::build("gowork");
+    let spec = format!("{}:main.check", exe.display());
+    let args = ["latency", "--dry-run", "--filter", "i > 2", &spec];
+    let out = tachy(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&args, &out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().next(),
+        Some("error: --filter does not read the arguments of Go functions yet (main.check): only ret"),
+        "{}",
+        text(&args, &out)
+    );
+}
+
+/// Slow Go calls are recorded, each with the value it returned.
+#[test]
+fn go_records_carry_ret() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let opts = ["--record-slower-than", "900us", "main.check"];
+    let (out, rep, records) = trace_records(&opts, "retval", RET_G);
+    assert_eq!(num(func(&rep, "main.check"), "count"), 10 * RET_G, "{out}");
+    let errors = records.iter().filter(|r| r["ret"] == -1).count() as u64;
+    assert_eq!(errors, 2 * RET_G, "{out}");
+    for r in &records {
+        assert_eq!(r["function"], "main.check", "{r}\n{out}");
+        assert!(r["ret"].is_i64(), "{r}\n{out}");
+        assert!(r["stack"].is_null(), "{r}\n{out}");
+    }
+    // Text records say ret=.
+    let exe = common::build("gowork");
+    let args = [
+        "latency",
+        "--record-slower-than",
+        "900us",
+        "main.check",
+        "--",
+        exe.to_str().unwrap(),
+        "retval",
+        "2",
+    ];
+    let out = Tachy::start(&args, &[("FIXTURE_NO_WAIT", "1")]).finish(Duration::from_secs(120));
+    out.assert_success();
+    let lines = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" main.check ") && l.ends_with("  ret=-1"))
+        .count();
+    assert_eq!(lines, 4, "{out}");
+}
+
+/// A Go function without a result, and one whose first result is a
+/// float, are refused with one line each.
+#[test]
+fn go_without_an_integer_result_is_refused() {
+    if common::skip_without_go() {
+        return;
+    }
+    let exe = common::build("gowork");
+    for (func, line) in [
+        ("main.nap", "error: --by retval: main.nap has no result"),
+        (
+            "main.ratio",
+            "error: --by retval: main.ratio's first result is floating point (float64): tachy reads Go's first integer result register",
+        ),
+    ] {
+        let spec = format!("{}:{func}", exe.display());
+        let args = ["latency", "--dry-run", "--by", "retval", &spec];
+        let out = tachy(&args);
+        let all = text(&args, &out);
+        assert_eq!(out.status.code(), Some(2), "{all}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().next(), Some(line), "{all}");
+    }
 }

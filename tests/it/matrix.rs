@@ -569,29 +569,14 @@ const REFUSED: &[(&str, Opt, &str)] = &[
         "--by stack does not group calls of Go functions",
     ),
     (
-        "Go with stack growth",
-        Opt::ByRetval,
-        "--by retval does not group calls of Go functions",
-    ),
-    (
         "sites at depth 3",
         Opt::Outermost,
         "unexpected argument '--outermost'",
     ),
     (
         "Go with stack growth",
-        Opt::Filter,
-        "--filter does not read the arguments of Go functions",
-    ),
-    (
-        "Go with stack growth",
         Opt::Cpu,
         "--cpu splits time per thread, and a goroutine moves between threads",
-    ),
-    (
-        "Go with stack growth",
-        Opt::Record,
-        "--record-slower-than does not record Go functions",
     ),
 ];
 
@@ -617,9 +602,11 @@ fn cell(shape: &Shape, opt: Opt) -> Vec<String> {
     let mut bad = Vec::new();
     let nested = shape.depth.is_some() || opt == Opt::Nested;
     let mut args: Vec<&str> = vec![if nested { "nested" } else { "latency" }, "--json"];
-    // Go's calls group by goroutine, not by thread.
+    // Go's calls group by goroutine, not by thread; a filter on Go code
+    // reads its return value (its arguments are not read), at its exits.
     match opt {
         Opt::By if shape.fixture == "gowork" => args.extend(["--by", "goroutine"]),
+        Opt::Filter if shape.fixture == "gowork" => args.extend(["--filter", "ret > 0"]),
         _ => args.extend_from_slice(opt.args()),
     }
     if let Some(d) = shape.depth {

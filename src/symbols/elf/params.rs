@@ -299,10 +299,23 @@ fn read_params(
     let frame_cfa = frame_base_is_cfa(unit, &die);
     let mut params = Vec::new();
     let mut origins_seen = Vec::new();
+    // Go gives a function no DW_AT_type: its results are formal
+    // parameters marked DW_AT_variable_parameter (`~r0`, or as named).
+    let go = is_go_unit(unit);
+    let mut go_results = Vec::new();
     for p in children(unit, off, gimli::DW_TAG_formal_parameter) {
         let Ok(pe) = unit.entry(p) else {
             continue;
         };
+        if go
+            && matches!(
+                attr(&pe, gimli::DW_AT_variable_parameter),
+                Some(AttributeValue::Flag(true))
+            )
+        {
+            go_results.push(p);
+            continue;
+        }
         if let Some(o) = origin(unit, &pe) {
             origins_seen.push(o);
         }
@@ -360,15 +373,59 @@ fn read_params(
             }
         }
     }
-    let returns = match attr_chain(unit, off, gimli::DW_AT_type).and_then(|v| unit_ref(unit, v)) {
-        None => Returns::Void,
-        Some(t) => returns(dwarf, unit, t),
+    let returns = if go {
+        // The first result: what Go's first integer result register holds
+        // when it is an integer, a bool or a pointer.
+        match go_results.first() {
+            None => Returns::Void,
+            Some(&r) => attr_chain(unit, r, gimli::DW_AT_type)
+                .and_then(|v| type_elsewhere(dwarf, unit, v))
+                .unwrap_or(Returns::Value(ParamType::Other { name: "?".into() })),
+        }
+    } else {
+        match attr_chain(unit, off, gimli::DW_AT_type).and_then(|v| unit_ref(unit, v)) {
+            None => Returns::Void,
+            Some(t) => returns(dwarf, unit, t),
+        }
     };
     Some(FuncParams {
         params,
         nocall,
         returns,
     })
+}
+
+/// Whether the unit is Go code (DW_AT_language DW_LANG_Go).
+fn is_go_unit(unit: &gimli::Unit<R<'_>>) -> bool {
+    let mut entries = unit.entries();
+    let Ok(Some((_, root))) = entries.next_dfs() else {
+        return false;
+    };
+    matches!(attr(root, gimli::DW_AT_language), Some(AttributeValue::Language(l)) if l == gimli::DW_LANG_Go)
+}
+
+/// What the type DIE `v` refers to returns as, in this unit or, as Go's
+/// types are, in another unit of .debug_info.
+fn type_elsewhere(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &gimli::Unit<R<'_>>,
+    v: AttributeValue<R<'_>>,
+) -> Option<Returns> {
+    if let Some(t) = unit_ref(unit, v) {
+        return Some(returns(dwarf, unit, t));
+    }
+    let AttributeValue::DebugInfoRef(target) = v else {
+        return None;
+    };
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let Some(off) = target.to_unit_offset(&header) else {
+            continue;
+        };
+        let other = dwarf.unit(header).ok()?;
+        return Some(returns(dwarf, &other, off));
+    }
+    None
 }
 
 /// What a return type DIE is: a `bool` or an enum (with its enumerators)
