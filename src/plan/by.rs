@@ -164,12 +164,14 @@ pub fn check(keys: &[ByKey], traced: Traced<'_>) -> Result<(), UsageError> {
         }
     }
     if let Some(g) = traced.go {
-        if let Some(k) = keys
-            .iter()
-            .find(|k| !matches!(k, ByKey::Goroutine | ByKey::Pid | ByKey::Retval))
-        {
+        if let Some(k) = keys.iter().find(|k| {
+            !matches!(
+                k,
+                ByKey::Goroutine | ByKey::Pid | ByKey::Retval | ByKey::Stack
+            )
+        }) {
             return refuse(format!(
-                "--by {k} does not group calls of Go functions ({g}): group them by goroutine, pid or retval"
+                "--by {k} does not group calls of Go functions ({g}): group them by goroutine, pid, retval or stack"
             ));
         }
     }
@@ -248,9 +250,10 @@ mod tests {
         };
         assert!(check(&[ByKey::Goroutine, ByKey::Pid], known).is_ok());
         assert!(check(&[ByKey::Retval, ByKey::Goroutine], known).is_ok());
+        assert!(check(&[ByKey::Stack], known).is_ok());
         assert_eq!(
             check(&[ByKey::Goroutine, ByKey::Arg(ArgRef::Index(0))], known).unwrap_err().0,
-            "--by arg0 does not group calls of Go functions (main.work): group them by goroutine, pid or retval"
+            "--by arg0 does not group calls of Go functions (main.work): group them by goroutine, pid, retval or stack"
         );
         let c = Traced {
             native: Some("work"),

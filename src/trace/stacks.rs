@@ -14,6 +14,13 @@ use crate::symbols::unwind::{Stacks, UserStack};
 /// (libc's start, `_start`) is the same in every stack.
 const ROOTS: &[&str] = &["main", "main.main"];
 
+/// Where a goroutine's frame-pointer chain ends: the return address of
+/// its first function is in `runtime.goexit`, which no Go code calls; a
+/// stack shows its callers up to that first function.
+fn goroutine_top(raw: &str) -> bool {
+    raw == "runtime.goexit" || raw == "runtime.goexit.abi0"
+}
+
 /// Unwinds and names stacks, per process.
 #[derive(Default)]
 pub struct Symbolizer {
@@ -62,6 +69,9 @@ impl Symbolizer {
         let mut out = Vec::new();
         for addr in addrs {
             let f = stacks.name(addr, true);
+            if goroutine_top(&f.raw) {
+                break;
+            }
             let loc = stacks.locate(addr, true);
             match loc {
                 Some(l) => {

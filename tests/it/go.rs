@@ -781,12 +781,12 @@ fn by_keys_go_refuses() {
         (
             format!("{}:main.yielder", go.display()),
             "tid",
-            "error: --by tid does not group calls of Go functions (main.yielder): group them by goroutine, pid or retval",
+            "error: --by tid does not group calls of Go functions (main.yielder): group them by goroutine, pid, retval or stack",
         ),
         (
             format!("{}:main.yielder", go.display()),
             "arg0",
-            "error: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine, pid or retval",
+            "error: --by arg0 does not group calls of Go functions (main.yielder): group them by goroutine, pid, retval or stack",
         ),
         (
             format!("{}:main", c.display()),
@@ -1062,4 +1062,95 @@ fn go_without_an_integer_result_is_refused() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(stderr.lines().next(), Some(line), "{all}");
     }
+}
+
+/// Iterations of the `chains` and `gochains` modes.
+const CHAIN_N: u64 = 10;
+
+/// The callers of main.leaf in the fixture: N through one < alpha, N
+/// through two < beta, 2N through three < beta; below them `tail`.
+fn chains_below(tail: &[&str]) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (chain, n) in [
+        (["main.one", "main.alpha"], CHAIN_N),
+        (["main.two", "main.beta"], CHAIN_N),
+        (["main.three", "main.beta"], 2 * CHAIN_N),
+    ] {
+        let mut all: Vec<&str> = chain.to_vec();
+        all.extend_from_slice(tail);
+        out.insert(all.join(" < "), n);
+    }
+    out
+}
+
+/// `--by stack` on Go code walks the goroutine's frame pointers at each
+/// `ret`: exact chains and counts, while main's goroutine yields and moves
+/// between threads.
+#[test]
+fn go_calls_group_by_stack() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let (out, rep, _) = trace_records(&["--by", "stack", "main.leaf"], "chains", CHAIN_N);
+    let f = func(&rep, "main.leaf");
+    assert_eq!(num(f, "count"), 4 * CHAIN_N, "{out}");
+    assert_eq!(num(f, "unwound"), 0, "{out}");
+    let mut got = BTreeMap::new();
+    for g in f["groups"].as_array().expect("groups") {
+        let chain: Vec<&str> = g["stack"]
+            .as_array()
+            .expect("a stack key")
+            .iter()
+            .map(|x| x.as_str().unwrap())
+            .collect();
+        *got.entry(chain.join(" < ")).or_default() += num(g, "count");
+    }
+    assert_eq!(got, chains_below(&["main.main"]), "{out}");
+    assert!(
+        out.stderr
+            .contains("Grouping calls by their callers out to main (user stack by frame pointers)"),
+        "{out}"
+    );
+}
+
+/// `--record-slower-than --stack` on Go code: each call on a goroutine of
+/// its own, whose stack grew under the traced call, prints its callers
+/// with file:line up to the goroutine's first function (never
+/// runtime.goexit, where the walk stops).
+#[test]
+fn go_records_print_the_stack_up_to_the_goroutine() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let opts = ["--record-slower-than", "0ns", "--stack", "main.leaf"];
+    let (out, rep, records) = trace_records(&opts, "gochains", CHAIN_N);
+    let f = func(&rep, "main.leaf");
+    assert_eq!(num(f, "count"), 4 * CHAIN_N, "{out}");
+    assert_eq!(num(f, "unwound"), 0, "{out}");
+    let mut got = BTreeMap::new();
+    for r in &records {
+        assert_eq!(r["stack"]["method"], "frame pointers", "{r}\n{out}");
+        let frames = r["stack"]["frames"].as_array().expect("frames");
+        for x in frames {
+            let loc = x["location"].as_str().unwrap_or("");
+            assert!(loc.starts_with("gowork.go:"), "{x} in {r}\n{out}");
+        }
+        let names: Vec<&str> = frames
+            .iter()
+            .map(|x| x["function"].as_str().unwrap())
+            .collect();
+        // The goroutine runs each's closure, which calls the one passed to it.
+        assert!(names.len() == 5, "{r}\n{out}");
+        assert!(names[2].starts_with("main.main.func"), "{r}\n{out}");
+        assert_eq!(
+            &names[3..],
+            ["main.each.func1", "main.each.func2"],
+            "{r}\n{out}"
+        );
+        *got.entry(format!("{} < {}", names[0], names[1]))
+            .or_default() += 1;
+    }
+    assert_eq!(got, chains_below(&[]), "{out}");
 }

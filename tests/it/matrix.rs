@@ -564,11 +564,6 @@ const REFUSED: &[(&str, Opt, &str)] = &[
     ),
     ("longjmp", Opt::ByRetval, "--by retval: escape returns void"),
     (
-        "Go with stack growth",
-        Opt::ByStack,
-        "--by stack does not group calls of Go functions",
-    ),
-    (
         "sites at depth 3",
         Opt::Outermost,
         "unexpected argument '--outermost'",
