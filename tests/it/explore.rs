@@ -915,3 +915,65 @@ fn enter_on_a_plt_call_drills_into_the_library() {
     let _ = std::fs::remove_dir_all(&dir);
     hang_up(&t, explorer, &mut fx);
 }
+
+/// One round of the Go fixture's `rounds` mode: work() `2 * calls`
+/// times.
+fn go_round(fx: &mut Fixture, calls: u64) {
+    libc_kill(fx.pid(), libc::SIGUSR2);
+    let said = format!("count main.work {}", 2 * calls);
+    assert_eq!(
+        fx.read_line(Duration::from_secs(20)).as_deref(),
+        Some(said.as_str())
+    );
+}
+
+/// In a Go program, Enter on main.work's call of main.nap drills into it
+/// as into a C function: its call site (time.Sleep) is attached while
+/// the run goes on, main.nap's count goes on, exactly.
+#[test]
+fn enter_on_a_go_call_drills_into_the_go_function() {
+    let _g = needs_root!();
+    if common::skip_without_go() {
+        return;
+    }
+    let calls = 10;
+    let mut fx = Fixture::spawn("gowork", &["rounds", &calls.to_string()]);
+    fx.go();
+    assert_eq!(
+        fx.read_line(Duration::from_secs(10)).as_deref(),
+        Some("waiting")
+    );
+    let pid = fx.pid();
+    let t = Tmux::explore(
+        &format!("-p {pid} main.work"),
+        &std::env::temp_dir(),
+        80,
+        24,
+        None,
+    );
+    let explorer = t.pane_pid();
+    t.wait_for(20, "main.work's view", |s| {
+        s.contains(" main.work  calls 0")
+    });
+    go_round(&mut fx, calls);
+    t.wait_for(10, "the first round", |s| {
+        s.contains(&format!(" main.work  calls {}  avg", 2 * calls))
+    });
+    select_row(&t, "nap(2 * time.Millisecond)");
+    t.keys(&["Enter"]);
+    let s = t.wait_for(20, "main.nap's call site attached", |s| {
+        s.contains("main.work > main.nap") && s.contains("call site attached in")
+    });
+    assert!(
+        s.contains(&format!(" main.nap  calls {}  avg", 2 * calls)),
+        "{s}"
+    );
+    go_round(&mut fx, calls);
+    let s = t.wait_for(10, "main.nap's count grown", |s| {
+        s.contains(&format!(" main.nap  calls {}  avg", 4 * calls))
+    });
+    // time.Sleep counts from the drill on: once in each call of the last
+    // round, half a call per call of the whole count.
+    assert_eq!(site_row(&s, "time.Sleep(d)", 0)[1], "0.50", "{s}");
+    hang_up(&t, explorer, &mut fx);
+}
