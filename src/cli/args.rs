@@ -40,6 +40,7 @@ Examples:
   tachy latency -p 4242 'db::Table::scan' --filter 'arg1 > 1000' --by arg1 --top 5
   tachy latency -p 4242 'kv::Store::get' --by key --by tid   per value of parameter key, per thread
   tachy latency --record-slower-than 5ms -p 4242 'db::Table::scan'   a line per call over 5 ms
+  tachy latency -p 5151 main.fetch --record-slower-than 5ms --stack   Go: ret= and its callers
   tachy latency slow_sum -- ./app --flag            start ./app and trace it until it exits
   tachy latency -p 4242,4250 'kv::Store::read'     two processes, each counted
   tachy latency --comm kvd 'kv::Store::read'       every process named kvd
@@ -386,8 +387,10 @@ pub struct TraceArgs {
     /// ||, with parentheses. Names are read where each function (each
     /// compiler clone) has them at its entry. `ret` (or `retval`) is the
     /// value the call returns, as its return type reads (-1 of an int is
-    /// -1; a system call's -errno), decided at its exit: a call rejected
-    /// there is counted as filtered out too
+    /// -1; a system call's -errno; a Go function's first integer result
+    /// register, as its first result's type reads), decided at its exit: a
+    /// call rejected there is counted as filtered out too. A Go function's
+    /// arguments are not read: its filter reads only ret
     #[arg(long, value_name = "EXPR", value_parser = parse_filter)]
     pub filter: Option<Filter>,
 
@@ -412,7 +415,8 @@ pub struct TraceArgs {
     /// least DUR (250us, 1ms, 2s; 0ns for every call) as it ends: the time of
     /// its end, pid, tid, thread name, function, duration, the --cpu split,
     /// its first integer arguments by their DWARF parameter names (else the
-    /// registers arg0-arg2) and, with `tachy nested`, what each call site
+    /// registers arg0-arg2; none for a Go function), the value it returned
+    /// (ret=) and, with `tachy nested`, what each call site
     /// took in it. An argument whose register the function overwrites
     /// before tachy's cheaper entry probe moves that probe to the first
     /// instruction (as --filter does); one that cannot be read prints as
@@ -493,7 +497,8 @@ pub struct LatencyArgs {
     /// argument N at entry, as --filter reads it), a DWARF parameter name
     /// (its value: decimal as its type reads, pointers in hex), retval
     /// (the value returned, as the return type reads: enums by name, a
-    /// system call's errno named), goroutine (Go functions: the
+    /// system call's errno named; a Go function's first integer result
+    /// register), goroutine (Go functions: the
     /// goroutine's id) or stack (the chain of callers out to main, as
     /// --stack takes it; alone, and grouped by tachy from a record of each
     /// call); repeat for two keys
