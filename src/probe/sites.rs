@@ -128,7 +128,21 @@ impl<'obj> Tracer<'obj> {
     /// the start): its probes attached as at the start (the ends first,
     /// then the call), then its nodes put back.
     pub fn resume_site(&mut self, plan: &Plan, slot: u32) -> Result<()> {
-        self.attach_site(plan, slot, |_| true)?;
+        self.attach_site_probes(plan, slot)?;
+        self.time_site(plan, slot)
+    }
+
+    /// Attaches every probe of site `slot` not attached now (the ends
+    /// first, then the call), its nodes left out: it times nothing until
+    /// [`Tracer::time_site`], so that sites attached together, each
+    /// ended by the next one's call, start timing once all are in.
+    pub fn attach_site_probes(&mut self, plan: &Plan, slot: u32) -> Result<()> {
+        self.attach_site(plan, slot, |_| true)
+    }
+
+    /// Puts the nodes of site `slot`, whose probes are attached, back in
+    /// the map the BPF side finds them in: its calls are timed from now.
+    pub fn time_site(&mut self, plan: &Plan, slot: u32) -> Result<()> {
         for (key, node) in encode::site_nodes(plan)
             .into_iter()
             .filter(|&(key, _)| (key >> 32) as u32 == slot)

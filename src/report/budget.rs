@@ -92,11 +92,11 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
     // moment and action (a drop at depth 2 can take hundreds with it);
     // the JSON report names each.
     let mut under: Vec<(String, u64, usize)> = Vec::new();
+    // Sites shed together by one estimate (a level of 20 leaves, say)
+    // are one line past a few.
+    let mut together: Vec<(String, String, Vec<&ShedSite>)> = Vec::new();
     for s in &n.shed {
-        let what = match s.sampled {
-            Some(share) => format!("sampled {}% of each second", trim(share * 100.0)),
-            None => "dropped".into(),
-        };
+        let what = shed_what(s.sampled);
         let why = match s.why {
             Why::WithParent => {
                 let tenth = (s.at_s * 10.0).round() as u64;
@@ -108,7 +108,26 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
             }
             Why::Estimate(p) => format!("estimated {p:.1}% > {}%", trim(n.max_pct)),
         };
-        writeln!(w, "  {what} at {:.1} s ({why}): {}", s.at_s, s.label())?;
+        match together.last_mut() {
+            Some((w, y, g)) if *w == what && *y == why && g[0].at_s == s.at_s => g.push(s),
+            _ => together.push((what, why, vec![s])),
+        }
+    }
+    for (what, why, g) in together {
+        let at = g[0].at_s;
+        if g.len() <= 3 {
+            for s in g {
+                writeln!(w, "  {what} at {at:.1} s ({why}): {}", s.label())?;
+            }
+            continue;
+        }
+        let names: Vec<&str> = g.iter().map(|s| s.name.as_str()).collect();
+        writeln!(
+            w,
+            "  {what} at {at:.1} s ({why}): {} call sites: {}",
+            g.len(),
+            names.join(", ")
+        )?;
     }
     for (what, tenth, k) in under {
         writeln!(
@@ -118,7 +137,55 @@ pub fn render_text(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
             if k == 1 { "" } else { "s" }
         )?;
     }
+    render_sampled(n, w)?;
     render_late(n, w)
+}
+
+/// How a site was shed: "dropped", or "sampled S% of each second".
+fn shed_what(sampled: Option<f64>) -> String {
+    match sampled {
+        Some(share) => format!("sampled {}% of each second", trim((share * 100.0).round())),
+        None => "dropped".into(),
+    }
+}
+
+/// Where any site was sampled, what became of the shed sites last: how
+/// many are sampled at each share (their counts scaled up by its
+/// inverse) and how many were dropped.
+fn render_sampled(n: &BudgetNote, w: &mut dyn Write) -> io::Result<()> {
+    if n.shed.iter().all(|s| s.sampled.is_none()) {
+        return Ok(());
+    }
+    let mut last: Vec<&ShedSite> = Vec::new();
+    for s in &n.shed {
+        last.retain(|l| (&l.name, &l.site, l.level) != (&s.name, &s.site, s.level));
+        last.push(s);
+    }
+    let mut by: Vec<(String, usize)> = Vec::new();
+    for s in &last {
+        let what = shed_what(s.sampled);
+        match by.iter_mut().find(|(w, _)| *w == what) {
+            Some(b) => b.1 += 1,
+            None => by.push((what, 1)),
+        }
+    }
+    by.sort_by(|a, b| {
+        (a.0 == "dropped")
+            .cmp(&(b.0 == "dropped"))
+            .then(b.0.cmp(&a.0))
+    });
+    let parts: Vec<String> = by
+        .iter()
+        .map(|(what, k)| {
+            let s = if *k == 1 { "" } else { "s" };
+            format!("{k} call site{s} {what}")
+        })
+        .collect();
+    writeln!(
+        w,
+        "  at the end: {} (a sampled site's counts are scaled up by the inverse of its share)",
+        parts.join(", ")
+    )
 }
 
 /// The lines of the sites held back at the start: how many were attached
@@ -257,7 +324,7 @@ mod tests {
         render_text(&n, &mut out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             String::from_utf8_lossy(&out),
-            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n  dropped at 1.0 s with the sites above them: 2 call sites under them\n  timed from 0.3 s on, when an estimate showed room (their counts start then): 1 call site held back at the start\n  not timed: 1 call site held back at the start, never within the budget (--max-overhead 0 times them all)\n"
+            "overhead: ~8.2% of the traced threads' time, estimated (--max-overhead 10%)\n  dropped at 1.0 s (estimated 312.4% > 10%): leaf  budget.c:40\n  sampled 25% of each second at 2.0 s (estimated 12.0% > 10%): mid\n  dropped at 1.0 s with the sites above them: 2 call sites under them\n  at the end: 1 call site sampled 25% of each second, 3 call sites dropped (a sampled site's counts are scaled up by the inverse of its share)\n  timed from 0.3 s on, when an estimate showed room (their counts start then): 1 call site held back at the start\n  not timed: 1 call site held back at the start, never within the budget (--max-overhead 0 times them all)\n"
         );
         assert_eq!(v_late(&n), (Some(0.31), None));
         let v = json_value(&n);
@@ -266,6 +333,35 @@ mod tests {
         assert_eq!(v["shed"][3]["name"], "leaf3");
         assert_eq!(v["shed"][3]["why"], "with_parent");
         assert_eq!(v["max_pct"], 10.0);
+    }
+
+    #[test]
+    fn sites_shed_together_are_one_line_past_three_and_the_end_is_summed_up() {
+        let site = |name: &str, at_s: f64, sampled| ShedSite {
+            name: name.into(),
+            site: Some("b.c:9".into()),
+            level: 2,
+            at_s,
+            why: Why::Estimate(120.0),
+            sampled,
+        };
+        let mut shed: Vec<ShedSite> = (0..4)
+            .map(|k| site(&format!("leaf{k}"), 0.1, Some(0.72)))
+            .collect();
+        shed.extend((0..4).map(|k| site(&format!("leaf{k}"), 2.0, Some(0.5))));
+        shed.push(site("leaf3", 3.0, None));
+        let n = BudgetNote {
+            max_pct: 100.0,
+            estimated_pct: Some(91.9),
+            shed,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        render_text(&n, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "overhead: ~91.9% of the traced threads' time, estimated (--max-overhead 100%)\n  sampled 72% of each second at 0.1 s (estimated 120.0% > 100%): 4 call sites: leaf0, leaf1, leaf2, leaf3\n  sampled 50% of each second at 2.0 s (estimated 120.0% > 100%): 4 call sites: leaf0, leaf1, leaf2, leaf3\n  dropped at 3.0 s (estimated 120.0% > 100%): leaf3  b.c:9\n  at the end: 3 call sites sampled 50% of each second, 1 call site dropped (a sampled site's counts are scaled up by the inverse of its share)\n"
+        );
     }
 
     fn v_late(n: &BudgetNote) -> (Option<f64>, Option<f64>) {

@@ -7,9 +7,16 @@
 //! which includes the time the kernel spends on their breakpoints; with
 //! no process to read, the wall time of one thread). When the estimate
 //! crosses the budget, call sites are shed, the deepest first and then by
-//! price x rate, until the estimate is back within it: their probes are
-//! detached (a flag checked in BPF would leave the breakpoint and its
-//! cost), every other count goes on as before. A traced function's own
+//! price x rate, until the estimate is back within it. A shed site is
+//! sampled where it can be: timed in a share of each second (its probes
+//! attached for that slice, detached for the rest; a flag checked in BPF
+//! would leave the breakpoint and its cost), its counts scaled by its
+//! parent's calls over the run against those while it counted, as `perf` scales a
+//! multiplexed counter; a site whose share would be under [`MIN_SHARE`]
+//! is dropped (not timed from then on). While any site is sampled, the
+//! overhead is estimated once per [`PERIOD`], over the whole period, and
+//! a sampled site's share is at most halved by one estimate. Every other
+//! count goes on as before. A traced function's own
 //! entry and exit are never shed; when they alone exceed the budget, that
 //! is said once and tracing goes on.
 //!
@@ -58,6 +65,24 @@ const ADMIT_AT_ONCE: usize = 16;
 /// How long the probes that end a shed site stay after its call's probe
 /// has gone, so that the calls in flight end as timed.
 const ENDS_LINGER: Duration = Duration::from_millis(100);
+/// A sampled site is timed in the first share of each period of this.
+/// While any site is sampled, the overhead is estimated once per period,
+/// at its start, over the whole period before: a window shorter than a
+/// period holds a slice of the sampled sites or none, and its estimate
+/// swings with that (a window of 0.1 s that saw a whole slice read 922%
+/// where the period cost 300%, and every sampled site was dropped).
+const PERIOD: Duration = Duration::from_secs(1);
+/// What a sampled site costs beyond its share, in shares of the period:
+/// its ends linger [`ENDS_LINGER`] after each slice, and the slice ends at
+/// the run loop's turn after it is over (50 ms at most). Shares are
+/// chosen with this tail; estimates measure the slice and add the linger.
+const SLICE_TAIL: f64 = 0.15;
+/// The ends' linger after each slice, in shares of the period.
+const LINGER_SHARE: f64 = 0.1;
+/// The least share a site is sampled at: the run loop turns every 50 ms,
+/// so a shorter slice would be mostly the loop's rounding. A site the
+/// budget has less room for is dropped.
+const MIN_SHARE: f64 = 0.05;
 
 /// With the budget off (`--max-overhead 0`): a plan of more than
 /// [`MANY_SITES`] call sites is a usage error unless `all_sites`.
@@ -81,6 +106,16 @@ enum Clock {
 }
 
 impl Clock {
+    /// Whether any of the processes is alive (the wall clock: always).
+    fn alive(&self) -> bool {
+        match self {
+            Clock::Procs(pids) => pids
+                .iter()
+                .any(|p| std::path::Path::new(&format!("/proc/{p}")).exists()),
+            Clock::Wall => true,
+        }
+    }
+
     /// Nanoseconds so far (CPU or wall, from `start`).
     fn now_ns(&self, start: Instant, now: Instant) -> Option<u64> {
         match self {
@@ -108,12 +143,34 @@ fn cpu_ns(pid: u32) -> Option<u64> {
 }
 
 /// Whether a call site is timed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum State {
     Timed,
+    /// Timed in the first `share` of each [`PERIOD`]; `on` while its
+    /// probes are attached and its calls counted.
+    Sampled {
+        share: f64,
+        on: bool,
+    },
     Dropped,
     /// Not attached yet: held back at the start ([`HOLD_OVER`]).
     Held,
+}
+
+impl State {
+    /// Whether its calls are counted now.
+    fn counting(self) -> bool {
+        matches!(self, State::Timed | State::Sampled { on: true, .. })
+    }
+
+    /// The share of each period it is timed in (None: dropped or held).
+    fn share(self) -> Option<f64> {
+        match self {
+            State::Timed => Some(1.0),
+            State::Sampled { share, .. } => Some(share),
+            State::Dropped | State::Held => None,
+        }
+    }
 }
 
 /// The budget of one run, and what it shed.
@@ -127,6 +184,11 @@ pub struct Budget {
     /// From one estimate to the next: [`FIRST`], doubled up to [`EVERY`].
     interval: Duration,
     last_ns: Option<u64>,
+    /// When the window of the next estimate began.
+    since: Instant,
+    /// The period whose start began that window, when it did so while
+    /// sites were sampled: an estimate then covers a whole period.
+    window_period: Option<u64>,
     /// Per node id: calls counted since the last tick.
     calls: Vec<u64>,
     /// Over the run: the probes' estimated time, and the threads' time.
@@ -144,6 +206,18 @@ pub struct Budget {
     held: BTreeMap<u32, Vec<LateSite>>,
     /// Attaching a held-back site failed: no more are.
     admit_failed: bool,
+    /// Per call-site node (index into `Plan::sites`), since the last
+    /// report: the calls of its parent while it was timed or sampled
+    /// (enabled), and those while it was counted (running).
+    window: Vec<(u64, u64)>,
+    /// As `window`, since the last estimate.
+    seen: Vec<(u64, u64)>,
+    /// Sampled slots attached since the last read: what was counted
+    /// meanwhile ran while their probes went in, not while they counted.
+    arming: BTreeSet<u32>,
+    /// Per call-site node: its parent's node id, and its slot.
+    parent: Vec<usize>,
+    slot_of: Vec<u32>,
     /// `-v`: each estimate is said.
     pub verbose: bool,
 }
@@ -170,7 +244,9 @@ struct Candidate {
 }
 
 /// The slots to shed for at least `need_ns` of probe time: the deepest
-/// first, then the dearest; slots that cost nothing now are kept.
+/// first, then the dearest, and the rest of the last level taken (each is
+/// sampled at the share the budget leaves them all, rather than a few
+/// dropped); slots that cost nothing now are kept.
 fn choose(mut c: Vec<Candidate>, need_ns: f64) -> Vec<u32> {
     c.retain(|x| x.cost_ns > 0.0);
     c.sort_by(|a, b| {
@@ -181,14 +257,85 @@ fn choose(mut c: Vec<Candidate>, need_ns: f64) -> Vec<u32> {
     });
     let mut got = 0.0;
     let mut out = Vec::new();
+    let mut last_level = None;
     for x in c {
-        if got >= need_ns {
+        if got >= need_ns && last_level != Some(x.level) {
             break;
         }
         got += x.cost_ns;
         out.push(x.slot);
+        last_level = Some(x.level);
     }
     out
+}
+
+/// The share a shed site is sampled at, `share` rounded down to a whole
+/// percent, or None (dropped) under [`MIN_SHARE`].
+fn sample_share(share: f64) -> Option<f64> {
+    let whole = (share * 100.0).floor() / 100.0;
+    (whole >= MIN_SHARE).then_some(whole)
+}
+
+/// The state of a site shed from `was` to be sampled at `share` (None:
+/// dropped). A site attached now stays so until its slice says.
+fn shed_state(was: Option<State>, share: Option<f64>) -> State {
+    match share {
+        Some(share) => State::Sampled {
+            share,
+            on: was.is_some_and(|s| s.counting()),
+        },
+        None => State::Dropped,
+    }
+}
+
+/// `c` scaled by `f` (> 1): counts and times, and the histogram's
+/// buckets so that they still add up to the count.
+fn scale_counts(c: &mut Counts, f: f64) {
+    let s = |v: u64| (v as f64 * f).round() as u64;
+    let whole = c.hist.buckets.iter().sum::<u64>() == c.count;
+    c.count = s(c.count);
+    c.total_ns = s(c.total_ns);
+    c.unwound = s(c.unwound);
+    c.filtered = s(c.filtered);
+    c.overflow = s(c.overflow);
+    c.indirect_tail = s(c.indirect_tail);
+    c.hist_early = s(c.hist_early);
+    c.under = s(c.under);
+    c.arg_filtered = c.arg_filtered.map(s);
+    scale_buckets(&mut c.hist.buckets, f, whole.then_some(c.count));
+    if let Some(cpu) = c.cpu.as_mut() {
+        cpu.oncpu_ns = s(cpu.oncpu_ns);
+        cpu.blocked_ns = s(cpu.blocked_ns);
+        cpu.runq_ns = s(cpu.runq_ns);
+        for h in cpu.hist.iter_mut().flatten() {
+            scale_buckets(h, f, None);
+        }
+    }
+}
+
+/// `buckets` scaled by `f`, to add up to `total` when given: the
+/// remainders go to the buckets that lost the most to rounding down.
+fn scale_buckets(buckets: &mut [u64], f: f64, total: Option<u64>) {
+    let exact: Vec<f64> = buckets.iter().map(|&b| b as f64 * f).collect();
+    let Some(total) = total else {
+        for (b, e) in buckets.iter_mut().zip(&exact) {
+            *b = e.round() as u64;
+        }
+        return;
+    };
+    for (b, e) in buckets.iter_mut().zip(&exact) {
+        *b = e.floor() as u64;
+    }
+    let mut left = total.saturating_sub(buckets.iter().sum());
+    let mut order: Vec<usize> = (0..buckets.len()).filter(|&i| exact[i] > 0.0).collect();
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
+    for i in order.into_iter().cycle().take(left as usize * 2) {
+        if left == 0 {
+            break;
+        }
+        buckets[i] += 1;
+        left -= 1;
+    }
 }
 
 /// The probes' share of the threads' own time, in percent: `probes` of
@@ -259,6 +406,8 @@ impl Budget {
         Budget {
             max_pct,
             last_ns: clock.now_ns(now, now),
+            since: now,
+            window_period: None,
             clock,
             price,
             start: now,
@@ -279,6 +428,11 @@ impl Budget {
             admit_failed: false,
             ends_previous,
             ends_due: Vec::new(),
+            window: vec![(0, 0); plan.sites.len()],
+            arming: BTreeSet::new(),
+            seen: vec![(0, 0); plan.sites.len()],
+            parent: plan.sites.iter().map(|n| n.parent as usize).collect(),
+            slot_of: plan.sites.iter().map(|n| n.slot).collect(),
             note: BudgetNote {
                 max_pct,
                 ..Default::default()
@@ -287,20 +441,43 @@ impl Budget {
         }
     }
 
-    /// Whether the overhead is to be estimated now.
+    /// Whether the counters are to be read now: the overhead is to be
+    /// estimated, or sampled sites go on or off (what was counted before
+    /// is then told apart from what is counted after).
     pub fn due(&self, now: Instant) -> bool {
-        now >= self.next
+        now >= self.next || !self.flips(now).is_empty()
     }
 
     /// The counts of one read.
     pub fn add(&mut self, fresh: &[Counts]) {
+        let calls = |c: &Counts| c.count + c.unwound + c.filtered;
         for (n, c) in self.calls.iter_mut().zip(fresh) {
-            *n += c.count + c.unwound + c.filtered;
+            *n += calls(c);
         }
+        // Each site's state was the same since the last read: reads come
+        // before every change.
+        for (i, (w, e)) in self.window.iter_mut().zip(&mut self.seen).enumerate() {
+            let Some(st) = self.state.get(&self.slot_of[i]) else {
+                continue;
+            };
+            if st.share().is_some() {
+                let n = fresh.get(self.parent[i]).map_or(0, calls);
+                w.0 += n;
+                e.0 += n;
+                if st.counting() && !self.arming.contains(&self.slot_of[i]) {
+                    w.1 += n;
+                    e.1 += n;
+                }
+            }
+        }
+        self.arming.clear();
     }
 
-    /// Each turn: detaches the end probes of sites shed a moment ago.
-    pub fn step(&mut self, now: Instant, tracer: &mut Tracer) {
+    /// Each turn: detaches the end probes of sites shed a moment ago, and
+    /// attaches or detaches the sampled sites whose slice begins or ends.
+    /// True when sites were attached: the counters are to be read again
+    /// at once, so that what ran while their probes went in is told apart.
+    pub fn step(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> bool {
         self.ends_due.retain(|&(at, slot)| {
             let due = now >= at;
             if due {
@@ -308,12 +485,139 @@ impl Budget {
             }
             !due
         });
+        self.toggle(plan, now, tracer);
+        !self.arming.is_empty()
+    }
+
+    /// The sampled sites to attach (true) or detach now: their slice of
+    /// the period has begun or is over. All slices start with the period,
+    /// so a site sampled with the site above it at the same share is
+    /// timed while that one is.
+    fn flips(&self, now: Instant) -> Vec<(u32, bool)> {
+        let p = PERIOD.as_secs_f64();
+        let phase = now.saturating_duration_since(self.start).as_secs_f64() % p / p;
+        self.state
+            .iter()
+            .filter_map(|(&slot, st)| match *st {
+                State::Sampled { share, on } => {
+                    let want = phase < share;
+                    (want != on).then_some((slot, want))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Attaches the sampled sites whose slice of the period has begun and
+    /// detaches those whose slice is over.
+    fn toggle(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) {
+        let flips = self.flips(now);
+        for &(slot, on) in &flips {
+            if let Some(State::Sampled { share, .. }) = self.state.get(&slot).copied() {
+                self.state.insert(slot, State::Sampled { share, on });
+            }
+        }
+        let off: Vec<u32> = flips.iter().filter(|f| !f.1).map(|f| f.0).collect();
+        for &slot in &off {
+            tracer.stop_site(plan, slot);
+        }
+        for slot in off {
+            self.detach(tracer, slot, now);
+        }
+        let on: Vec<u32> = flips.iter().filter(|f| f.1).map(|f| f.0).collect();
+        // A process that has exited takes no probes (libbpf would say so
+        // for each).
+        if !on.is_empty() && !self.clock.alive() {
+            return;
+        }
+        // Every probe first, then the nodes: a site ended by the next
+        // one's call opens no frame before that call's probe is in.
+        let mut ready = Vec::new();
+        for slot in on {
+            // Its ends may still linger from its last slice: they stay.
+            self.ends_due.retain(|&(_, s)| s != slot);
+            match self.attach_probes(plan, tracer, slot) {
+                Ok(()) => ready.push(slot),
+                Err(e) => self.sampling_failed(slot, e),
+            }
+        }
+        for slot in ready {
+            match tracer.time_site(plan, slot) {
+                Ok(()) => {
+                    self.arming.insert(slot);
+                }
+                Err(e) => self.sampling_failed(slot, e),
+            }
+        }
+    }
+
+    /// Sampled `slot` could not be attached again: it is dropped (said
+    /// unless the process has just exited).
+    fn sampling_failed(&mut self, slot: u32, e: anyhow::Error) {
+        if e.downcast_ref::<ProcessGone>().is_none() {
+            eprintln!("tachy: a sampled call site is no longer timed: {e:#}");
+        }
+        self.state.insert(slot, State::Dropped);
+    }
+
+    /// Scales the counts of the call sites sampled since the last report
+    /// by the calls of their parent while they were timed or sampled
+    /// against those while they were counted (as `perf` scales a
+    /// multiplexed counter by time; by time here, a site's slices would
+    /// weigh less than their share, its probes slowing its parent while
+    /// it is attached). The parent's self time, its total less its
+    /// sites', then estimates what it would be with every site timed.
+    /// Starts the next window when `reset` (an interval's report). The
+    /// traced functions' own counts are never scaled.
+    pub fn scale(&mut self, plan: &Plan, counts: &mut [Counts], reset: bool) {
+        let items = plan.items.len();
+        for (i, &(enabled, running)) in self.window.iter().enumerate() {
+            if running >= enabled || running == 0 {
+                continue;
+            }
+            if let Some(c) = counts.get_mut(items + i) {
+                scale_counts(c, enabled as f64 / running as f64);
+            }
+        }
+        if reset {
+            self.window.iter_mut().for_each(|w| *w = (0, 0));
+        }
     }
 
     /// Estimates the overhead since the last estimate and sheds call sites
     /// when it is over the budget; sets when the next estimate is due.
     pub fn tick(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<()> {
+        // Due for sampled sites only.
+        if now < self.next {
+            return Ok(());
+        }
+        if self.any_sampled() {
+            let k = self.period_of(now);
+            // A window that began mid-period (the sites were shed into
+            // sampling then, or the loop ran late) is left unjudged.
+            match self.window_period == Some(k.wrapping_sub(1)) {
+                true => {
+                    self.estimate(plan, now, tracer)?;
+                }
+                false => self.restart(plan, now),
+            }
+            self.window_period = Some(k);
+            self.next = self.start + PERIOD * (k as u32 + 1);
+            // Everything sampled was dropped: estimates as before.
+            if !self.any_sampled() {
+                self.interval = FIRST;
+                self.next = now + FIRST;
+            }
+            return Ok(());
+        }
         let calm = self.estimate(plan, now, tracer)?;
+        if self.any_sampled() {
+            // Sites went into sampling mid-period: the next window starts
+            // with the next period.
+            self.window_period = None;
+            self.next = self.start + PERIOD * (self.period_of(now) as u32 + 1);
+            return Ok(());
+        }
         self.interval = match calm {
             Calm::Yes => (self.interval * 2).min(EVERY),
             // With nothing held back, an idle target has no sites to
@@ -323,6 +627,28 @@ impl Budget {
         };
         self.next = now + self.interval;
         Ok(())
+    }
+
+    /// Whether any site is sampled.
+    fn any_sampled(&self) -> bool {
+        self.state
+            .values()
+            .any(|s| matches!(s, State::Sampled { .. }))
+    }
+
+    /// The sampling period `now` is in, counted from the start.
+    fn period_of(&self, now: Instant) -> u64 {
+        (now.saturating_duration_since(self.start).as_nanos() / PERIOD.as_nanos()) as u64
+    }
+
+    /// Starts the window of the next estimate now, what was counted
+    /// since the last one left unjudged.
+    fn restart(&mut self, plan: &Plan, now: Instant) {
+        self.calls = vec![0; plan.ids() as usize];
+        self.seen = vec![(0, 0); plan.sites.len()];
+        let total = self.clock.now_ns(self.start, now);
+        self.last_ns = total.or(self.last_ns);
+        self.since = now;
     }
 
     /// Whether held-back sites wait for room.
@@ -339,7 +665,33 @@ impl Budget {
             _ => 0.0,
         };
         self.last_ns = total.or(self.last_ns);
-        let cost = |id: usize| calls[id] as f64 * self.price.get(id).copied().unwrap_or(0) as f64;
+        let window = now.saturating_duration_since(self.since);
+        self.since = now;
+        let seen = std::mem::replace(&mut self.seen, vec![(0, 0); plan.sites.len()]);
+        let items = plan.items.len();
+        // A sampled site's calls were counted in its slice of the period
+        // the window is: what they cost, and the linger of its ends after
+        // the slice, hit at the rate of the slice.
+        let per_period = |id: usize| -> f64 {
+            let Some(i) = id.checked_sub(items) else {
+                return 1.0;
+            };
+            match self.state.get(&self.slot_of[i]).copied() {
+                Some(State::Sampled { share, .. }) => match seen[i] {
+                    (0, _) | (_, 0) => 1.0,
+                    (enabled, running) => {
+                        // A slice cut short by a late loop is taken as
+                        // half its share at least.
+                        let part = (running as f64 / enabled as f64).max(share / 2.0);
+                        ((part + LINGER_SHARE) / part).min(1.0 / part)
+                    }
+                },
+                _ => 1.0,
+            }
+        };
+        let cost = |id: usize| {
+            calls[id] as f64 * self.price.get(id).copied().unwrap_or(0) as f64 * per_period(id)
+        };
         let probes: f64 = (0..calls.len()).map(cost).sum();
         if used <= 0.0 {
             return Ok(Calm::Idle);
@@ -360,8 +712,7 @@ impl Budget {
         let items = plan.items.len();
         // Calm: the traced functions ran, their threads were busy for a
         // tenth of the interval at least, and nothing changed.
-        let busy =
-            calls[..items].iter().any(|&n| n > 0) && used >= self.interval.as_nanos() as f64 / 10.0;
+        let busy = calls[..items].iter().any(|&n| n > 0) && used >= window.as_nanos() as f64 / 10.0;
         if pct <= self.max_pct {
             // An estimate of little work says little of the room.
             let admitted = match busy {
@@ -383,17 +734,50 @@ impl Budget {
             );
             self.note.bare_over = Some(p);
         }
-        let candidates = self
+        let candidates: Vec<Candidate> = self
             .nodes
             .iter()
-            .filter(|(s, _)| self.state.get(s) == Some(&State::Timed))
+            .filter(|(s, _)| self.state.get(s).is_some_and(|st| st.share().is_some()))
             .map(|(&slot, ids)| Candidate {
                 slot,
                 level: ids.iter().map(|&i| plan.sites[i].level).max().unwrap_or(0),
                 cost_ns: ids.iter().map(|&i| cost(items + i)).sum(),
             })
             .collect();
-        let shed = choose(candidates, probes - allowed);
+        // Shed to a fifth under the budget: on a busy machine a hit costs
+        // more than its calibrated price (an estimate of 82% was 105% by
+        // the target's own clock, load 7.5 on 2 cores), and one period's
+        // estimate is off the next one's by a tenth.
+        let need = probes - allowed * 0.8;
+        let shed = choose(candidates.clone(), need);
+        let cost_shed: f64 = candidates
+            .iter()
+            .filter(|c| shed.contains(&c.slot))
+            .map(|c| c.cost_ns)
+            .sum();
+        // What the sites shed may still cost: each keeps that part of its
+        // share, or is dropped under the least.
+        let keep = match cost_shed > 0.0 {
+            true => ((cost_shed - need) / cost_shed).clamp(0.0, 1.0),
+            false => 0.0,
+        };
+        // A sampled site costs more than its share: its ends linger after
+        // each slice, and the slice ends at the run loop's next turn.
+        let shed: Vec<(u32, Option<f64>)> = shed
+            .into_iter()
+            .map(|slot| {
+                // A sampled site keeps half its share at least: one
+                // period's estimate can read several times the next one's
+                // (the traced threads get less of a busy machine's CPU in
+                // one, and the work left is a small difference), and a
+                // share once given up never comes back.
+                let (was, keep) = match self.state.get(&slot).copied() {
+                    Some(State::Sampled { share, .. }) => (share + SLICE_TAIL, keep.max(0.5)),
+                    _ => (1.0, keep),
+                };
+                (slot, sample_share(was * keep - SLICE_TAIL))
+            })
+            .collect();
         let t = Instant::now();
         self.shed(plan, tracer, &shed, Why::Estimate(pct), now)?;
         if self.verbose {
@@ -406,68 +790,74 @@ impl Budget {
         Ok(Calm::Changed)
     }
 
-    /// Sheds `slots`, and the slots under them that time nothing without
-    /// them.
+    /// Sheds `slots`: each sampled at the share given (it goes on or off
+    /// with its slice at the next turn) or dropped (None); and the slots
+    /// under them that time nothing while they do not are sampled or
+    /// dropped with them.
     fn shed(
         &mut self,
         plan: &Plan,
         tracer: &mut Tracer,
-        slots: &[u32],
+        slots: &[(u32, Option<f64>)],
         why: Why,
         now: Instant,
     ) -> Result<()> {
         if slots.is_empty() {
             return Ok(());
         }
-        let mut shed: Vec<(u32, Why)> = slots.iter().map(|&s| (s, why)).collect();
-        for &s in slots {
-            self.state.insert(s, State::Dropped);
+        let mut shed: Vec<(u32, Why, Option<f64>)> =
+            slots.iter().map(|&(s, share)| (s, why, share)).collect();
+        for &(s, share) in slots {
+            self.set_shed(s, share);
         }
-        // A slot all of whose nodes are under dropped sites times nothing.
+        // A slot all of whose nodes are under shed sites times nothing
+        // while they do not: dropped with them, or sampled at the largest
+        // share of theirs.
         loop {
-            let orphans: Vec<u32> =
-                self.nodes
-                    .iter()
-                    .filter(|(s, _)| self.state.get(s) == Some(&State::Timed))
-                    .filter(|(_, ids)| {
-                        ids.iter().all(|&i| {
-                            let parent = plan.sites[i].parent as usize;
-                            parent >= plan.items.len()
-                                && plan.sites.get(parent - plan.items.len()).is_some_and(|p| {
-                                    self.state.get(&p.slot) == Some(&State::Dropped)
-                                })
-                        })
-                    })
-                    .map(|(&s, _)| s)
-                    .collect();
+            let items = plan.items.len();
+            let parent_share = |i: usize| -> Option<Option<f64>> {
+                let parent = plan.sites[i].parent as usize;
+                let p = plan.sites.get(parent.checked_sub(items)?)?;
+                match self.state.get(&p.slot).copied() {
+                    Some(State::Dropped) => Some(None),
+                    Some(State::Sampled { share, .. }) => Some(Some(share)),
+                    _ => None,
+                }
+            };
+            let orphans: Vec<(u32, Option<f64>)> = self
+                .nodes
+                .iter()
+                .filter(|(s, _)| self.state.get(s).is_some_and(|st| st.share().is_some()))
+                .filter_map(|(&s, ids)| {
+                    let shares: Option<Vec<Option<f64>>> =
+                        ids.iter().map(|&i| parent_share(i)).collect();
+                    let most = shares?.into_iter().flatten().reduce(f64::max);
+                    let was = self.state.get(&s).and_then(|st| st.share()).unwrap_or(1.0);
+                    match most {
+                        Some(m) if m >= was => None,
+                        _ => Some((s, most)),
+                    }
+                })
+                .collect();
             if orphans.is_empty() {
                 break;
             }
-            for s in orphans {
-                self.state.insert(s, State::Dropped);
-                shed.push((s, Why::WithParent));
+            for (s, share) in orphans {
+                self.set_shed(s, share);
+                shed.push((s, Why::WithParent, share));
             }
         }
         let at_s = now.saturating_duration_since(self.start).as_secs_f64();
-        // Every one stops counting first; detaching takes longer.
-        for &(slot, _) in &shed {
+        // Dropped, each stops counting first; detaching takes longer. A
+        // sampled one goes off at the next turn if its slice is over.
+        let dropped: Vec<u32> = shed.iter().filter(|s| s.2.is_none()).map(|s| s.0).collect();
+        for &slot in &dropped {
             tracer.stop_site(plan, slot);
         }
-        for &(slot, why) in &shed {
-            // Its call still ends the previous site while that is timed.
-            let keep_call = self.ends_previous.contains(&slot)
-                && slot > 0
-                && self.state.get(&(slot - 1)) == Some(&State::Timed);
-            if !keep_call {
-                tracer.detach_site_calls(slot);
-            }
-            // The next slot's call was kept only to end this one.
-            if self.ends_previous.contains(&(slot + 1))
-                && self.state.get(&(slot + 1)) != Some(&State::Timed)
-            {
-                tracer.detach_site_calls(slot + 1);
-            }
-            self.ends_due.push((now + ENDS_LINGER, slot));
+        for &slot in &dropped {
+            self.detach(tracer, slot, now);
+        }
+        for &(slot, why, sampled) in &shed {
             for &i in self.nodes.get(&slot).into_iter().flatten() {
                 let n = &plan.sites[i];
                 self.note.shed.push(ShedSite {
@@ -476,11 +866,34 @@ impl Budget {
                     level: n.level,
                     at_s,
                     why,
-                    sampled: None,
+                    sampled,
                 });
             }
         }
         Ok(())
+    }
+
+    /// Sheds `slot` to be sampled at `share` (None: dropped).
+    fn set_shed(&mut self, slot: u32, share: Option<f64>) {
+        let was = self.state.get(&slot).copied();
+        self.state.insert(slot, shed_state(was, share));
+    }
+
+    /// Detaches the probes of `slot`, which no longer counts: its call at
+    /// once (unless it also ends the site before it, which counts), its
+    /// ends once the calls in flight have ended.
+    fn detach(&mut self, tracer: &mut Tracer, slot: u32, now: Instant) {
+        let counting = |s: u32| self.state.get(&s).is_some_and(|st| st.counting());
+        // Its call still ends the previous site while that is timed.
+        let keep_call = self.ends_previous.contains(&slot) && slot > 0 && counting(slot - 1);
+        if !keep_call {
+            tracer.detach_site_calls(slot);
+        }
+        // The next slot's call was kept only to end this one.
+        if self.ends_previous.contains(&(slot + 1)) && !counting(slot + 1) {
+            tracer.detach_site_calls(slot + 1);
+        }
+        self.ends_due.push((now + ENDS_LINGER, slot));
     }
 
     /// Attaches the held-back sites that the estimate has room for
@@ -504,7 +917,7 @@ impl Budget {
                 || plan
                     .sites
                     .get(parent as usize - items)
-                    .is_some_and(|p| self.state.get(&p.slot) == Some(&State::Timed))
+                    .is_some_and(|p| self.state.get(&p.slot).is_some_and(|s| s.counting()))
         };
         if self.admit_failed {
             return Ok(0);
@@ -572,13 +985,19 @@ impl Budget {
 
     /// Attaches the probes of held-back site `slot` and times it.
     fn attach_late(&mut self, plan: &Plan, tracer: &mut Tracer, slot: u32) -> Result<()> {
-        // Its end is (also) the next slot's call: that goes first.
+        self.attach_probes(plan, tracer, slot)?;
+        tracer.time_site(plan, slot)
+    }
+
+    /// Attaches the probes of site `slot`, and the call of the next slot
+    /// when that ends this one and is not counting (it goes first).
+    fn attach_probes(&mut self, plan: &Plan, tracer: &mut Tracer, slot: u32) -> Result<()> {
         if self.ends_previous.contains(&(slot + 1))
-            && self.state.get(&(slot + 1)) != Some(&State::Timed)
+            && !self.state.get(&(slot + 1)).is_some_and(|s| s.counting())
         {
             tracer.attach_site_calls(plan, slot + 1)?;
         }
-        tracer.resume_site(plan, slot)
+        tracer.attach_site_probes(plan, slot)
     }
 
     /// What the reports say of the budget now.
@@ -596,7 +1015,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_deepest_go_first_then_the_dearest_until_enough() {
+    fn the_deepest_go_first_then_the_dearest_until_enough_then_their_level() {
         let c = |slot, level, cost_ns| Candidate {
             slot,
             level,
@@ -609,11 +1028,24 @@ mod tests {
             c(3, 1, 50.0),
             c(4, 2, 0.0),
         ];
-        assert_eq!(choose(all.clone(), 200.0), vec![2]);
+        // The rest of level 2 goes with the dearest.
+        assert_eq!(choose(all.clone(), 200.0), vec![2, 1]);
         assert_eq!(choose(all.clone(), 305.0), vec![2, 1]);
         // Free sites are never shed, even when the rest is not enough.
         assert_eq!(choose(all.clone(), 5000.0), vec![2, 1, 0, 3]);
         assert_eq!(choose(all, 0.0), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn scaled_buckets_add_up_to_the_scaled_count() {
+        let mut b = vec![3, 0, 5, 1];
+        scale_buckets(&mut b, 1.0 / 0.3, Some(30));
+        assert_eq!(b.iter().sum::<u64>(), 30);
+        assert_eq!(b[1], 0);
+        assert!(b[2] >= 16 && b[2] <= 17, "{b:?}");
+        // Shares are whole percents, none under the least.
+        assert_eq!(sample_share(0.456), Some(0.45));
+        assert_eq!(sample_share(0.049), None);
     }
 
     #[test]

@@ -237,7 +237,10 @@ impl<'p> RunState<'p> {
             if budget && !done {
                 b.tick(plan, now, tracer)?;
             }
-            b.step(now, tracer);
+            // Sampled sites went on: what ran meanwhile is read apart.
+            if b.step(plan, now, tracer) {
+                self.read(tracer, sink)?;
+            }
         }
         sink.tick(plan, now, done)?;
         if interim && !(due || done) {
@@ -388,10 +391,14 @@ impl<'p> RunState<'p> {
         let ids = plan.ids() as usize;
         let who = assemble::contributors(plan, &self.procs, &self.comms);
         let span = now.saturating_duration_since(self.interval_start);
-        let counts = match interval {
+        let mut counts = match interval {
             true => std::mem::replace(&mut self.carry, vec![Counts::default(); ids]),
             false => self.carry.clone(),
         };
+        // Sites sampled by the budget: their counts scaled to the span.
+        if let Some(b) = self.budget.as_mut() {
+            b.scale(plan, &mut counts, interval);
+        }
         if interval {
             self.end.nothing_counted &= counts[..plan.items.len()]
                 .iter()
