@@ -412,6 +412,8 @@ fn plan(exe: &Path) -> Result<Plan> {
                 exit_first: false,
                 ends_with_parent: k == 2,
                 go: false,
+                sp_adjust: 0,
+                inlined: false,
             },
         )?;
         if k < 2 {
@@ -422,6 +424,7 @@ fn plan(exe: &Path) -> Result<Plan> {
                 ProbeKind::SiteEnd {
                     slot: k as u32,
                     sp_adjust: 0,
+                    cond: None,
                     go: false,
                 },
             )?;

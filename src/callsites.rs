@@ -15,6 +15,9 @@ pub enum SiteKind {
     Indirect,
     /// A tail jump: the callee returns for the function.
     Tail,
+    /// An inlined instance of a function: its code, timed from its entry
+    /// to where control leaves it.
+    Inlined,
 }
 
 impl SiteKind {
@@ -24,6 +27,7 @@ impl SiteKind {
             SiteKind::Plt => "plt",
             SiteKind::Indirect => "indirect",
             SiteKind::Tail => "tail",
+            SiteKind::Inlined => "inlined",
         }
     }
 }

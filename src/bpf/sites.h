@@ -15,17 +15,22 @@ struct {
 } site_nodes SEC(".maps");
 
 /* The return of a call site (cookie: its slot, and an SP adjustment when
- * the probe stands after the return address). */
+ * the probe stands after the return address), or the way out of an
+ * inlined instance, taken only when its jump's condition holds. */
 static __always_inline int do_site_end(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 sp = PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32);
 	struct tachy_thread *t;
 
+	if ((cookie & TACHY_SEND_CONDITIONAL) &&
+	    !cond_taken(reg_flags(ctx),
+			(cookie >> TACHY_SEND_COND_SHIFT) & 0xf))
+		return 0;
 	t = current_thread(false);
 	if (!t || !t->depth)
 		return 0;
-	exit_at(t, sp, bpf_ktime_get_ns(), (__u32)cookie, 0);
+	exit_at(t, sp, bpf_ktime_get_ns(), cookie & TACHY_SEND_SLOT_MASK, 0);
 	return 0;
 }
 
@@ -83,16 +88,25 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		     slot);
 		return 0;
 	}
+	/*
+	 * An inlined instance pushes no return address: its key is a few
+	 * bytes below its parent's, off the 8-byte grid of return-address
+	 * slots.
+	 */
+	sp += (__s64)(__s32)(cookie >> 32);
 	pop_abandoned(t, sp, now, true, ANY_ID);
 	node = node_of(slot, top(t));
 	if (!node)
 		return 0;
 	/*
 	 * A site followed only by the function's epilogue ends with it. Its
-	 * clock starts last, as a function's does.
+	 * clock starts last, as a function's does. So does an inlined
+	 * instance still open when its parent ends, or an instance around it
+	 * ends at the same instruction.
 	 */
 	push(t, sp, bpf_ktime_get_ns(), *node,
-	     TACHY_FRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
+	     TACHY_FRAME_SITE | ((cookie & (TACHY_SITE_ENDS_WITH_PARENT |
+					    TACHY_SITE_INLINED))
 					 ? TACHY_FRAME_TAILSITE
 					 : 0),
 	     slot);

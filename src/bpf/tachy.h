@@ -120,15 +120,22 @@
 #define TACHY_MAX_PENDING_HIST 512
 
 /*
- * Site cookie: slot (the probed address's index) in bits 0-28,
- * TACHY_SITE_* flags in bits 29-31. The node a slot times under a parent
- * is in the site_nodes map. Site-end cookie: slot in bits 0-31, signed SP
- * adjustment in bits 32-63.
+ * Site cookie: slot (the probed address's index) in bits 0-27,
+ * TACHY_SITE_* flags in bits 28-31, and for an inlined instance the signed
+ * SP adjustment to its key in bits 32-63. The node a slot times under a
+ * parent is in the site_nodes map. Site-end cookie: slot in bits 0-23, an
+ * x86 condition in bits 24-27 that must hold where TACHY_SEND_CONDITIONAL
+ * is set (the way out of an inlined instance), signed SP adjustment in
+ * bits 32-63.
  */
-#define TACHY_SITE_SLOT_MASK	    0x1fffffffULL
+#define TACHY_SITE_SLOT_MASK	    0x0fffffffULL
+#define TACHY_SITE_INLINED	    0x10000000ULL
 #define TACHY_SITE_ENDS_WITH_PARENT 0x20000000ULL
 #define TACHY_SITE_TAIL		    0x40000000ULL
 #define TACHY_SITE_EXIT_FIRST	    0x80000000ULL
+#define TACHY_SEND_SLOT_MASK	    0x00ffffffULL
+#define TACHY_SEND_COND_SHIFT	    24
+#define TACHY_SEND_CONDITIONAL	    0x10000000ULL
 
 struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */

@@ -18,6 +18,7 @@ use super::{Drill, Imported, ItemKind, Plan, Settings};
 use crate::kernel;
 use crate::resolve::FuncSpec;
 use crate::resolve::{self, Objects, Scope};
+use crate::symbols::elf::inlined::Instance;
 use crate::symbols::{self, demangle, ElfObject, Function, Pattern};
 use crate::target::ObjectRef;
 use crate::usage::UsageError;
@@ -133,7 +134,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             roots.push((r, f, id));
         }
     }
-    add_instances(&mut plan, req, &resolved)?;
+    let inlined_roots = add_instances(&mut plan, req, &resolved)?;
     if let Some(go) = plan.items.iter().find(|i| i.is_go()) {
         if req.tree.is_some() && (s.min_ns.is_some() || s.max_ns.is_some()) {
             return refuse(format!(
@@ -250,6 +251,9 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
         for (r, f, id) in roots {
             plan.add_sites(&r.obj, f, id, &drill)?;
         }
+        for (r, inst, id) in inlined_roots {
+            plan.add_instance_sites(&r.obj, inst, id, &drill)?;
+        }
         plan.check_tree_size(n.depth)?;
     }
     plan.finish();
@@ -272,11 +276,14 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
 /// its entry to where control leaves it; those that cannot be are left out
 /// with a line naming them, as are all under options that read what an
 /// instance does not have (a return value) or that planning cannot locate
-/// yet in one (its parameters, its call sites).
-fn add_instances(plan: &mut Plan, req: &PlanRequest, resolved: &resolve::Resolution) -> Result<()> {
-    let unread = if req.tree.is_some() {
-        Some("tachy nested does not time inlined instances yet")
-    } else if req.filter.is_some() {
+/// yet in one (its parameters). Returns those added, with their ids.
+fn add_instances<'r>(
+    plan: &mut Plan,
+    req: &PlanRequest,
+    resolved: &'r resolve::Resolution,
+) -> Result<Vec<(&'r resolve::Resolved, &'r Instance, u32)>> {
+    let mut added = Vec::new();
+    let unread = if req.filter.is_some() {
         Some("--filter does not read the parameters of inlined instances")
     } else if req.settings.read_ret {
         Some("an inlined instance has no return value of its own to read")
@@ -292,8 +299,9 @@ fn add_instances(plan: &mut Plan, req: &PlanRequest, resolved: &resolve::Resolut
                 ));
                 continue;
             }
-            if let Err(line) = plan.add_inlined(&r.obj, inst, r.source)? {
-                plan.left_out.push(line);
+            match plan.add_inlined(&r.obj, inst, r.source)? {
+                Ok(id) => added.push((r, inst, id)),
+                Err(line) => plan.left_out.push(line),
             }
         }
     }
@@ -302,7 +310,7 @@ fn add_instances(plan: &mut Plan, req: &PlanRequest, resolved: &resolve::Resolut
             return Err(UsageError(format!("nothing to trace: {line}")).into());
         }
     }
-    Ok(())
+    Ok(added)
 }
 
 /// Whether no object of the one process traced (`-p PID`, or the command

@@ -231,10 +231,15 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
         ProbeKind::SiteEnd {
             slot,
             sp_adjust,
+            cond,
             go,
         } => format!(
-            "{}site end <{slot}> sp{sp_adjust:+}",
-            if go { "go " } else { "" }
+            "{}site end <{slot}> sp{sp_adjust:+}{}",
+            if go { "go " } else { "" },
+            cond.map_or(String::new(), |c| format!(
+                " if {}",
+                COND_NAMES[usize::from(c & 15)]
+            ))
         ),
         ProbeKind::Site {
             slot,
@@ -242,10 +247,17 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             exit_first,
             ends_with_parent,
             go,
+            sp_adjust,
+            inlined,
         } => format!(
-            "{}site <{slot}> {}{}{}{}",
+            "{}site <{slot}> {}{}{}{}{}",
             if go { "go " } else { "" },
             nodes(slot),
+            if inlined {
+                format!(" inlined sp{sp_adjust:+}")
+            } else {
+                String::new()
+            },
             if tail { " tail" } else { "" },
             if exit_first { " +exit" } else { "" },
             if ends_with_parent {
@@ -548,6 +560,8 @@ mod tests {
                     exit_first: true,
                     ends_with_parent: true,
                     go: false,
+                    sp_adjust: 0,
+                    inlined: false,
                 },
             ),
             probe(
@@ -555,6 +569,7 @@ mod tests {
                 ProbeKind::SiteEnd {
                     slot: 0,
                     sp_adjust: -8,
+                    cond: None,
                     go: false,
                 },
             ),

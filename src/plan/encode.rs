@@ -14,7 +14,16 @@ pub const ENTRY_ID_MASK: u64 = 0x7fff_ffff;
 pub const ENTRY_TAILING: u64 = 0x8000_0000;
 /// Site cookie: slot (the probed address's index) in bits 0-28
 /// (TACHY_SITE_SLOT_MASK).
-pub const SITE_SLOT_MASK: u64 = 0x1fff_ffff;
+pub const SITE_SLOT_MASK: u64 = 0x0fff_ffff;
+/// Site cookie: the site is an inlined instance (signed SP adjustment in
+/// bits 32-63).
+pub const SITE_INLINED: u64 = 0x1000_0000;
+/// Site-end cookie: slot in bits 0-23, taken only when the x86 condition
+/// in bits 24-27 holds (SITE_END_CONDITIONAL); signed SP adjustment in
+/// bits 32-63.
+pub const SITE_END_SLOT_MASK: u64 = 0x00ff_ffff;
+pub const SITE_END_COND_SHIFT: u32 = 24;
+pub const SITE_END_CONDITIONAL: u64 = 0x1000_0000;
 pub const SITE_ENDS_WITH_PARENT: u64 = 0x2000_0000;
 pub const SITE_TAIL: u64 = 0x4000_0000;
 pub const SITE_EXIT_FIRST: u64 = 0x8000_0000;
@@ -157,9 +166,13 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
             exit_first,
             ends_with_parent,
             go,
+            sp_adjust,
+            inlined,
         } => (
             if go { Program::GoSite } else { Program::Site },
             (u64::from(slot) & SITE_SLOT_MASK)
+                | if inlined { SITE_INLINED } else { 0 }
+                | high(sp_adjust)
                 | if tail { SITE_TAIL } else { 0 }
                 | if exit_first { SITE_EXIT_FIRST } else { 0 }
                 | if ends_with_parent {
@@ -171,6 +184,7 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
         ProbeKind::SiteEnd {
             slot,
             sp_adjust,
+            cond,
             go,
         } => (
             if go {
@@ -178,7 +192,11 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
             } else {
                 Program::SiteEnd
             },
-            u64::from(slot) | high(sp_adjust),
+            (u64::from(slot) & SITE_END_SLOT_MASK)
+                | cond.map_or(0, |c| {
+                    SITE_END_CONDITIONAL | (u64::from(c) & 0x0f) << SITE_END_COND_SHIFT
+                })
+                | high(sp_adjust),
         ),
         ProbeKind::Go {
             id,
@@ -331,7 +349,7 @@ impl LinkGroup {
         for &(offset, cookie) in &self.sites {
             let slot = match self.program {
                 Program::Site | Program::GoSite => cookie & SITE_SLOT_MASK,
-                _ => cookie & 0xffff_ffff,
+                _ => cookie & SITE_END_SLOT_MASK,
             } as u32;
             by.entry(slot).or_default().push((offset, cookie));
         }
@@ -481,6 +499,8 @@ mod tests {
             exit_first: true,
             ends_with_parent: false,
             go: false,
+            sp_adjust: 0,
+            inlined: false,
         });
         assert_eq!(prog, Program::Site);
         assert_eq!(c & SITE_SLOT_MASK, 130);
@@ -495,16 +515,44 @@ mod tests {
             exit_first: false,
             ends_with_parent: true,
             go: false,
+            sp_adjust: 0,
+            inlined: false,
         });
         assert_eq!(c, 1 | SITE_ENDS_WITH_PARENT);
         let (prog, c) = encode(ProbeKind::SiteEnd {
             slot: 9,
             sp_adjust: -16,
+            cond: None,
             go: false,
         });
         assert_eq!(prog, Program::SiteEnd);
         assert_eq!(c, 9 | (u64::from(-16i32 as u32) << 32));
         assert_eq!(site_node_key(7, 2), 7 << 32 | 2);
+        // An inlined instance: keyed off SP, left only under a condition.
+        let (_, c) = encode(ProbeKind::Site {
+            slot: 3,
+            tail: false,
+            exit_first: false,
+            ends_with_parent: false,
+            go: false,
+            sp_adjust: 23,
+            inlined: true,
+        });
+        assert_eq!(c, 3 | SITE_INLINED | 23 << 32);
+        let (_, c) = encode(ProbeKind::SiteEnd {
+            slot: 3,
+            sp_adjust: 7,
+            cond: Some(6),
+            go: false,
+        });
+        assert_eq!(
+            c,
+            3 | SITE_END_CONDITIONAL | 6 << SITE_END_COND_SHIFT | 7 << 32
+        );
+        assert_eq!(
+            SITE_END_SLOT_MASK & (SITE_END_CONDITIONAL | 0x0f << SITE_END_COND_SHIFT),
+            0
+        );
         // Go sites: the same cookies, read by the goroutine programs.
         let (prog, c) = encode(ProbeKind::Site {
             slot: 1,
@@ -512,12 +560,15 @@ mod tests {
             exit_first: true,
             ends_with_parent: true,
             go: true,
+            sp_adjust: 0,
+            inlined: false,
         });
         assert_eq!(prog, Program::GoSite);
         assert_eq!(c, 1 | SITE_EXIT_FIRST | SITE_ENDS_WITH_PARENT);
         let (prog, c) = encode(ProbeKind::SiteEnd {
             slot: 9,
             sp_adjust: 8,
+            cond: None,
             go: true,
         });
         assert_eq!(prog, Program::GoSiteEnd);
@@ -596,6 +647,10 @@ mod tests {
             ("TACHY_SITE_ENDS_WITH_PARENT", SITE_ENDS_WITH_PARENT),
             ("TACHY_SITE_TAIL", SITE_TAIL),
             ("TACHY_SITE_EXIT_FIRST", SITE_EXIT_FIRST),
+            ("TACHY_SITE_INLINED", SITE_INLINED),
+            ("TACHY_SEND_SLOT_MASK", SITE_END_SLOT_MASK),
+            ("TACHY_SEND_COND_SHIFT", SITE_END_COND_SHIFT.into()),
+            ("TACHY_SEND_CONDITIONAL", SITE_END_CONDITIONAL),
             ("TACHY_TAIL_COND_MASK", TAIL_COND_MASK),
             ("TACHY_TAIL_CONDITIONAL", TAIL_CONDITIONAL),
             ("TACHY_TAIL_INDIRECT", TAIL_INDIRECT),
@@ -638,7 +693,12 @@ mod tests {
         }
         // The flags sit above the ids they share a cookie with.
         assert_eq!(ENTRY_ID_MASK & ENTRY_TAILING, 0);
-        for flag in [SITE_ENDS_WITH_PARENT, SITE_TAIL, SITE_EXIT_FIRST] {
+        for flag in [
+            SITE_ENDS_WITH_PARENT,
+            SITE_TAIL,
+            SITE_EXIT_FIRST,
+            SITE_INLINED,
+        ] {
             assert_eq!(flag & SITE_SLOT_MASK, 0);
         }
         assert_eq!(TAIL_COND_MASK & (TAIL_CONDITIONAL | TAIL_INDIRECT), 0);
@@ -751,6 +811,8 @@ mod tests {
             exit_first: false,
             ends_with_parent: false,
             go: false,
+            sp_adjust: 0,
+            inlined: false,
         };
         plan.probes = vec![
             probe(0, 0x10, super::super::RET_EXIT),

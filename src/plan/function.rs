@@ -690,7 +690,7 @@ mod tests {
         .unwrap();
         let _ = choose_entry(&d, &|_| true);
         for b in &d.boundaries {
-            let _ = super::super::sites::site_end(&d, *b, None);
+            let _ = super::super::sites::site_end(&d, *b, None, &|_| false);
         }
     }
 

@@ -71,6 +71,8 @@ pub struct Bounds {
     /// Add to SP at the entry to get the key.
     pub entry_adjust: i32,
     pub exits: Vec<InstanceExit>,
+    /// The instructions that run inside it, its entry first.
+    pub inside: BTreeSet<u64>,
 }
 
 /// The successors of each instruction, and what ends the walk there.
@@ -269,6 +271,7 @@ pub fn bound(
     Ok(Bounds {
         entry_adjust,
         exits: exits.into_iter().collect(),
+        inside,
     })
 }
 
@@ -420,4 +423,199 @@ pub fn instance_name(inst: &Instance, f: &Function) -> String {
         f.display_name(),
         inst.entry - f.addr
     )
+}
+
+/// An inlined instance timed as a call site of `tachy nested`: it opens at
+/// its entry and closes where control leaves it, keyed as `latency` keys
+/// it; the calls and instances inside it are its own sites.
+#[derive(Clone, Debug)]
+pub struct InstanceSite {
+    pub inst: Instance,
+    /// Where it opens: its entry, or the instruction next to it where the
+    /// entry is an address another probe may take (the enclosing
+    /// function's entry, a call).
+    pub entry: u64,
+    pub entry_adjust: i32,
+    /// Where it closes, other than by the enclosing function's return.
+    pub exits: Vec<InstanceExit>,
+    /// Control can leave it by the enclosing function's `ret`: it then
+    /// ends with its parent's frame.
+    pub by_return: bool,
+    /// The instructions that run inside it.
+    pub inside: BTreeSet<u64>,
+}
+
+impl InstanceSite {
+    /// Whether instance `o` runs inside this one.
+    pub fn holds(&self, o: &InstanceSite) -> bool {
+        o.inst.depth > self.inst.depth
+            && (o.inst.entry == self.inst.entry || self.inside.contains(&o.inst.entry))
+    }
+}
+
+/// The predecessors of each instruction of `d`, as `bound` follows control.
+fn preds_of(d: &Decoded) -> HashMap<u64, Vec<u64>> {
+    let mut preds: HashMap<u64, Vec<u64>> = HashMap::new();
+    for i in &d.insns {
+        if let Next::To(ts) = next_of(d, i) {
+            for t in ts {
+                preds.entry(t).or_default().push(i.addr);
+            }
+        }
+    }
+    preds
+}
+
+/// The inlined instances in the decoded function `d`, which starts at
+/// `start`, that can be timed as call sites, in address order; and a line
+/// for each that cannot. Only instances that call out or loop are sites:
+/// straight-line code runs for nanoseconds, less than its probes cost
+/// (C++ inlines dozens of such accessors into a function).
+pub fn instance_sites(
+    obj: &ElfObject,
+    d: &Decoded,
+    start: u64,
+) -> (Vec<InstanceSite>, Vec<(u32, String)>) {
+    let mut out = Vec::new();
+    let mut refused = Vec::new();
+    if d.arch != Arch::X86_64 {
+        return (out, refused);
+    }
+    let pos: HashMap<u64, usize> = d
+        .insns
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (i.addr, k))
+        .collect();
+    let mine: Vec<&Instance> = obj
+        .all_inlined()
+        .iter()
+        .filter(|i| pos.contains_key(&i.entry))
+        .collect();
+    if mine.is_empty() {
+        return (out, refused);
+    }
+    // Addresses other probes may take: the function's entry, its calls.
+    let mut busy: BTreeSet<u64> = d.calls.iter().map(|c| c.addr).collect();
+    busy.extend(d.tails.iter().map(|t| t.addr));
+    busy.insert(start);
+    let preds = preds_of(d);
+    let at = |a: u64| format!("+{:#x}", a.wrapping_sub(start));
+    for inst in mine {
+        let name = format!(
+            "{} inlined at {} ({})",
+            inst.name,
+            inst.call,
+            at(inst.entry)
+        );
+        let mut b = match bound(d, start, inst.entry, &inst.ranges, inst.depth) {
+            Ok(b) => b,
+            Err(why) => {
+                refused.push((inst.depth, format!("{name}: {why}")));
+                continue;
+            }
+        };
+        let loops = d.insns.iter().any(|i| {
+            b.inside.contains(&i.addr)
+                && i.jump
+                    .is_some_and(|(t, _)| t <= i.addr && b.inside.contains(&t))
+        });
+        if !loops && !d.calls.iter().any(|c| b.inside.contains(&c.addr)) {
+            continue;
+        }
+        let Some(entry) = open_at(d, &pos, &preds, &mut b, inst.entry, inst.depth, &busy) else {
+            refused.push((
+                inst.depth,
+                format!(
+                    "{name}: its entry is a call or the function's entry, \
+                     with no instruction next to it to open at"
+                ),
+            ));
+            continue;
+        };
+        let by_return = b.exits.iter().any(|x| d.rets.contains(&x.addr));
+        let exits: Vec<InstanceExit> = b
+            .exits
+            .iter()
+            .copied()
+            .filter(|x| !d.rets.contains(&x.addr))
+            .collect();
+        if let Some(x) = exits.iter().find(|x| busy.contains(&x.addr)) {
+            refused.push((
+                inst.depth,
+                format!("{name}: its exit {} is a call site", at(x.addr)),
+            ));
+            continue;
+        }
+        out.push(InstanceSite {
+            inst: inst.clone(),
+            entry,
+            entry_adjust: b.entry_adjust,
+            exits,
+            by_return,
+            inside: b.inside,
+        });
+    }
+    (out, refused)
+}
+
+/// Where an instance bounded by `b` opens: at its entry, unless another
+/// probe may take that address (`busy`); then at the instruction after
+/// it, if only the entry leads there, or the one before it, if it only
+/// leads to the entry and nothing else does. `b` follows the move.
+fn open_at(
+    d: &Decoded,
+    pos: &HashMap<u64, usize>,
+    preds: &HashMap<u64, Vec<u64>>,
+    b: &mut Bounds,
+    entry: u64,
+    depth: u32,
+    busy: &BTreeSet<u64>,
+) -> Option<u64> {
+    if !busy.contains(&entry) {
+        return Some(entry);
+    }
+    let key = |a: u64| {
+        d.depths
+            .get(&a)
+            .copied()
+            .flatten()
+            .map(|sp| sp - depth as i32)
+    };
+    let straight = |i: &crate::disasm::InsnInfo| !i.is_call && i.jump.is_none() && i.falls_through;
+    let only_from = |a: u64, p: u64| preds.get(&a).is_some_and(|v| v.as_slice() == [p]);
+    let k = pos[&entry];
+    let i = &d.insns[k];
+    let next = entry + u64::from(i.len);
+    let is_exit = |a: u64| b.exits.iter().any(|x| x.addr == a);
+    if straight(i)
+        && !is_exit(entry)
+        && b.inside.contains(&next)
+        && only_from(next, entry)
+        && !busy.contains(&next)
+        && pos.get(&next).is_some_and(|&n| d.insns[n].probeable)
+    {
+        if let Some(adj) = key(next) {
+            b.inside.remove(&entry);
+            b.entry_adjust = adj;
+            return Some(next);
+        }
+    }
+    let p = d.insns.get(k.checked_sub(1)?)?;
+    let reached_from_inside = preds
+        .get(&p.addr)
+        .is_some_and(|v| v.iter().any(|a| b.inside.contains(a)));
+    if p.addr + u64::from(p.len) == entry
+        && straight(p)
+        && p.probeable
+        && only_from(entry, p.addr)
+        && !busy.contains(&p.addr)
+        && !reached_from_inside
+    {
+        let adj = key(p.addr)?;
+        b.inside.insert(p.addr);
+        b.entry_adjust = adj;
+        return Some(p.addr);
+    }
+    None
 }

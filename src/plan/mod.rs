@@ -76,17 +76,27 @@ pub enum ProbeKind {
     /// `ends_with_parent`: only the function's epilogue follows the call,
     /// so the site ends when its parent does (one single-step saved).
     /// `go`: the site is in Go code, timed in the goroutine's frames.
+    /// `inlined`: the site is an inlined instance, whose frame is keyed
+    /// by SP plus `sp_adjust` and ends with its parent's if still open.
     Site {
         slot: u32,
         tail: bool,
         exit_first: bool,
         ends_with_parent: bool,
         go: bool,
+        sp_adjust: i32,
+        inlined: bool,
     },
     /// The return of the site of `slot`: closes its frame only, keyed by SP
     /// plus `sp_adjust` (the probe may stand a few instructions after the
-    /// return address, where the kernel can probe).
-    SiteEnd { slot: u32, sp_adjust: i32, go: bool },
+    /// return address, where the kernel can probe), taken only when the x86
+    /// condition `cond` holds (the way out of an inlined instance).
+    SiteEnd {
+        slot: u32,
+        sp_adjust: i32,
+        cond: Option<u8>,
+        go: bool,
+    },
     /// A probe of a Go function (`id`), whose frames are kept per
     /// goroutine; SP plus `sp_adjust` is SP at the function's entry.
     Go {
@@ -685,6 +695,7 @@ mod tests {
                     ProbeKind::SiteEnd {
                         slot: 0,
                         sp_adjust: 0,
+                        cond: None,
                         go: false,
                     },
                 ),

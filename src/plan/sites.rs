@@ -6,6 +6,9 @@ use std::rc::Rc;
 
 use anyhow::{bail, Result};
 
+use std::collections::{BTreeSet, HashMap};
+
+use super::inlined::{self, InstanceSite};
 use super::{unwind, Plan, ProbeKind, MAX_NODES};
 use crate::callsites::{self, Site, SiteKind};
 use crate::disasm::{Decoded, ProbeCost, ProbePoint};
@@ -68,6 +71,36 @@ impl Plan {
         self.add_sites_of(obj, &decoded, root, 1, &mut walk)
     }
 
+    /// Adds the call sites of the decoded function under node `parent`,
+    /// its inlined instances among them.
+    /// Adds the call sites inside inlined instance `inst` of `obj`, traced
+    /// as `root` (already added): its calls and the instances inside it.
+    pub fn add_instance_sites(
+        &mut self,
+        obj: &Rc<ElfObject>,
+        inst: &crate::symbols::elf::inlined::Instance,
+        root: u32,
+        drill: &Drill<'_>,
+    ) -> Result<()> {
+        let Some(f) = obj.symbols()?.function_containing(inst.entry) else {
+            return Ok(());
+        };
+        let decoded = super::decode_function(obj, &f)?;
+        let (inl, _) = inlined::instance_sites(obj, &decoded, f.addr);
+        let Some(k) = inl
+            .iter()
+            .position(|x| x.inst.entry == inst.entry && x.inst.name == inst.name)
+        else {
+            return Ok(());
+        };
+        let mut walk = Walk {
+            drill,
+            go: false,
+            path: vec![(self.object_index(obj), f.addr)],
+        };
+        self.add_scope(obj, &decoded, &inl, Some(k), root, 1, &mut walk)
+    }
+
     fn add_sites_of(
         &mut self,
         obj: &Rc<ElfObject>,
@@ -76,19 +109,127 @@ impl Plan {
         level: u32,
         walk: &mut Walk<'_, '_>,
     ) -> Result<()> {
+        let start = decoded.first.as_ref().map_or(0, |i| i.addr);
+        let (inl, refused) = if walk.go {
+            (Vec::new(), Vec::new())
+        } else {
+            inlined::instance_sites(obj, decoded, start)
+        };
+        // Those the tree would hold, had they been bounded.
+        for (depth, line) in refused {
+            if level + depth <= walk.drill.depth + 1 {
+                self.left_out
+                    .push(format!("the inlined instance of {line}"));
+            }
+        }
+        self.add_scope(obj, decoded, &inl, None, parent, level, walk)
+    }
+
+    /// Adds the sites of one scope of a decoded function under `parent`:
+    /// the whole function (`within` None), or its inlined instance
+    /// `inl[within]`. A scope's sites are its calls and the instances
+    /// straight inside it; the calls inside those are theirs.
+    #[allow(clippy::too_many_arguments)]
+    fn add_scope(
+        &mut self,
+        obj: &Rc<ElfObject>,
+        decoded: &Decoded,
+        inl: &[InstanceSite],
+        within: Option<usize>,
+        parent: u32,
+        level: u32,
+        walk: &mut Walk<'_, '_>,
+    ) -> Result<()> {
         let object = self.object_index(obj);
         let (drill, go) = (walk.drill, walk.go);
+        let scope = within.map(|w| &inl[w]);
+        let held: Vec<usize> = (0..inl.len())
+            .filter(|&k| Some(k) != within && scope.map_or(true, |s| s.holds(&inl[k])))
+            .collect();
+        let mut direct: Vec<usize> = held
+            .iter()
+            .copied()
+            .filter(|&k| !held.iter().any(|&j| j != k && inl[j].holds(&inl[k])))
+            .collect();
+        // Probes of one address run in an order the kernel does not
+        // promise: an instance whose entry or exit stands where another
+        // probe does is left out (a nested instance may close where the
+        // one around it does: it then ends with it).
+        let mut claimed: BTreeSet<u64> = BTreeSet::new();
+        let mut ends: BTreeSet<u64> = BTreeSet::new();
+        direct.retain(|&k| {
+            let x = &inl[k];
+            let taken = |a: u64, exit: bool| {
+                claimed.contains(&a)
+                    || self.probes.iter().any(|p| {
+                        p.object == object
+                            && p.vaddr == a
+                            && !(exit && matches!(p.kind, ProbeKind::SiteEnd { cond: _, .. }) && self.inlined_end(p.kind))
+                    })
+            };
+            let outside = scope.is_some_and(|s| !s.inside.contains(&x.entry));
+            let clash = outside
+                || taken(x.entry, false)
+                || ends.contains(&x.entry)
+                || x.exits.iter().any(|e| taken(e.addr, true));
+            if clash {
+                self.left_out.push(format!(
+                    "the inlined instance of {} inlined at {}: its entry or an exit stands where another probe does",
+                    x.inst.name, x.inst.call
+                ));
+                return false;
+            }
+            claimed.insert(x.entry);
+            ends.extend(x.exits.iter().map(|e| e.addr));
+            true
+        });
+        let in_scope = |a: u64| {
+            scope.map_or(true, |s| s.inside.contains(&a))
+                && !held.iter().any(|&k| inl[k].inside.contains(&a))
+        };
+        // Inside an instance, a call where a traced item's probe stands
+        // (the instance's own entry) would open before its parent does.
+        let items_probe = |a: u64| {
+            within.is_some()
+                && self.probes.iter().any(|p| {
+                    p.object == object
+                        && p.vaddr == a
+                        && matches!(p.kind, ProbeKind::Entry { .. } | ProbeKind::Exit { .. })
+                })
+        };
         // Siblings get consecutive ids and slots, in address order, before
         // any is expanded: a site whose call is its previous sibling's
         // return address closes slot - 1 first.
-        let sites: Vec<Site> = callsites::sites(decoded, obj)
+        let mut sites: Vec<Site> = callsites::sites(decoded, obj)
             .into_iter()
+            .filter(|site| in_scope(site.addr) && !items_probe(site.addr))
             // A tail jump to unknown code ends the traced call where it
             // jumps (see add_function): nothing to time after it.
             .filter(|site| !(site.kind == SiteKind::Tail && site.callee.is_none()))
             // Go: the prologue's call to morestack, and the jump back to
             // the entry after it, are not calls of the function's body.
             .filter(|site| !(go && super::golang::prologue_site(site)))
+            .collect();
+        let mut instance_of: HashMap<u64, usize> = HashMap::new();
+        for &k in &direct {
+            let x = &inl[k];
+            instance_of.insert(x.entry, k);
+            sites.push(Site {
+                addr: x.entry,
+                ret: None,
+                kind: SiteKind::Inlined,
+                callee: None,
+                callee_raw: None,
+                name: format!("{} [inlined]", x.inst.name),
+                location: Some(x.inst.call.clone()),
+            });
+        }
+        let body = decoded.first.as_ref().map_or(0, |f| f.addr);
+        sites.sort_by_key(|s| (!(s.addr >= body && s.addr < decoded.body_end), s.addr));
+        // Call ends stay off the instances' probes.
+        let reserved: BTreeSet<u64> = inl
+            .iter()
+            .flat_map(|x| std::iter::once(x.entry).chain(x.exits.iter().map(|e| e.addr)))
             .collect();
         // A call the kernel refuses to probe (`data16 call __tls_get_addr`)
         // is left out, with a line saying so.
@@ -144,6 +285,10 @@ impl Plan {
                 continue;
             }
             self.slots.push((object, site.addr));
+            if let Some(&w) = instance_of.get(&site.addr) {
+                self.add_instance_probes(obj, object, &inl[w], slot)?;
+                continue;
+            }
             let tail = site.kind == SiteKind::Tail;
             let exit_first = std::mem::take(&mut merge_prev);
             let mut ends_with_parent = false;
@@ -157,7 +302,7 @@ impl Plan {
                 };
                 if !never {
                     let next_call = sites.get(k + 1).filter(|n| n.ret.is_some()).map(|n| n.addr);
-                    match site_end(decoded, ret, next_call) {
+                    match site_end(decoded, ret, next_call, &|a| reserved.contains(&a)) {
                         SiteEnd::NextCall => merge_prev = true,
                         SiteEnd::WithParent => ends_with_parent = true,
                         SiteEnd::At(p) => {
@@ -169,6 +314,7 @@ impl Plan {
                                 ProbeKind::SiteEnd {
                                     slot,
                                     sp_adjust: p.sp_adjust,
+                                    cond: None,
                                     go,
                                 },
                             )?
@@ -187,6 +333,8 @@ impl Plan {
                     exit_first,
                     ends_with_parent,
                     go,
+                    sp_adjust: 0,
+                    inlined: false,
                 },
             )?;
         }
@@ -195,6 +343,12 @@ impl Plan {
             let wanted =
                 level < drill.depth || site.callee_raw.as_deref().is_some_and(drill.expand);
             if !wanted {
+                continue;
+            }
+            // An instance's sites are in the code already decoded.
+            if let Some(&w) = instance_of.get(&site.addr) {
+                self.sites[id as usize - self.items.len()].expanded = true;
+                self.add_scope(obj, decoded, inl, Some(w), id, level + 1, walk)?;
                 continue;
             }
             // The callee: a function of this object, or, through the PLT,
@@ -227,6 +381,60 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// The probes of inlined instance `x` as the site of `slot`: where it
+    /// opens and each way out other than its function's return.
+    fn add_instance_probes(
+        &mut self,
+        obj: &ElfObject,
+        object: usize,
+        x: &InstanceSite,
+        slot: u32,
+    ) -> Result<()> {
+        let mut cost = None;
+        for e in &x.exits {
+            self.push(
+                obj,
+                object,
+                e.addr,
+                ProbeKind::SiteEnd {
+                    slot,
+                    sp_adjust: e.sp_adjust,
+                    cond: e.cond,
+                    go: false,
+                },
+            )?;
+            let c = self.probes.last().map(|p| p.cost);
+            cost = cost.max(c);
+        }
+        if let Some(c) = cost {
+            self.slot_ends.insert(slot, c);
+        }
+        self.push(
+            obj,
+            object,
+            x.entry,
+            ProbeKind::Site {
+                slot,
+                tail: false,
+                exit_first: false,
+                ends_with_parent: x.exits.is_empty(),
+                go: false,
+                sp_adjust: x.entry_adjust,
+                inlined: true,
+            },
+        )
+    }
+
+    /// Whether `kind` is the end of an inlined instance's site.
+    fn inlined_end(&self, kind: ProbeKind) -> bool {
+        let ProbeKind::SiteEnd { slot, .. } = kind else {
+            return false;
+        };
+        self.sites
+            .iter()
+            .any(|n| n.slot == slot && n.site.kind == SiteKind::Inlined)
     }
 
     /// Site node `id` is broken down into the sites of `g`, of `gobj`. An
@@ -300,10 +508,23 @@ impl Plan {
 /// the straight-line code after the call (the kernel emulates `push`,
 /// `nop`, branches and calls, and single-steps the rest). That may be the
 /// next site's call, which then ends this site before it opens its own, if
-/// SP there is SP at the return.
-pub(super) fn site_end(d: &Decoded, ret: u64, next_call: Option<u64>) -> SiteEnd {
+/// SP there is SP at the return. The end stays before any address `stop`
+/// names (an inlined instance's entry or exit); a call that returns right
+/// onto one (the way out of the instance around it) ends with that.
+pub(super) fn site_end(
+    d: &Decoded,
+    ret: u64,
+    next_call: Option<u64>,
+    stop: &dyn Fn(u64) -> bool,
+) -> SiteEnd {
     let usable = |p: &&ProbePoint| !p.is_call || (Some(p.addr) == next_call && p.sp_adjust == 0);
-    let points = d.probe_points_from(ret);
+    let mut points = d.probe_points_from(ret);
+    if let Some(k) = points.iter().position(|p| stop(p.addr)) {
+        if k == 0 && points[0].addr == ret {
+            return SiteEnd::WithParent;
+        }
+        points.truncate(k);
+    }
     if let Some(p) = points
         .iter()
         .filter(usable)
@@ -417,7 +638,7 @@ mod tests {
             bytes: &code,
         }])
         .unwrap();
-        match site_end(&d, 0x1005, None) {
+        match site_end(&d, 0x1005, None, &|_| false) {
             SiteEnd::At(p) => assert_eq!((p.addr, p.sp_adjust), (0x1011, 0)),
             other => panic!("{other:?}"),
         }
@@ -435,13 +656,13 @@ mod tests {
             bytes: &code,
         }])
         .unwrap();
-        let at = |a| match site_end(&d, a, None) {
+        let at = |a| match site_end(&d, a, None, &|_| false) {
             SiteEnd::At(p) => Some((p.addr, p.sp_adjust)),
             _ => None,
         };
         assert_eq!(at(0x1005), Some((0x100e, 0)));
         assert_eq!(at(0x100e), Some((0x100e, 0)));
         // Only the `ret` follows: the site ends with the function.
-        assert_eq!(site_end(&d, 0x100f, None), SiteEnd::WithParent);
+        assert_eq!(site_end(&d, 0x100f, None, &|_| false), SiteEnd::WithParent);
     }
 }

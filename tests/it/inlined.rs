@@ -213,3 +213,139 @@ fn list_shows_each_instance() {
         .unwrap_or_else(|_| panic!("missing golden file {}", path.display()));
     assert_eq!(got, want, "list differs; TACHY_BLESS=1 rewrites it");
 }
+
+/// The line of inlined.c where `needle` starts.
+fn line_of(needle: &str) -> usize {
+    let src = std::fs::read_to_string(common::fixtures_src_dir().join("inlined.c")).unwrap();
+    let at = src.find(needle).expect("the fixture has the line");
+    src[..at].lines().count() + 1
+}
+
+/// Each node of a `tachy nested` tree: its own time and its children's add
+/// up to its total, exactly.
+fn check_sums(node: &serde_json::Value) {
+    use common::node::{children, name};
+    let kids: u64 = children(node).iter().map(|c| num(c, "total_ns")).sum();
+    assert!(
+        kids <= num(node, "total_ns"),
+        "{} over its total: {node:#}",
+        name(node)
+    );
+    assert_eq!(
+        num(node, "self_ns") + kids,
+        num(node, "total_ns"),
+        "{node:#}"
+    );
+    children(node).iter().for_each(check_sums);
+}
+
+/// `tachy nested caller_a`: work's instance in caller_a is a site of its
+/// own, `work [inlined]` at the line it was inlined at, beside the
+/// out-of-line call to pause_us: counted as the fixture called it, timed
+/// within 20% of the fixture's own clock.
+fn nested_site(fixture: &str) {
+    use common::node::{children, name};
+    let out = run_fixture(
+        "nested",
+        &["--json", "caller_a"],
+        fixture,
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let text = out.fixture_text();
+    let root = &rep["roots"][0];
+    assert_eq!(name(root), "caller_a", "{out}");
+    assert_eq!(num(root, "count"), ROUNDS, "{out}");
+    let kids = children(root);
+    let names: Vec<&str> = kids.iter().map(name).collect();
+    assert_eq!(names, ["work [inlined]", "pause_us"], "{out}");
+    let work = &kids[0];
+    assert_eq!(work["kind"], "inlined", "{out}");
+    let line = line_of("    work(SPIN_US);\n    pause_us");
+    assert_eq!(work["site"], format!("inlined.c:{line}"), "{out}");
+    assert_eq!(
+        num(work, "count"),
+        common::counts(&text)["caller_a"],
+        "{out}"
+    );
+    assert_eq!(num(work, "unwound"), 0, "{out}");
+    assert_eq!(num(&kids[1], "count"), ROUNDS, "{out}");
+    let own = common::tagged(&text, "ns")["caller_a"] as f64;
+    let got = num(work, "total_ns") as f64;
+    assert!(
+        (got - own).abs() <= 0.2 * own,
+        "tachy timed {got} ns, the fixture {own} ns\n{out}"
+    );
+    check_sums(root);
+}
+
+#[test]
+fn nested_times_an_instance_as_a_site_at_o2() {
+    let _g = common::needs_root!();
+    nested_site("inlined_o2");
+}
+
+#[test]
+fn nested_times_an_instance_as_a_site_at_o3_unrolled() {
+    let _g = common::needs_root!();
+    nested_site("inlined_o3");
+}
+
+/// `--depth 2`: the calls inside work's instance (now_ns, itself inlined,
+/// and what it calls) are the instance's sites, not caller_a's; every
+/// node's children and its own time add up to it.
+#[test]
+fn nested_depth_2_breaks_an_instance_down() {
+    let _g = common::needs_root!();
+    use common::node::{children, name};
+    let out = run_fixture(
+        "nested",
+        &["--json", "--depth", "2", "caller_a"],
+        "inlined_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let root = &rep["roots"][0];
+    let kids = children(root);
+    let names: Vec<&str> = kids.iter().map(name).collect();
+    assert_eq!(names, ["work [inlined]", "pause_us"], "{out}");
+    assert_eq!(num(&kids[0], "count"), ROUNDS, "{out}");
+    assert_eq!(num(&kids[1], "count"), ROUNDS, "{out}");
+    let inner = children(&kids[0]);
+    assert!(!inner.is_empty(), "{out}");
+    // The spin calls now_ns at least twice a call: once for its start,
+    // then until 300 us have passed.
+    let calls: u64 = inner.iter().map(|k| num(k, "count")).sum();
+    assert!(calls >= 2 * ROUNDS, "{out}");
+    for k in inner {
+        assert_eq!(name(k), "now_ns [inlined]", "{out}");
+        assert_eq!(num(k, "unwound"), 0, "{out}");
+    }
+    check_sums(root);
+}
+
+/// `tachy nested work`: the instances are work's calls at the root, as
+/// `latency` times them, each broken down into its own sites.
+#[test]
+fn nested_roots_are_the_instances() {
+    let _g = common::needs_root!();
+    use common::node::name;
+    let out = run_fixture(
+        "nested",
+        &["--json", "work"],
+        "inlined_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let text = out.fixture_text();
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for r in rep["roots"].as_array().unwrap() {
+        *calls.entry(way(name(r))).or_default() += num(r, "count");
+        assert_eq!(num(r, "unwound"), 0, "{out}");
+        check_sums(r);
+    }
+    assert_eq!(calls, common::counts(&text), "{out}");
+}

@@ -356,7 +356,7 @@ fn check_tree(node: &Value, within: bool, deep: bool) {
         assert!(
             matches!(
                 node["kind"].as_str(),
-                Some("call" | "plt" | "indirect" | "tail")
+                Some("call" | "plt" | "indirect" | "tail" | "inlined")
             ),
             "bad kind: {node:#}"
         );
@@ -1631,7 +1631,11 @@ fn sites_inlined_from_headers_are_placed_in_the_traced_function() {
         .lines()
         .filter(|l| l.contains(" per call "))
         .collect();
-    assert_eq!(rows.len(), sites.len(), "{out}");
+    // Every call site is a row, but those inside an inlined instance
+    // (itself a row), which are its sites at the next level.
+    let instances = rows.iter().filter(|l| l.contains(" [inlined] ")).count();
+    assert!(instances > 0, "{out}");
+    assert!(rows.len() - instances <= sites.len(), "{out}");
     let row = rows
         .iter()
         .find(|l| l.contains("  nanosleep@plt  "))

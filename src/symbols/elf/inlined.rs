@@ -36,7 +36,16 @@ pub struct Instance {
 /// The inlined instances of the functions `pat` names, by entry address;
 /// empty where the object has no DWARF.
 pub fn instances(data: &ReadCache<File>, pat: &Pattern) -> Vec<Instance> {
-    with_dwarf(data, |dwarf| Some(instances_in(dwarf, pat))).unwrap_or_default()
+    with_dwarf(data, |dwarf| {
+        Some(instances_in(dwarf, &|n: &Names| pat.matches(&n.stem, n)))
+    })
+    .unwrap_or_default()
+}
+
+/// Every inlined instance of the object, whatever its function, by entry
+/// address; empty where the object has no DWARF.
+pub fn all_instances(data: &ReadCache<File>) -> Vec<Instance> {
+    with_dwarf(data, |dwarf| Some(instances_in(dwarf, &|_: &Names| true))).unwrap_or_default()
 }
 
 /// An inlined instance as read, before its origin is named.
@@ -48,7 +57,7 @@ struct Raw {
     call: String,
 }
 
-fn instances_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Vec<Instance> {
+fn instances_in(dwarf: &gimli::Dwarf<R<'_>>, wanted: &dyn Fn(&Names) -> bool) -> Vec<Instance> {
     // Names of subprogram DIEs by section offset, and the instances; an
     // origin may come after its instances (or in another unit), so they
     // are matched at the end.
@@ -161,7 +170,7 @@ fn instances_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Vec<Instance> {
         .into_iter()
         .filter_map(|r| {
             let n = named(r.origin)?;
-            if !pat.matches(&n.stem, n) {
+            if !wanted(n) {
                 return None;
             }
             let entry = r.entry.or_else(|| r.ranges.first().map(|x| x.0))?;

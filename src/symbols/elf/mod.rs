@@ -105,6 +105,8 @@ pub struct ElfObject {
     /// created on first use. The type is the planner's; this module only
     /// holds it, so that it lives as long as the object.
     memo: OnceCell<Box<dyn std::any::Any>>,
+    /// Every inlined instance DWARF lists, read once, when first needed.
+    inlined: OnceCell<Vec<inlined::Instance>>,
     /// Where a debug file was looked for (see `debug_hint`), said once:
     /// every function planned from `.dynsym` repeats it.
     debug_hint: OnceCell<Option<String>>,
@@ -196,6 +198,7 @@ impl ElfObject {
             go: OnceCell::new(),
             go_layout: OnceCell::new(),
             memo: OnceCell::new(),
+            inlined: OnceCell::new(),
             debug_hint: OnceCell::new(),
         })
     }
@@ -386,6 +389,13 @@ impl ElfObject {
     /// answers on first use, and the answer is kept.
     pub fn unwinds(&self, decide: impl FnOnce(&ElfObject) -> bool) -> bool {
         *self.unwinds.get_or_init(|| decide(self))
+    }
+
+    /// Every inlined instance of a function in this object, by entry
+    /// address (read from DWARF on first use).
+    pub fn all_inlined(&self) -> &[inlined::Instance] {
+        self.inlined
+            .get_or_init(|| inlined::all_instances(self.dwarf_data()))
     }
 
     /// The planner's memo of this object (see the field), made on first
