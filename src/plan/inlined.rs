@@ -467,19 +467,15 @@ fn preds_of(d: &Decoded) -> HashMap<u64, Vec<u64>> {
 }
 
 /// The inlined instances in the decoded function `d`, which starts at
-/// `start`, that can be timed as call sites, in address order; and a line
-/// for each that cannot. Only instances that call out or loop are sites:
-/// straight-line code runs for nanoseconds, less than its probes cost
-/// (C++ inlines dozens of such accessors into a function).
-pub fn instance_sites(
-    obj: &ElfObject,
-    d: &Decoded,
-    start: u64,
-) -> (Vec<InstanceSite>, Vec<(u32, String)>) {
+/// `start`, that can be timed as call sites, in address order (the calls
+/// of the others are sites of the code around them). Only instances that
+/// call out or loop are sites: straight-line code runs for nanoseconds,
+/// less than its probes cost (C++ inlines dozens of such accessors into a
+/// function).
+pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceSite> {
     let mut out = Vec::new();
-    let mut refused = Vec::new();
     if d.arch != Arch::X86_64 {
-        return (out, refused);
+        return out;
     }
     let pos: HashMap<u64, usize> = d
         .insns
@@ -493,27 +489,16 @@ pub fn instance_sites(
         .filter(|i| pos.contains_key(&i.entry))
         .collect();
     if mine.is_empty() {
-        return (out, refused);
+        return out;
     }
     // Addresses other probes may take: the function's entry, its calls.
     let mut busy: BTreeSet<u64> = d.calls.iter().map(|c| c.addr).collect();
     busy.extend(d.tails.iter().map(|t| t.addr));
     busy.insert(start);
     let preds = preds_of(d);
-    let at = |a: u64| format!("+{:#x}", a.wrapping_sub(start));
     for inst in mine {
-        let name = format!(
-            "{} inlined at {} ({})",
-            inst.name,
-            inst.call,
-            at(inst.entry)
-        );
-        let mut b = match bound(d, start, inst.entry, &inst.ranges, inst.depth) {
-            Ok(b) => b,
-            Err(why) => {
-                refused.push((inst.depth, format!("{name}: {why}")));
-                continue;
-            }
+        let Ok(mut b) = bound(d, start, inst.entry, &inst.ranges, inst.depth) else {
+            continue;
         };
         let loops = d.insns.iter().any(|i| {
             b.inside.contains(&i.addr)
@@ -524,13 +509,6 @@ pub fn instance_sites(
             continue;
         }
         let Some(entry) = open_at(d, &pos, &preds, &mut b, inst.entry, inst.depth, &busy) else {
-            refused.push((
-                inst.depth,
-                format!(
-                    "{name}: its entry is a call or the function's entry, \
-                     with no instruction next to it to open at"
-                ),
-            ));
             continue;
         };
         let by_return = b.exits.iter().any(|x| d.rets.contains(&x.addr));
@@ -540,11 +518,7 @@ pub fn instance_sites(
             .copied()
             .filter(|x| !d.rets.contains(&x.addr))
             .collect();
-        if let Some(x) = exits.iter().find(|x| busy.contains(&x.addr)) {
-            refused.push((
-                inst.depth,
-                format!("{name}: its exit {} is a call site", at(x.addr)),
-            ));
+        if exits.iter().any(|x| busy.contains(&x.addr)) {
             continue;
         }
         out.push(InstanceSite {
@@ -556,7 +530,7 @@ pub fn instance_sites(
             inside: b.inside,
         });
     }
-    (out, refused)
+    out
 }
 
 /// Where an instance bounded by `b` opens: at its entry, unless another

@@ -86,7 +86,7 @@ impl Plan {
             return Ok(());
         };
         let decoded = super::decode_function(obj, &f)?;
-        let (inl, _) = inlined::instance_sites(obj, &decoded, f.addr);
+        let inl = inlined::instance_sites(obj, &decoded, f.addr);
         let Some(k) = inl
             .iter()
             .position(|x| x.inst.entry == inst.entry && x.inst.name == inst.name)
@@ -110,18 +110,11 @@ impl Plan {
         walk: &mut Walk<'_, '_>,
     ) -> Result<()> {
         let start = decoded.first.as_ref().map_or(0, |i| i.addr);
-        let (inl, refused) = if walk.go {
-            (Vec::new(), Vec::new())
+        let inl = if walk.go {
+            Vec::new()
         } else {
             inlined::instance_sites(obj, decoded, start)
         };
-        // Those the tree would hold, had they been bounded.
-        for (depth, line) in refused {
-            if level + depth <= walk.drill.depth + 1 {
-                self.left_out
-                    .push(format!("the inlined instance of {line}"));
-            }
-        }
         self.add_scope(obj, decoded, &inl, None, parent, level, walk)
     }
 
@@ -143,28 +136,24 @@ impl Plan {
         let object = self.object_index(obj);
         let (drill, go) = (walk.drill, walk.go);
         let scope = within.map(|w| &inl[w]);
-        let held: Vec<usize> = (0..inl.len())
+        let mut held: Vec<usize> = (0..inl.len())
             .filter(|&k| Some(k) != within && scope.map_or(true, |s| s.holds(&inl[k])))
-            .collect();
-        let mut direct: Vec<usize> = held
-            .iter()
-            .copied()
-            .filter(|&k| !held.iter().any(|&j| j != k && inl[j].holds(&inl[k])))
             .collect();
         // Probes of one address run in an order the kernel does not
         // promise: an instance whose entry or exit stands where another
-        // probe does is left out (a nested instance may close where the
-        // one around it does: it then ends with it).
+        // probe does is no site, and its calls are the sites of the code
+        // around it (a nested instance may close where the one around it
+        // does: it then ends with it).
+        // Outer instances first: they keep an address they share.
+        held.sort_by_key(|&k| (inl[k].inst.depth, inl[k].entry));
         let mut claimed: BTreeSet<u64> = BTreeSet::new();
         let mut ends: BTreeSet<u64> = BTreeSet::new();
-        direct.retain(|&k| {
+        held.retain(|&k| {
             let x = &inl[k];
             let taken = |a: u64, exit: bool| {
                 claimed.contains(&a)
                     || self.probes.iter().any(|p| {
-                        p.object == object
-                            && p.vaddr == a
-                            && !(exit && matches!(p.kind, ProbeKind::SiteEnd { cond: _, .. }) && self.inlined_end(p.kind))
+                        p.object == object && p.vaddr == a && !(exit && self.inlined_end(p.kind))
                     })
             };
             let outside = scope.is_some_and(|s| !s.inside.contains(&x.entry));
@@ -173,16 +162,17 @@ impl Plan {
                 || ends.contains(&x.entry)
                 || x.exits.iter().any(|e| taken(e.addr, true));
             if clash {
-                self.left_out.push(format!(
-                    "the inlined instance of {} inlined at {}: its entry or an exit stands where another probe does",
-                    x.inst.name, x.inst.call
-                ));
                 return false;
             }
             claimed.insert(x.entry);
             ends.extend(x.exits.iter().map(|e| e.addr));
             true
         });
+        let direct: Vec<usize> = held
+            .iter()
+            .copied()
+            .filter(|&k| !held.iter().any(|&j| j != k && inl[j].holds(&inl[k])))
+            .collect();
         let in_scope = |a: u64| {
             scope.map_or(true, |s| s.inside.contains(&a))
                 && !held.iter().any(|&k| inl[k].inside.contains(&a))
