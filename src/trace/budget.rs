@@ -726,8 +726,13 @@ impl Budget {
             });
         }
         let bare: f64 = (0..items).map(cost).sum();
-        if bare > allowed && self.note.bare_over.is_none() {
-            let p = overhead_pct(bare, used);
+        // Against the work their own probes leave, not the work left by
+        // every probe: when the sites' estimate exceeds the time used,
+        // that work is a guessed floor (a fiftieth of the time), and a
+        // function whose own probes were within the budget was said to be
+        // over it.
+        let p = overhead_pct(bare, used);
+        if p > self.max_pct && self.note.bare_over.is_none() {
             eprintln!(
                 "tachy: the traced function's own probes cost ~{p:.1}% of its threads' time, over --max-overhead {}%: they are never shed, tracing goes on",
                 self.max_pct
