@@ -481,21 +481,13 @@ mod tests {
                 entry_cost: ProbeCost::Emulated,
                 inlined: None,
                 exits: ExitSummary {
-                    mode: ExitMode::Rets,
                     why_rets: Some(
                         "calls std::__throw_out_of_range(char const*)@plt at +0x42".into(),
                     ),
-                    rets: 2,
-                    tail_callees: Vec::new(),
                     unknown_tails: 1,
                     value_unknown: 3,
-                    internal_jumps: 0,
                     checked_jumps: 2,
-                    unchecked_jumps: 0,
-                    early_rets: 0,
-                    early_points: 0,
-                    early_stepped: 0,
-                    unnamed_fragments: 0,
+                    ..ExitSummary::new(ExitMode::Rets, 2)
                 },
             }),
         });

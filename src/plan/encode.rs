@@ -441,21 +441,7 @@ mod tests {
                 entry_insn: "push rbp".into(),
                 entry_cost: crate::disasm::ProbeCost::Emulated,
                 inlined: None,
-                exits: ExitSummary {
-                    mode: ExitMode::UretprobeNoUnwind,
-                    why_rets: None,
-                    rets: 1,
-                    early_rets: 0,
-                    early_points: 0,
-                    early_stepped: 0,
-                    tail_callees: Vec::new(),
-                    unknown_tails: 0,
-                    value_unknown: 0,
-                    internal_jumps: 0,
-                    checked_jumps: 0,
-                    unchecked_jumps: 0,
-                    unnamed_fragments: 0,
-                },
+                exits: ExitSummary::new(ExitMode::UretprobeNoUnwind, 1),
             }),
         }
     }

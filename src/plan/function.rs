@@ -96,6 +96,26 @@ pub struct ExitSummary {
 }
 
 impl ExitSummary {
+    /// Exits timed as `mode` at `rets` returns, with nothing else to say:
+    /// no early exits, tail calls or jumps to count.
+    pub fn new(mode: ExitMode, rets: usize) -> Self {
+        ExitSummary {
+            mode,
+            why_rets: None,
+            rets,
+            early_rets: 0,
+            early_points: 0,
+            early_stepped: 0,
+            tail_callees: Vec::new(),
+            unknown_tails: 0,
+            value_unknown: 0,
+            internal_jumps: 0,
+            checked_jumps: 0,
+            unchecked_jumps: 0,
+            unnamed_fragments: 0,
+        }
+    }
+
     /// How the return is timed and why, as `list` and `--verbose` say it.
     pub fn describe(&self) -> String {
         match (&self.why_rets, self.mode) {
@@ -192,19 +212,9 @@ impl Plan {
                     self.tail_reach.insert(id, reach);
                 }
                 ExitSummary {
-                    mode,
-                    why_rets: None,
-                    rets: decoded.rets.len(),
-                    early_rets: 0,
-                    early_points: 0,
-                    early_stepped: 0,
-                    tail_callees: Vec::new(),
-                    unknown_tails: 0,
-                    value_unknown: 0,
                     internal_jumps: decoded.internal_jumps.len(),
-                    checked_jumps: 0,
-                    unchecked_jumps: 0,
                     unnamed_fragments: decoded.unnamed_fragments.len(),
+                    ..ExitSummary::new(mode, decoded.rets.len())
                 }
             }
             Err(why) => {
@@ -336,21 +346,11 @@ impl Plan {
         // The item is added once its exits are planned.
         let id = self.items.len() as u32;
         let mut exits = ExitSummary {
-            mode: ExitMode::Rets,
-            why_rets: None,
-            rets: decoded.rets.len(),
-            early_rets: 0,
-            early_points: 0,
-            early_stepped: 0,
-            tail_callees: Vec::new(),
-            unknown_tails: 0,
-            value_unknown: 0,
             internal_jumps: decoded
                 .internal_jumps
                 .iter()
                 .filter(|j| j.why != Internal::IndexedMemory)
                 .count(),
-            checked_jumps: 0,
             // Less those checked, below.
             unchecked_jumps: decoded
                 .internal_jumps
@@ -358,6 +358,7 @@ impl Plan {
                 .filter(|j| j.why == Internal::IndexedMemory)
                 .count(),
             unnamed_fragments: decoded.unnamed_fragments.len(),
+            ..ExitSummary::new(ExitMode::Rets, decoded.rets.len())
         };
         let mut seen: BTreeSet<u64> = BTreeSet::from([f.addr]);
         let mut work = vec![decoded];

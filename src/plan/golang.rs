@@ -96,19 +96,10 @@ impl Plan {
             Some(_) => {}
         }
         let exits = ExitSummary {
-            mode: ExitMode::Go,
             why_rets: Some(layout.describe(go.version.as_deref())),
-            rets: decoded.rets.len(),
-            early_rets: 0,
-            early_points: 0,
-            early_stepped: 0,
-            tail_callees: Vec::new(),
-            unknown_tails: 0,
-            value_unknown: 0,
             internal_jumps: decoded.internal_jumps.len(),
-            checked_jumps: 0,
             unchecked_jumps: decoded.checked_jumps.len(),
-            unnamed_fragments: 0,
+            ..ExitSummary::new(ExitMode::Go, decoded.rets.len())
         };
         self.push_function_item(obj, object, f, source, entry, exits);
         Ok(id)

@@ -381,19 +381,8 @@ impl Plan {
                 entry_insn,
                 entry_cost,
                 exits: ExitSummary {
-                    mode: ExitMode::Rets,
                     why_rets: Some("inlined: exits where control leaves its code".into()),
-                    rets: b.exits.len(),
-                    early_rets: 0,
-                    early_points: 0,
-                    early_stepped: 0,
-                    tail_callees: Vec::new(),
-                    unknown_tails: 0,
-                    value_unknown: 0,
-                    internal_jumps: 0,
-                    checked_jumps: 0,
-                    unchecked_jumps: 0,
-                    unnamed_fragments: 0,
+                    ..ExitSummary::new(ExitMode::Rets, b.exits.len())
                 },
                 inlined: Some(Box::new(InlinedOf {
                     enclosing: f.display_name(),

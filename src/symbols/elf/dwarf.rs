@@ -131,14 +131,11 @@ fn inlined_only_in(dwarf: &gimli::Dwarf<R<'_>>, pat: &Pattern) -> Option<String>
                         Some(v) => v.udata_value().unwrap_or(0),
                         None => 0,
                     };
-                    let file = match e.attr_value(gimli::DW_AT_call_file).ok().flatten() {
-                        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
-                        Some(v) => v
-                            .udata_value()
-                            .map(|i| file_name(dwarf, &unit, i))
-                            .unwrap_or_default(),
-                        None => String::new(),
-                    };
+                    let file = call_file(
+                        dwarf,
+                        &unit,
+                        e.attr_value(gimli::DW_AT_call_file).ok().flatten(),
+                    );
                     if let Some(o) = origin {
                         let caller = funcs
                             .last()
@@ -219,6 +216,23 @@ pub(super) fn ref_offset(
         AttributeValue::UnitRef(o) => o.to_debug_info_offset(&unit.header).map(|o| o.0),
         AttributeValue::DebugInfoRef(o) => Some(o.0),
         _ => None,
+    }
+}
+
+/// The file an inlined instance's `DW_AT_call_file` (`value`) names, as
+/// its base name; empty where it names none.
+pub(super) fn call_file<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    value: Option<AttributeValue<R<'a>>>,
+) -> String {
+    match value {
+        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, unit, i),
+        Some(v) => v
+            .udata_value()
+            .map(|i| file_name(dwarf, unit, i))
+            .unwrap_or_default(),
+        None => String::new(),
     }
 }
 

@@ -11,7 +11,7 @@ use std::fs::File;
 use gimli::AttributeValue;
 use object::read::ReadCache;
 
-use super::dwarf::{attr_str, file_name, plain_names, ref_offset, with_dwarf, R};
+use super::dwarf::{attr_str, call_file, plain_names, ref_offset, with_dwarf, R};
 use crate::symbols::names::{demangle, Names, Pattern};
 
 /// DIEs read at most, as the other DWARF walks bound theirs.
@@ -141,14 +141,7 @@ fn instances_in(dwarf: &gimli::Dwarf<R<'_>>, wanted: &dyn Fn(&Names) -> bool) ->
                     let line = attr(gimli::DW_AT_call_line)
                         .and_then(|v| v.udata_value())
                         .unwrap_or(0);
-                    let file = match attr(gimli::DW_AT_call_file) {
-                        Some(AttributeValue::FileIndex(i)) => file_name(dwarf, &unit, i),
-                        Some(v) => v
-                            .udata_value()
-                            .map(|i| file_name(dwarf, &unit, i))
-                            .unwrap_or_default(),
-                        None => String::new(),
-                    };
+                    let file = call_file(dwarf, &unit, attr(gimli::DW_AT_call_file));
                     raws.push(Raw {
                         origin,
                         entry,
