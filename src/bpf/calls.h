@@ -114,14 +114,22 @@ static __always_inline bool cond_taken(__u64 fl, __u32 cc)
 static __always_inline int do_exit_probe(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 key;
+	__u64 key, ip, link;
 
 	if ((cookie & TACHY_EXIT_CONDITIONAL) &&
 	    !cond_taken(reg_flags(ctx), cookie & TACHY_EXIT_COND_MASK))
 		return 0;
 	key = frame_key(PT_REGS_SP(ctx) + (__s64)(__s32)(cookie >> 32));
-	return do_exit(key, (key & 7) ? PT_REGS_IP(ctx) : reg_link(ctx),
-		       reg_retval(ctx));
+	/*
+	 * Both registers are read before the choice: left to the compiler,
+	 * it picks between their offsets in ctx and loads through the sum,
+	 * which the verifier refuses (a modified ctx pointer).
+	 */
+	ip = PT_REGS_IP(ctx);
+	link = reg_link(ctx);
+	barrier_var(ip);
+	barrier_var(link);
+	return do_exit(key, (key & 7) ? ip : link, reg_retval(ctx));
 }
 
 /*

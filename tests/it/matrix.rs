@@ -131,7 +131,7 @@ fn sites_ending_with_their_parent_close_at_depth_two() {
     let n = 20;
     let (rep, out) = report(
         "nested",
-        &["--json", "outer", "--depth", "2"],
+        &["--json", "--max-overhead", "0", "outer", "--depth", "2"],
         "seams",
         &["nest", &n.to_string(), "300"],
     );
