@@ -5,7 +5,8 @@
 //! (`crate::calibrate`: what its probes add to the thread that takes
 //! them), against the CPU time the traced processes used meanwhile (`/proc/PID/task/*/schedstat`,
 //! which includes the time the kernel spends on their breakpoints; with
-//! no process to read, the wall time of one thread). When the estimate
+//! no process to read, the wall time of one thread), or the time the
+//! traced calls took where that is more (calls that block). When the estimate
 //! crosses the budget, call sites are shed, the deepest first and then by
 //! price x rate, until the estimate is back within it. A shed site is
 //! sampled where it can be: timed in a share of each second (its probes
@@ -191,6 +192,8 @@ pub struct Budget {
     window_period: Option<u64>,
     /// Per node id: calls counted since the last tick.
     calls: Vec<u64>,
+    /// Per traced function: the time its calls took since the last tick.
+    took_ns: Vec<u64>,
     /// Over the run: the probes' estimated time, and the threads' time.
     run_probes: f64,
     run_used: f64,
@@ -414,6 +417,7 @@ impl Budget {
             next: now + FIRST,
             interval: FIRST,
             calls: vec![0; plan.ids() as usize],
+            took_ns: vec![0; plan.items.len()],
             run_probes: 0.0,
             run_used: 0.0,
             state: nodes
@@ -453,6 +457,9 @@ impl Budget {
         let calls = |c: &Counts| c.count + c.unwound + c.filtered;
         for (n, c) in self.calls.iter_mut().zip(fresh) {
             *n += calls(c);
+        }
+        for (t, c) in self.took_ns.iter_mut().zip(fresh) {
+            *t += c.total_ns;
         }
         // Each site's state was the same since the last read: reads come
         // before every change.
@@ -660,9 +667,21 @@ impl Budget {
     fn estimate(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<Calm> {
         let calls = std::mem::replace(&mut self.calls, vec![0; plan.ids() as usize]);
         let total = self.clock.now_ns(self.start, now);
-        let used = match (total, self.last_ns) {
+        let cpu = match (total, self.last_ns) {
             (Some(t), Some(l)) => t.saturating_sub(l) as f64,
             _ => 0.0,
+        };
+        // A traced call that blocks (a sleep, a read) takes its thread's
+        // time off the CPU: what the probes add to it is measured against
+        // the time it took. The longest-running traced function stands
+        // for the threads' time in traced calls (one traced function may
+        // call another).
+        let took = std::mem::replace(&mut self.took_ns, vec![0; plan.items.len()]);
+        let in_calls = took.iter().copied().max().unwrap_or(0) as f64;
+        let used = if self.last_ns.is_some() || total.is_none() {
+            cpu.max(in_calls)
+        } else {
+            cpu
         };
         self.last_ns = total.or(self.last_ns);
         let window = now.saturating_duration_since(self.since);

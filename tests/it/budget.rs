@@ -336,6 +336,36 @@ fn a_function_over_the_budget_alone_is_said_once_and_still_timed() {
     assert_eq!(made, Some(num(f, "count") + num(f, "unwound")), "{out}");
 }
 
+/// A traced function that sleeps uses little CPU: what its probes add is
+/// weighed against the time its calls took, so under the default budget
+/// its call sites (the why fixture's sleeper: nanosleep for 5 ms a call,
+/// between two reads of the clock) are neither shed nor sampled and each
+/// counts every call. Against the threads' CPU time alone, the probes
+/// read ~28% and the sites were sampled at 0.1 s, their counts scaled.
+#[test]
+fn a_blocking_function_keeps_its_sites_under_the_default_budget() {
+    let _guard = common::needs_root!();
+    let calls = 60;
+    let out = run_fixture(
+        "nested",
+        &["--json", "sleeper"],
+        "why",
+        &["sleep", &calls.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let over = &rep["overhead"];
+    assert_eq!(over["shed"].as_array().map(Vec::len), Some(0), "{out}");
+    assert!(over["estimated_pct"].as_f64().unwrap() < 10.0, "{out}");
+    let root = &rep["roots"][0];
+    assert_eq!(num(root, "count"), calls, "{out}");
+    let sleep = kids(root)
+        .iter()
+        .find(|c| name(c) == "nanosleep@plt")
+        .unwrap_or_else(|| panic!("no nanosleep@plt site: {out}"));
+    assert_eq!(num(sleep, "count"), calls, "{out}");
+}
+
 /// Values that are no percentage, or out of 0..=1000, are usage errors of
 /// one line that name the option.
 #[test]
