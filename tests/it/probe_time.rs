@@ -155,12 +155,19 @@ fn raw_subtracts_nothing() {
 /// leaf's share, and the leaf at most 25%. (The budget of 5 points is
 /// below what these machines allow: each site's probes drift by +-20%
 /// between runs and CPUs, 9 of them per call; bench/RESULTS.md, "Probe
-/// time".)
+/// time".) The budget is off: 9 site hits on a 22 us call are over the
+/// default 10%, and a sampled site's share is an estimate, not a reading.
 #[test]
 fn nested_shares_of_a_known_split() {
     let _guard = common::needs_root!();
     for fixture in ["calls", "calls_unwind"] {
-        let (rep, fx_out) = run(fixture, &["nested"], "split", 2000, 1000);
+        let (rep, fx_out) = run(
+            fixture,
+            &["nested", "--max-overhead", "0"],
+            "split",
+            2000,
+            1000,
+        );
         let u = untraced(&fx_out);
         let root = &rep["roots"][0];
         let total = root["total_ns"].as_f64().unwrap_or(0.0);
@@ -186,7 +193,13 @@ fn nested_shares_of_a_known_split() {
 #[test]
 fn nested_raw_split_inverts_the_shares() {
     let _guard = common::needs_root!();
-    let (rep, _) = run("calls", &["nested", "--raw"], "split", 2000, 1000);
+    let (rep, _) = run(
+        "calls",
+        &["nested", "--raw", "--max-overhead", "0"],
+        "split",
+        2000,
+        1000,
+    );
     let root = &rep["roots"][0];
     let total = root["total_ns"].as_f64().unwrap_or(0.0);
     let kid = |name: &str| -> f64 {
