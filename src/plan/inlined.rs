@@ -510,6 +510,12 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
         if exits.iter().any(|x| busy.contains(&x.addr)) {
             continue;
         }
+        // A loop's way out is often its closing jump: a probe there is hit
+        // on every turn, not once a call (a spin of millions of turns
+        // would take a breakpoint each).
+        if loops && exits.iter().any(|x| x.cond.is_some()) {
+            continue;
+        }
         out.push(InstanceSite {
             inst: inst.clone(),
             entry,

@@ -192,8 +192,9 @@ pub struct Budget {
     window_period: Option<u64>,
     /// Per node id: calls counted since the last tick.
     calls: Vec<u64>,
-    /// Per traced function: the time its calls took since the last tick.
-    took_ns: Vec<u64>,
+    /// Per traced function: the time its calls that ended since the last
+    /// tick took, and how many they were.
+    took_ns: Vec<(u64, u64)>,
     /// Over the run: the probes' estimated time, and the threads' time.
     run_probes: f64,
     run_used: f64,
@@ -417,7 +418,7 @@ impl Budget {
             next: now + FIRST,
             interval: FIRST,
             calls: vec![0; plan.ids() as usize],
-            took_ns: vec![0; plan.items.len()],
+            took_ns: vec![(0, 0); plan.items.len()],
             run_probes: 0.0,
             run_used: 0.0,
             state: nodes
@@ -459,7 +460,8 @@ impl Budget {
             *n += calls(c);
         }
         for (t, c) in self.took_ns.iter_mut().zip(fresh) {
-            *t += c.total_ns;
+            t.0 += c.total_ns;
+            t.1 += c.count;
         }
         // Each site's state was the same since the last read: reads come
         // before every change.
@@ -675,9 +677,15 @@ impl Budget {
         // time off the CPU: what the probes add to it is measured against
         // the time it took. The longest-running traced function stands
         // for the threads' time in traced calls (one traced function may
-        // call another).
-        let took = std::mem::replace(&mut self.took_ns, vec![0; plan.items.len()]);
-        let in_calls = took.iter().copied().max().unwrap_or(0) as f64;
+        // call another). A call is counted when it ends, all of it: it
+        // stands for the window's length at most.
+        let window_ns = now.saturating_duration_since(self.since).as_nanos() as u64;
+        let took = std::mem::replace(&mut self.took_ns, vec![(0, 0); plan.items.len()]);
+        let in_calls = took
+            .iter()
+            .map(|&(ns, n)| ns.min(n.saturating_mul(window_ns)))
+            .max()
+            .unwrap_or(0) as f64;
         let used = if self.last_ns.is_some() || total.is_none() {
             cpu.max(in_calls)
         } else {
