@@ -169,11 +169,20 @@ fn records_carry_ret() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["type"] == "record")
         .collect();
-    let errors = recs.iter().filter(|r| r["function"] == "fetch").count() as u64;
-    assert!(errors >= N / 2, "{out}");
+    // Every error call (1.5 ms) is recorded with ret=-1 and no other call
+    // is: a 200 us call preempted past 1 ms is recorded too, with its own
+    // value.
+    let errors = recs
+        .iter()
+        .filter(|r| r["function"] == "fetch" && r["ret"] == -1)
+        .count() as u64;
+    assert_eq!(errors, N / 2, "{out}");
     for r in &recs {
-        if r["function"] == "fetch" && r["duration_ns"].as_u64().unwrap() > 1_400_000 {
-            assert_eq!(r["ret"], -1, "{r}\n{out}");
+        if r["function"] == "fetch" {
+            assert!([-1, 0, 1].contains(&r["ret"].as_i64().unwrap()), "{r}");
+            if r["ret"] == -1 {
+                assert!(r["duration_ns"].as_u64().unwrap() >= 1_500_000, "{r}");
+            }
         }
         if r["function"] == "classify" {
             assert!(

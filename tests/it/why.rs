@@ -116,7 +116,14 @@ fn every_sleep_is_blocked_when_a_switch_in_goes_unseen() {
     assert_eq!(recs.len(), 600, "{out}");
     for r in &recs {
         let c = &r["cpu"];
-        assert!(num(c, "blocked_ns") >= 4_900_000, "{r}");
+        // 5 ms asleep, then runnable until a CPU is free: on a loaded
+        // machine the wait for the CPU can take a few hundred microseconds
+        // of the sleep's end where the wakeup went unseen.
+        assert!(
+            num(c, "blocked_ns") + num(c, "runnable_ns") >= 4_900_000,
+            "{r}"
+        );
+        assert!(num(c, "blocked_ns") >= 4_000_000, "{r}");
         // The fixture spends 5-20 us on a CPU per call (a clean CI run
         // saw 1.01 ms once, at load); a tick (4 ms at 250 Hz) is the most
         // the repair may leave on the CPU side. The fault read 5 ms.
