@@ -1448,14 +1448,16 @@ fn planned_exit(fixture: &str, func: &str) -> String {
 /// SP its own frame is keyed by. Timed by a uretprobe (it calls only code
 /// of its own, in `calls`) and by probes on its `ret` (`calls_unwind`,
 /// where it has an unreached call to `pthread_exit`), every call
-/// completes and none is taken for abandoned.
+/// completes and none is taken for abandoned. The budget is off: leaf
+/// does next to nothing, and on a loaded machine the default budget samples
+/// its site (its count scaled, not exact).
 #[test]
 fn nested_plain_c_frameless_caller_every_exit_kind() {
     let _guard = common::needs_root!();
     for (fixture, exit) in [("calls", "uretprobe"), ("calls_unwind", "exit")] {
         assert_eq!(planned_exit(fixture, "work4"), exit, "{fixture}");
         let n = 200;
-        let out = run_calls(fixture, &["--json"], "work4", n);
+        let out = run_calls(fixture, &["--json", "--max-overhead", "0"], "work4", n);
         out.assert_success();
         assert_eq!(counts(&out.stderr).get("work4").copied(), Some(n), "{out}");
         let rep = single_report(&out);
