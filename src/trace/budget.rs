@@ -686,13 +686,14 @@ impl Budget {
             .map(|&(ns, n)| ns.min(n.saturating_mul(window_ns)))
             .max()
             .unwrap_or(0) as f64;
-        let used = if self.last_ns.is_some() || total.is_none() {
-            cpu.max(in_calls)
-        } else {
-            cpu
+        // The first window the threads' CPU time is read in only sets the
+        // reading the next ones start from: nothing of it is judged.
+        let baseline = self.last_ns.is_none() && total.is_some();
+        let used = match baseline {
+            true => cpu,
+            false => cpu.max(in_calls),
         };
         self.last_ns = total.or(self.last_ns);
-        let window = now.saturating_duration_since(self.since);
         self.since = now;
         let seen = std::mem::replace(&mut self.seen, vec![(0, 0); plan.sites.len()]);
         let items = plan.items.len();
@@ -739,7 +740,7 @@ impl Budget {
         let items = plan.items.len();
         // Calm: the traced functions ran, their threads were busy for a
         // tenth of the interval at least, and nothing changed.
-        let busy = calls[..items].iter().any(|&n| n > 0) && used >= window.as_nanos() as f64 / 10.0;
+        let busy = calls[..items].iter().any(|&n| n > 0) && used >= window_ns as f64 / 10.0;
         if pct <= self.max_pct {
             // An estimate of little work says little of the room.
             let admitted = match busy {
