@@ -13,7 +13,7 @@
 //! attached for that slice, detached for the rest; a flag checked in BPF
 //! would leave the breakpoint and its cost), its counts scaled by its
 //! parent's calls over the run against those while it counted, as `perf` scales a
-//! multiplexed counter; a site whose share would be under [`MIN_SHARE`]
+//! multiplexed counter; a site whose share would be under [`MIN_SHARE`](sampling::MIN_SHARE)
 //! is dropped (not timed from then on). While any site is sampled, the
 //! overhead is estimated once per [`PERIOD`], over the whole period, and
 //! a sampled site's share is at most halved by one estimate. Every other
@@ -35,6 +35,9 @@ use crate::probe::{ProcessGone, Tracer};
 use crate::report::budget::{BudgetNote, LateSite, ShedSite, Why};
 use crate::report::Counts;
 use crate::usage::UsageError;
+
+mod sampling;
+use sampling::{period_weight, sample_share, shed_state, PERIOD, SLICE_TAIL};
 
 /// How soon the overhead is first estimated, and again after an estimate
 /// that attached or shed sites (or saw little work while sites are held
@@ -66,25 +69,6 @@ const ADMIT_AT_ONCE: usize = 16;
 /// How long the probes that end a shed site stay after its call's probe
 /// has gone, so that the calls in flight end as timed.
 const ENDS_LINGER: Duration = Duration::from_millis(100);
-/// A sampled site is timed in the first share of each period of this.
-/// While any site is sampled, the overhead is estimated once per period,
-/// at its start, over the whole period before: a window shorter than a
-/// period holds a slice of the sampled sites or none, and its estimate
-/// swings with that (a window of 0.1 s that saw a whole slice read 922%
-/// where the period cost 300%, and every sampled site was dropped).
-const PERIOD: Duration = Duration::from_secs(1);
-/// What a sampled site costs beyond its share, in shares of the period:
-/// its ends linger [`ENDS_LINGER`] after each slice, and the slice ends at
-/// the run loop's turn after it is over (50 ms at most). Shares are
-/// chosen with this tail; estimates measure the slice and add the linger.
-const SLICE_TAIL: f64 = 0.15;
-/// The ends' linger after each slice, in shares of the period.
-const LINGER_SHARE: f64 = 0.1;
-/// The least share a site is sampled at: the run loop turns every 50 ms,
-/// so a shorter slice would be mostly the loop's rounding. A site the
-/// budget has less room for is dropped.
-const MIN_SHARE: f64 = 0.05;
-
 /// With the budget off (`--max-overhead 0`): a plan of more than
 /// [`MANY_SITES`] call sites is a usage error unless `all_sites`.
 pub fn check_unbudgeted(plan: &Plan, all_sites: bool) -> Result<()> {
@@ -273,75 +257,6 @@ fn choose(mut c: Vec<Candidate>, need_ns: f64) -> Vec<u32> {
     out
 }
 
-/// The share a shed site is sampled at, `share` rounded down to a whole
-/// percent, or None (dropped) under [`MIN_SHARE`].
-fn sample_share(share: f64) -> Option<f64> {
-    let whole = (share * 100.0).floor() / 100.0;
-    (whole >= MIN_SHARE).then_some(whole)
-}
-
-/// The state of a site shed from `was` to be sampled at `share` (None:
-/// dropped). A site attached now stays so until its slice says.
-fn shed_state(was: Option<State>, share: Option<f64>) -> State {
-    match share {
-        Some(share) => State::Sampled {
-            share,
-            on: was.is_some_and(|s| s.counting()),
-        },
-        None => State::Dropped,
-    }
-}
-
-/// `c` scaled by `f` (> 1): counts and times, and the histogram's
-/// buckets so that they still add up to the count.
-fn scale_counts(c: &mut Counts, f: f64) {
-    let s = |v: u64| (v as f64 * f).round() as u64;
-    let whole = c.hist.buckets.iter().sum::<u64>() == c.count;
-    c.count = s(c.count);
-    c.total_ns = s(c.total_ns);
-    c.unwound = s(c.unwound);
-    c.filtered = s(c.filtered);
-    c.overflow = s(c.overflow);
-    c.indirect_tail = s(c.indirect_tail);
-    c.hist_early = s(c.hist_early);
-    c.under = s(c.under);
-    c.arg_filtered = c.arg_filtered.map(s);
-    scale_buckets(&mut c.hist.buckets, f, whole.then_some(c.count));
-    if let Some(cpu) = c.cpu.as_mut() {
-        cpu.oncpu_ns = s(cpu.oncpu_ns);
-        cpu.blocked_ns = s(cpu.blocked_ns);
-        cpu.runq_ns = s(cpu.runq_ns);
-        for h in cpu.hist.iter_mut().flatten() {
-            scale_buckets(h, f, None);
-        }
-    }
-}
-
-/// `buckets` scaled by `f`, to add up to `total` when given: the
-/// remainders go to the buckets that lost the most to rounding down.
-fn scale_buckets(buckets: &mut [u64], f: f64, total: Option<u64>) {
-    let exact: Vec<f64> = buckets.iter().map(|&b| b as f64 * f).collect();
-    let Some(total) = total else {
-        for (b, e) in buckets.iter_mut().zip(&exact) {
-            *b = e.round() as u64;
-        }
-        return;
-    };
-    for (b, e) in buckets.iter_mut().zip(&exact) {
-        *b = e.floor() as u64;
-    }
-    let mut left = total.saturating_sub(buckets.iter().sum());
-    let mut order: Vec<usize> = (0..buckets.len()).filter(|&i| exact[i] > 0.0).collect();
-    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())));
-    for i in order.into_iter().cycle().take(left as usize * 2) {
-        if left == 0 {
-            break;
-        }
-        buckets[i] += 1;
-        left -= 1;
-    }
-}
-
 /// The probes' share of the threads' own time, in percent: `probes` of
 /// the `used` time was theirs.
 fn overhead_pct(probes: f64, used: f64) -> f64 {
@@ -498,101 +413,6 @@ impl Budget {
         !self.arming.is_empty()
     }
 
-    /// The sampled sites to attach (true) or detach now: their slice of
-    /// the period has begun or is over. All slices start with the period,
-    /// so a site sampled with the site above it at the same share is
-    /// timed while that one is.
-    fn flips(&self, now: Instant) -> Vec<(u32, bool)> {
-        let p = PERIOD.as_secs_f64();
-        let phase = now.saturating_duration_since(self.start).as_secs_f64() % p / p;
-        self.state
-            .iter()
-            .filter_map(|(&slot, st)| match *st {
-                State::Sampled { share, on } => {
-                    let want = phase < share;
-                    (want != on).then_some((slot, want))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Attaches the sampled sites whose slice of the period has begun and
-    /// detaches those whose slice is over.
-    fn toggle(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) {
-        let flips = self.flips(now);
-        for &(slot, on) in &flips {
-            if let Some(State::Sampled { share, .. }) = self.state.get(&slot).copied() {
-                self.state.insert(slot, State::Sampled { share, on });
-            }
-        }
-        let off: Vec<u32> = flips.iter().filter(|f| !f.1).map(|f| f.0).collect();
-        for &slot in &off {
-            tracer.stop_site(plan, slot);
-        }
-        for slot in off {
-            self.detach(tracer, slot, now);
-        }
-        let on: Vec<u32> = flips.iter().filter(|f| f.1).map(|f| f.0).collect();
-        // A process that has exited takes no probes (libbpf would say so
-        // for each).
-        if !on.is_empty() && !self.clock.alive() {
-            return;
-        }
-        // Every probe first, then the nodes: a site ended by the next
-        // one's call opens no frame before that call's probe is in.
-        let mut ready = Vec::new();
-        for slot in on {
-            // Its ends may still linger from its last slice: they stay.
-            self.ends_due.retain(|&(_, s)| s != slot);
-            match self.attach_probes(plan, tracer, slot) {
-                Ok(()) => ready.push(slot),
-                Err(e) => self.sampling_failed(slot, e),
-            }
-        }
-        for slot in ready {
-            match tracer.time_site(plan, slot) {
-                Ok(()) => {
-                    self.arming.insert(slot);
-                }
-                Err(e) => self.sampling_failed(slot, e),
-            }
-        }
-    }
-
-    /// Sampled `slot` could not be attached again: it is dropped (said
-    /// unless the process has just exited).
-    fn sampling_failed(&mut self, slot: u32, e: anyhow::Error) {
-        if e.downcast_ref::<ProcessGone>().is_none() {
-            eprintln!("tachy: a sampled call site is no longer timed: {e:#}");
-        }
-        self.state.insert(slot, State::Dropped);
-    }
-
-    /// Scales the counts of the call sites sampled since the last report
-    /// by the calls of their parent while they were timed or sampled
-    /// against those while they were counted (as `perf` scales a
-    /// multiplexed counter by time; by time here, a site's slices would
-    /// weigh less than their share, its probes slowing its parent while
-    /// it is attached). The parent's self time, its total less its
-    /// sites', then estimates what it would be with every site timed.
-    /// Starts the next window when `reset` (an interval's report). The
-    /// traced functions' own counts are never scaled.
-    pub fn scale(&mut self, plan: &Plan, counts: &mut [Counts], reset: bool) {
-        let items = plan.items.len();
-        for (i, &(enabled, running)) in self.window.iter().enumerate() {
-            if running >= enabled || running == 0 {
-                continue;
-            }
-            if let Some(c) = counts.get_mut(items + i) {
-                scale_counts(c, enabled as f64 / running as f64);
-            }
-        }
-        if reset {
-            self.window.iter_mut().for_each(|w| *w = (0, 0));
-        }
-    }
-
     /// Estimates the overhead since the last estimate and sheds call sites
     /// when it is over the budget; sets when the next estimate is due.
     pub fn tick(&mut self, plan: &Plan, now: Instant, tracer: &mut Tracer) -> Result<()> {
@@ -636,18 +456,6 @@ impl Budget {
         };
         self.next = now + self.interval;
         Ok(())
-    }
-
-    /// Whether any site is sampled.
-    fn any_sampled(&self) -> bool {
-        self.state
-            .values()
-            .any(|s| matches!(s, State::Sampled { .. }))
-    }
-
-    /// The sampling period `now` is in, counted from the start.
-    fn period_of(&self, now: Instant) -> u64 {
-        (now.saturating_duration_since(self.start).as_nanos() / PERIOD.as_nanos()) as u64
     }
 
     /// Starts the window of the next estimate now, what was counted
@@ -705,15 +513,7 @@ impl Budget {
                 return 1.0;
             };
             match self.state.get(&self.slot_of[i]).copied() {
-                Some(State::Sampled { share, .. }) => match seen[i] {
-                    (0, _) | (_, 0) => 1.0,
-                    (enabled, running) => {
-                        // A slice cut short by a late loop is taken as
-                        // half its share at least.
-                        let part = (running as f64 / enabled as f64).max(share / 2.0);
-                        ((part + LINGER_SHARE) / part).min(1.0 / part)
-                    }
-                },
+                Some(State::Sampled { share, .. }) => period_weight(share, seen[i]),
                 _ => 1.0,
             }
         };
@@ -1067,18 +867,6 @@ mod tests {
         // Free sites are never shed, even when the rest is not enough.
         assert_eq!(choose(all.clone(), 5000.0), vec![2, 1, 0, 3]);
         assert_eq!(choose(all, 0.0), Vec::<u32>::new());
-    }
-
-    #[test]
-    fn scaled_buckets_add_up_to_the_scaled_count() {
-        let mut b = vec![3, 0, 5, 1];
-        scale_buckets(&mut b, 1.0 / 0.3, Some(30));
-        assert_eq!(b.iter().sum::<u64>(), 30);
-        assert_eq!(b[1], 0);
-        assert!(b[2] >= 16 && b[2] <= 17, "{b:?}");
-        // Shares are whole percents, none under the least.
-        assert_eq!(sample_share(0.456), Some(0.45));
-        assert_eq!(sample_share(0.049), None);
     }
 
     #[test]
