@@ -270,36 +270,26 @@ impl Calibration {
         out
     }
 
-    /// A site's probe time; an inlined instance whose entry probe is
-    /// single-stepped (a call site's is a `call`, emulated) adds what a
-    /// single-stepped entry adds over an emulated one, as the roots
-    /// measured it: inside its interval, and to its parent's.
+    /// A site's probe time by how it ends; an inlined instance whose
+    /// entry probe is single-stepped (a call site's is a `call`, emulated)
+    /// adds what a single-stepped entry adds over an emulated one, as the
+    /// roots measured it: inside its interval, and to its parent's.
     fn site(&self, plan: &Plan, slot: u32) -> ProbeTime {
-        let stepped_entry = plan.probes.iter().any(|p| {
-            matches!(p.kind, ProbeKind::Site { slot: s, inlined: true, .. } if s == slot)
-                && p.cost == ProbeCost::SingleStepped
-        });
-        let mut t = self.site_ends(plan, slot);
-        if stepped_entry {
-            let (stepped, emulated) = (self.root[0][0], self.root[1][0]);
-            t.in_ns += stepped.in_ns.saturating_sub(emulated.in_ns);
-            t.add_ns += stepped.add_ns.saturating_sub(emulated.add_ns);
-        }
-        t
-    }
-
-    /// A site's probe time by how it ends.
-    fn site_ends(&self, plan: &Plan, slot: u32) -> ProbeTime {
         let mut with_parent = false;
         let mut next_call = false;
+        let mut stepped_entry = false;
         for p in &plan.probes {
             match p.kind {
                 ProbeKind::Site {
                     slot: s,
                     tail,
                     ends_with_parent,
+                    inlined,
                     ..
-                } if s == slot => with_parent = tail || ends_with_parent,
+                } if s == slot => {
+                    with_parent = tail || ends_with_parent;
+                    stepped_entry |= inlined && p.cost == ProbeCost::SingleStepped;
+                }
                 ProbeKind::Site {
                     slot: s,
                     exit_first: true,
@@ -308,6 +298,19 @@ impl Calibration {
                 _ => {}
             }
         }
+        let mut t = self.site_ends(plan, slot, with_parent, next_call);
+        if stepped_entry {
+            let (stepped, emulated) = (self.root[0][0], self.root[1][0]);
+            t.in_ns += stepped.in_ns.saturating_sub(emulated.in_ns);
+            t.add_ns += stepped.add_ns.saturating_sub(emulated.add_ns);
+        }
+        t
+    }
+
+    /// A site's probe time by how it ends: with its parent (a tail call,
+    /// or a site that never returns before it), at the next site's call,
+    /// or at a probe of its own.
+    fn site_ends(&self, plan: &Plan, slot: u32, with_parent: bool, next_call: bool) -> ProbeTime {
         if with_parent {
             return self.site_with_parent;
         }
