@@ -19,9 +19,13 @@ itself (wall time of its loop):
 Prints medians and the ratio tachy / bpftrace (goal <= 1.1), and writes
 the section "CPython PyObject_GetAttr: wall time" of bench/RESULTS.md.
 
+The workload runs at real-time priority (chrt -f 10, BENCH_RT=0 to run it
+as is), so that a busy machine's wait for a CPU stays out of its wall time
+(at load 10 on 2 cores the untraced rounds spread 64-141 ms).
+
 Environment: BENCH_ROUNDS (default 5), BENCH_CALLS (loop iterations,
 default 300000; two reads each), BENCH_PYTHON (default /usr/bin/python3.11),
-BENCH_RESULTS, BENCH_TACHY.
+BENCH_RT, BENCH_RESULTS, BENCH_TACHY.
 """
 
 import os
@@ -38,6 +42,8 @@ from benchlib import (ROUNDS, TACHY, WORKLOADS, load_average, medians, require_r
 PYTHON = os.environ.get("BENCH_PYTHON", "/usr/bin/python3.11")
 CALLS = int(os.environ.get("BENCH_CALLS", "300000"))
 SECTION = "## CPython PyObject_GetAttr: wall time"
+RT = (["chrt", "-f", "10"] if os.environ.get("BENCH_RT", "1") != "0" and shutil.which("chrt")
+      else [])
 VARIANTS = ["untraced", "tachy", "tachy-rets", "bpftrace"]
 FUNC = "PyObject_GetAttr"
 PRELOAD = "libstdc++.so.6"
@@ -86,7 +92,7 @@ def run_once(variant):
         # An LD_PRELOAD object that can unwind: tachy plans by the
         # function's own code (probes on each ret).
         env["LD_PRELOAD"] = PRELOAD
-    wp = subprocess.Popen([PYTHON, os.path.join(WORKLOADS, "getattr.py"), str(CALLS)],
+    wp = subprocess.Popen([*RT, PYTHON, os.path.join(WORKLOADS, "getattr.py"), str(CALLS)],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     line = wp.stdout.readline()
     if not line.startswith("ready "):
@@ -154,7 +160,8 @@ def main():
         SECTION,
         "",
         f"bench/cpython.py, {ROUNDS} rounds of {CALLS} loop iterations (two getattr() calls "
-        f"each) of bench/workloads/getattr.py under {PYTHON}, variants interleaved; "
+        f"each) of bench/workloads/getattr.py under {PYTHON}"
+        f"{' at real-time priority (chrt -f 10)' if RT else ''}, variants interleaved; "
         f"load average at the end: {load_average()}.",
         "",
         "| variant | median wall s | all rounds (ms) |",
