@@ -111,11 +111,21 @@ fn next_of(d: &Decoded, i: &crate::disasm::InsnInfo) -> Next {
     }
 }
 
+/// Each instruction's index in `d.insns`, by address.
+pub fn positions(d: &Decoded) -> HashMap<u64, usize> {
+    d.insns
+        .iter()
+        .enumerate()
+        .map(|(k, i)| (i.addr, k))
+        .collect()
+}
+
 /// Bounds the instance of `depth` that starts at `entry` and whose code
 /// DWARF gives as `ranges`, in the decoded function `d` that starts at
-/// `start`; or why it cannot be bounded.
+/// `start` (`pos`: its [`positions`]); or why it cannot be bounded.
 pub fn bound(
     d: &Decoded,
+    pos: &HashMap<u64, usize>,
     start: u64,
     entry: u64,
     ranges: &[(u64, u64)],
@@ -128,12 +138,6 @@ pub fn bound(
     if !(1..=MAX_DEPTH).contains(&depth) {
         return Err(format!("inlined {depth} deep (at most {MAX_DEPTH})"));
     }
-    let pos: HashMap<u64, usize> = d
-        .insns
-        .iter()
-        .enumerate()
-        .map(|(k, i)| (i.addr, k))
-        .collect();
     if !pos.contains_key(&entry) {
         return Err(format!("its entry {} is not an instruction", at(entry)));
     }
@@ -147,14 +151,7 @@ pub fn bound(
         }
     }
     let nexts: Vec<Next> = d.insns.iter().map(|i| next_of(d, i)).collect();
-    let mut preds: HashMap<u64, Vec<u64>> = HashMap::new();
-    for (i, n) in d.insns.iter().zip(&nexts) {
-        if let Next::To(ts) = n {
-            for &t in ts {
-                preds.entry(t).or_default().push(i.addr);
-            }
-        }
-    }
+    let preds = preds_of(d);
     // Its code, and the code from which its code is reached again (other
     // than through its entry) without passing its code.
     let mut region: BTreeSet<u64> = d
@@ -301,7 +298,14 @@ impl Plan {
             Ok(d) => d,
             Err(e) => return refuse(format!("{e:#}")),
         };
-        let b = match bound(&d, f.addr, inst.entry, &inst.ranges, inst.depth) {
+        let b = match bound(
+            &d,
+            &positions(&d),
+            f.addr,
+            inst.entry,
+            &inst.ranges,
+            inst.depth,
+        ) {
             Ok(b) => b,
             Err(why) => return refuse(why),
         };
@@ -466,12 +470,7 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
     if d.arch != Arch::X86_64 {
         return out;
     }
-    let pos: HashMap<u64, usize> = d
-        .insns
-        .iter()
-        .enumerate()
-        .map(|(k, i)| (i.addr, k))
-        .collect();
+    let pos = positions(d);
     let mine: Vec<&Instance> = obj
         .all_inlined()
         .iter()
@@ -486,7 +485,7 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
     busy.insert(start);
     let preds = preds_of(d);
     for inst in mine {
-        let Ok(mut b) = bound(d, start, inst.entry, &inst.ranges, inst.depth) else {
+        let Ok(mut b) = bound(d, &pos, start, inst.entry, &inst.ranges, inst.depth) else {
             continue;
         };
         let loops = d.insns.iter().any(|i| {
