@@ -299,7 +299,7 @@ fn add_instances<'r>(
                 ));
                 continue;
             }
-            match plan.add_inlined(&r.obj, inst, r.source)? {
+            match plan.add_inlined(&r.obj, inst, r.source, req.tree.is_some())? {
                 Ok(id) => added.push((r, inst, id)),
                 Err(line) => plan.left_out.push(line),
             }

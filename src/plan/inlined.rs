@@ -31,7 +31,7 @@ use anyhow::Result;
 
 use super::function::{ExitMode, ExitSummary};
 use super::{Item, ItemKind, Plan, ProbeKind, TracedFunc};
-use crate::disasm::{Arch, Decoded};
+use crate::disasm::{Arch, Decoded, ProbeCost};
 use crate::symbols::elf::inlined::Instance;
 use crate::symbols::{ElfObject, Function, SymSource};
 
@@ -68,11 +68,16 @@ pub struct InstanceExit {
 /// An instance's probes, as the decoder bounds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bounds {
-    /// Add to SP at the entry to get the key.
+    /// Where it opens: its entry, or the first instruction the kernel
+    /// emulates after a straight-line start (see [`emulated_entry`]).
+    pub entry: u64,
+    /// Add to SP there to get the key.
     pub entry_adjust: i32,
     pub exits: Vec<InstanceExit>,
     /// The instructions that run inside it, its entry first.
     pub inside: BTreeSet<u64>,
+    /// Whether a way out moved off a jump that closes a loop inside it.
+    pub loop_exit_moved: bool,
 }
 
 /// The successors of each instruction, and what ends the walk there.
@@ -152,6 +157,7 @@ pub fn bound(
     }
     let nexts: Vec<Next> = d.insns.iter().map(|i| next_of(d, i)).collect();
     let preds = preds_of(d);
+    let dead = padding(d, &preds);
     // Its code, and the code from which its code is reached again (other
     // than through its entry) without passing its code.
     let mut region: BTreeSet<u64> = d
@@ -196,7 +202,7 @@ pub fn bound(
     for &a in inside.iter().filter(|&&a| a != entry) {
         if let Some(p) = preds
             .get(&a)
-            .and_then(|v| v.iter().find(|p| !inside.contains(p)))
+            .and_then(|v| v.iter().find(|p| !inside.contains(p) && !dead.contains(p)))
         {
             return Err(format!(
                 "its code at {} is reached from {} without passing its entry {}",
@@ -222,6 +228,28 @@ pub fn bound(
     if !d.insns[pos[&entry]].probeable {
         return Err(format!("the kernel cannot probe its entry {}", at(entry)));
     }
+    // Whether `a` is on a loop inside the instance.
+    let succ = |a: u64| -> Vec<u64> {
+        match &nexts[pos[&a]] {
+            Next::To(ts) => ts.iter().copied().filter(|t| inside.contains(t)).collect(),
+            _ => Vec::new(),
+        }
+    };
+    let on_cycle = |a: u64| {
+        let mut seen = BTreeSet::new();
+        let mut work = succ(a);
+        while let Some(x) = work.pop() {
+            if x == a {
+                return true;
+            }
+            if seen.insert(x) {
+                work.extend(succ(x));
+            }
+        }
+        false
+    };
+    // Exits on an edge to one instruction: (where, where to, on a loop).
+    let mut edges: Vec<(u64, u64, bool)> = Vec::new();
     let mut exits: BTreeSet<InstanceExit> = BTreeSet::new();
     for &a in &inside {
         let i = &d.insns[pos[&a]];
@@ -261,26 +289,193 @@ pub fn bound(
             sp_adjust: key_at(a)?,
             cond,
         });
+        if let [to] = out[..] {
+            edges.push((a, to, cond.is_some() && on_cycle(a)));
+        }
+    }
+    // An exit on a jump that also closes a loop inside the instance is hit
+    // on every turn, not once a call: it moves to where the jump leads.
+    // Where only the instance leads there, the instance is open whenever
+    // that instruction runs. Where code outside it leads there too, the
+    // probe there finds no frame at the instance's key and does nothing,
+    // once per pass: that instruction must not be on a loop of its own
+    // (one that does not pass the instance's entry). Else the instance is
+    // left out. An exit on an instruction the kernel single-steps moves
+    // too when only the instance leads where it goes and the kernel
+    // emulates that (a jump, a nop): the instruction it passes is timed
+    // with the instance, a few nanoseconds. A probe where the edge lands
+    // ends every edge to it: theirs go.
+    let loops_back = |to: u64| {
+        let mut seen = BTreeSet::new();
+        let mut work = vec![to];
+        while let Some(x) = work.pop() {
+            let Some(&k) = pos.get(&x) else { continue };
+            if let Next::To(ts) = &nexts[k] {
+                for &t in ts {
+                    if t == to {
+                        return true;
+                    }
+                    if t != entry && seen.insert(t) {
+                        work.push(t);
+                    }
+                }
+            }
+        }
+        false
+    };
+    let mut landings: BTreeSet<u64> = BTreeSet::new();
+    let mut loop_exit_moved = false;
+    for &(a, to, every_turn) in &edges {
+        let cheaper = d.insns[pos[&a]].cost != ProbeCost::Emulated
+            && pos
+                .get(&to)
+                .is_some_and(|&k| d.insns[k].cost == ProbeCost::Emulated)
+            && !d.calls.iter().any(|c| c.addr == to)
+            && !d.tails.iter().any(|t| t.addr == to);
+        if !every_turn && !cheaper {
+            continue;
+        }
+        let only_from_inside = !d.other_targets.contains(&to)
+            && preds.get(&to).is_some_and(|v| {
+                v.iter()
+                    .filter(|p| !dead.contains(p))
+                    .all(|p| inside.contains(p))
+            });
+        let fits = to != start
+            && !d.computed_jump
+            && pos.get(&to).is_some_and(|&k| d.insns[k].probeable)
+            && key_at(to).is_ok()
+            && (only_from_inside || (every_turn && !loops_back(to)));
+        if fits {
+            loop_exit_moved |= every_turn;
+            landings.insert(to);
+        } else if every_turn {
+            return Err(format!(
+                "its way out at {} closes a loop inside it (a probe there would be hit on every turn), and where it leads, {}, cannot take the probe",
+                at(a),
+                at(to)
+            ));
+        }
+    }
+    for &to in &landings {
+        for &(a, t, _) in &edges {
+            if t == to {
+                exits.retain(|x| x.addr != a);
+            }
+        }
+        exits.insert(InstanceExit {
+            addr: to,
+            sp_adjust: key_at(to)?,
+            cond: None,
+        });
     }
     if exits.is_empty() {
         return Err("control never leaves it".into());
     }
     Ok(Bounds {
+        entry,
         entry_adjust,
         exits: exits.into_iter().collect(),
         inside,
+        loop_exit_moved,
     })
+}
+
+/// The padding of `d`: no-ops that nothing reaches (after a `ret` or a
+/// jump), which fall through into the code after them.
+fn padding(d: &Decoded, preds: &HashMap<u64, Vec<u64>>) -> BTreeSet<u64> {
+    let mut dead = BTreeSet::new();
+    if d.computed_jump {
+        return dead;
+    }
+    let start = d.first.as_ref().map(|i| i.addr);
+    // In address order: a run of no-ops is reached from the one before.
+    for i in d.insns.iter().filter(|i| i.is_nop) {
+        if Some(i.addr) != start
+            && !d.other_targets.contains(&i.addr)
+            && preds
+                .get(&i.addr)
+                .map_or(true, |v| v.iter().all(|p| dead.contains(p)))
+        {
+            dead.insert(i.addr);
+        }
+    }
+    dead
+}
+
+/// Moves the entry of an instance bounded by `b` (of `depth`) forward to
+/// the first instruction the kernel emulates (a push, a nop, a jump, or a
+/// call where `call_ok`), when every instruction before it is
+/// straight-line code of the instance that only its entry leads to: the
+/// entry probe is then emulated, not single-stepped, and what it skips
+/// (a few register moves) takes nanoseconds. At most `MAX_SKIP` of them.
+pub fn emulated_entry(
+    d: &Decoded,
+    pos: &HashMap<u64, usize>,
+    b: &mut Bounds,
+    depth: u32,
+    call_ok: bool,
+) {
+    const MAX_SKIP: usize = 8;
+    let preds = preds_of(d);
+    let dead = padding(d, &preds);
+    let mut a = b.entry;
+    for _ in 0..MAX_SKIP {
+        let Some(i) = pos.get(&a).map(|&k| &d.insns[k]) else {
+            return;
+        };
+        if i.cost == ProbeCost::Emulated
+            || i.is_call
+            || i.jump.is_some()
+            || !i.falls_through
+            || d.rets.contains(&a)
+            || !matches!(next_of(d, i), Next::To(_))
+            || b.exits.iter().any(|x| x.addr == a)
+        {
+            return;
+        }
+        let next = a + u64::from(i.len);
+        let only_from_a = preds.get(&next).is_some_and(|v| {
+            v.iter()
+                .filter(|p| !dead.contains(p))
+                .eq(std::iter::once(&a))
+        });
+        if !b.inside.contains(&next)
+            || !only_from_a
+            || next == b.entry
+            || d.computed_jump
+            || d.other_targets.contains(&next)
+            || b.exits.iter().any(|x| x.addr == next)
+        {
+            return;
+        }
+        let Some(n) = pos.get(&next).map(|&k| &d.insns[k]) else {
+            return;
+        };
+        let is_site = n.is_call || d.tails.iter().any(|t| t.addr == next);
+        if n.cost == ProbeCost::Emulated && n.probeable && (call_ok || !is_site) {
+            if let Some(Some(sp)) = d.depths.get(&next) {
+                b.entry = next;
+                b.entry_adjust = sp - depth as i32;
+            }
+            return;
+        }
+        a = next;
+    }
 }
 
 impl Plan {
     /// Adds an inlined instance `inst` of `obj`, in `enclosing`: its entry
     /// and exit probes, as a traced item of its own. `Ok(None)` with the
-    /// line that names it where it cannot be timed.
+    /// line that names it where it cannot be timed. `sites`: its calls are
+    /// to be sites of their own (`tachy nested`), so its entry stays off
+    /// them.
     pub fn add_inlined(
         &mut self,
         obj: &ElfObject,
         inst: &Instance,
         source: SymSource,
+        sites: bool,
     ) -> Result<std::result::Result<u32, String>> {
         let index = obj.symbols()?;
         let Some(f) = index.function_containing(inst.entry) else {
@@ -298,17 +493,12 @@ impl Plan {
             Ok(d) => d,
             Err(e) => return refuse(format!("{e:#}")),
         };
-        let b = match bound(
-            &d,
-            &positions(&d),
-            f.addr,
-            inst.entry,
-            &inst.ranges,
-            inst.depth,
-        ) {
+        let pos = positions(&d);
+        let mut b = match bound(&d, &pos, f.addr, inst.entry, &inst.ranges, inst.depth) {
             Ok(b) => b,
             Err(why) => return refuse(why),
         };
+        emulated_entry(&d, &pos, &mut b, inst.depth, !sites);
         let object = self.object_index(obj);
         // Probes of one address run in an order the kernel does not
         // promise: an entry must be alone at its address, and no exit may
@@ -319,11 +509,11 @@ impl Plan {
         if let Some(p) = self
             .probes
             .iter()
-            .find(|p| taken(p, false) && p.vaddr == inst.entry)
+            .find(|p| taken(p, false) && p.vaddr == b.entry)
         {
             return refuse(format!(
                 "its entry {:#x} carries a probe of another traced item ({})",
-                inst.entry,
+                b.entry,
                 self.kind_text(p.kind)
             ));
         }
@@ -341,7 +531,7 @@ impl Plan {
         self.push(
             obj,
             object,
-            inst.entry,
+            b.entry,
             ProbeKind::Entry {
                 id,
                 sp_adjust: b.entry_adjust,
@@ -365,9 +555,9 @@ impl Plan {
         let entry = &self.probes[first_exit - 1];
         let entry_cost = entry.cost;
         let entry_insn = obj
-            .code(inst.entry, 15)
-            .or_else(|| obj.code(inst.entry, 1))
-            .map(|c| crate::disasm::refused_text(obj.arch, c, inst.entry))
+            .code(b.entry, 15)
+            .or_else(|| obj.code(b.entry, 1))
+            .map(|c| crate::disasm::refused_text(obj.arch, c, b.entry))
             .unwrap_or_default()
             .trim_matches('`')
             .to_string();
@@ -381,7 +571,7 @@ impl Plan {
                 fragments: 0,
                 source,
                 source_text: obj.describe_source(source),
-                entry_addr: inst.entry,
+                entry_addr: b.entry,
                 entry_insn,
                 entry_cost,
                 exits: ExitSummary {
@@ -479,8 +669,10 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
     if mine.is_empty() {
         return out;
     }
-    // Addresses other probes may take: the function's entry, its calls.
-    let mut busy: BTreeSet<u64> = d.calls.iter().map(|c| c.addr).collect();
+    // Addresses other probes may take: the function's entry, its calls,
+    // where they return (an instance opening there would open inside the
+    // call's site, which ends with its parent then).
+    let mut busy: BTreeSet<u64> = d.calls.iter().flat_map(|c| [c.addr, c.next]).collect();
     busy.extend(d.tails.iter().map(|t| t.addr));
     busy.insert(start);
     let preds = preds_of(d);
@@ -493,10 +685,22 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
                 && i.jump
                     .is_some_and(|(t, _)| t <= i.addr && b.inside.contains(&t))
         });
-        if !loops && !d.calls.iter().any(|c| b.inside.contains(&c.addr)) {
+        let calls = d.calls.iter().any(|c| b.inside.contains(&c.addr));
+        if !loops && !calls {
             continue;
         }
-        let Some(entry) = open_at(d, &pos, &preds, &mut b, inst.entry, inst.depth, &busy) else {
+        // A loop that leaves by its closing jump is left where that jump
+        // lands, often an instruction the kernel single-steps. One that
+        // calls out (a retry around nanosleep) is left out: its calls,
+        // sites of the code around it, tell where its time goes at an
+        // emulated pair of probes each, where the instance would add two
+        // single-steps a call (kv::Store::read's sleep_for). One that
+        // calls nothing (a spin) is a site: nothing else shows its time.
+        if calls && b.loop_exit_moved {
+            continue;
+        }
+        emulated_entry(d, &pos, &mut b, inst.depth, false);
+        let Some(entry) = open_at(d, &pos, &preds, &mut b, inst.depth, &busy) else {
             continue;
         };
         let by_return = b.exits.iter().any(|x| d.rets.contains(&x.addr));
@@ -507,12 +711,6 @@ pub fn instance_sites(obj: &ElfObject, d: &Decoded, start: u64) -> Vec<InstanceS
             .filter(|x| !d.rets.contains(&x.addr))
             .collect();
         if exits.iter().any(|x| busy.contains(&x.addr)) {
-            continue;
-        }
-        // A loop's way out is often its closing jump: a probe there is hit
-        // on every turn, not once a call (a spin of millions of turns
-        // would take a breakpoint each).
-        if loops && exits.iter().any(|x| x.cond.is_some()) {
             continue;
         }
         out.push(InstanceSite {
@@ -536,10 +734,10 @@ fn open_at(
     pos: &HashMap<u64, usize>,
     preds: &HashMap<u64, Vec<u64>>,
     b: &mut Bounds,
-    entry: u64,
     depth: u32,
     busy: &BTreeSet<u64>,
 ) -> Option<u64> {
+    let entry = b.entry;
     if !busy.contains(&entry) {
         return Some(entry);
     }
@@ -558,6 +756,7 @@ fn open_at(
     let is_exit = |a: u64| b.exits.iter().any(|x| x.addr == a);
     if straight(i)
         && !is_exit(entry)
+        && !is_exit(next)
         && b.inside.contains(&next)
         && only_from(next, entry)
         && !busy.contains(&next)
@@ -565,6 +764,7 @@ fn open_at(
     {
         if let Some(adj) = key(next) {
             b.inside.remove(&entry);
+            b.entry = next;
             b.entry_adjust = adj;
             return Some(next);
         }
@@ -582,6 +782,7 @@ fn open_at(
     {
         let adj = key(p.addr)?;
         b.inside.insert(p.addr);
+        b.entry = p.addr;
         b.entry_adjust = adj;
         return Some(p.addr);
     }

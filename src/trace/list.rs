@@ -130,7 +130,7 @@ fn instance(
         ),
         None => (format!("{} [inlined]", inst.name), "c".to_string()),
     };
-    let probes = match p.add_inlined(&r.obj, inst, r.source) {
+    let probes = match p.add_inlined(&r.obj, inst, r.source, false) {
         Ok(Ok(id)) => {
             p.finish();
             let item = &p.items[id as usize];

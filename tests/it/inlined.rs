@@ -5,7 +5,8 @@
 //! copy. Each call spins 300 us and adds the time it measured itself to
 //! the fixture's total for its way in. Counts are exact per instance and
 //! in total; durations are within 20% of the fixture's own clock; the
-//! same at -O2 and at -O3 with loops unrolled.
+//! same at -O2 and at -O3 with loops unrolled. `turns` of `inlined_loop`
+//! leaves by the jump that closes its loop: no probe is hit per turn.
 
 use crate::common;
 
@@ -352,4 +353,123 @@ fn nested_roots_are_the_instances() {
         check_sums(r);
     }
     assert_eq!(calls, common::counts(&text), "{out}");
+}
+
+/// The way into `turns` of the inlined_loop fixture a report's item
+/// stands for: the function its instance was inlined into.
+fn loop_way(name: &str) -> String {
+    let rest = name
+        .strip_prefix("turns [inlined ")
+        .unwrap_or_else(|| panic!("an item that is not an instance of turns: {name}"));
+    rest.split('+').next().unwrap_or(rest).to_string()
+}
+
+/// The fixture's own time per call through `way` (traced), and per call
+/// of turns_ref (the same loop out of line, untraced, in the same run):
+/// a probe hit on each of the loop's 1,000,000 turns would add at least
+/// 0.6 s a call, where the untraced loop takes about a millisecond. The
+/// bound leaves room for the instance's own two probes and for
+/// preemption on a loaded machine.
+fn assert_not_hit_every_turn(text: &str, way: &str, calls: u64, out: &dyn std::fmt::Display) {
+    let ns = common::tagged(text, "ns");
+    let own = common::counts(text);
+    let per_call = ns[way] as f64 / calls as f64;
+    let untraced = ns["ref"] as f64 / own["ref"] as f64;
+    assert!(
+        per_call <= 3.0 * untraced + 10e6,
+        "{way}: {per_call:.0} ns a call traced, {untraced:.0} ns untraced\n{out}"
+    );
+}
+
+/// `turns` is inline-only and its loop's closing jump is the edge that
+/// leaves it: `latency` puts the exit where that edge lands, not on the
+/// jump (hit on every turn). Every instance is timed: exact counts,
+/// totals within 20% of the fixture's own clock, and no probe per turn.
+fn loop_exit_latency(fixture: &str) {
+    let out = run_fixture(
+        "latency",
+        &["--json", "turns"],
+        fixture,
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let text = out.fixture_text();
+    assert!(!out.stderr.contains("left out"), "{out}");
+    let want: BTreeMap<String, u64> = [("loop_a", ROUNDS), ("loop_b", 2 * ROUNDS)]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+    let own = common::counts(&text);
+    assert_eq!(own["loop_a"], want["loop_a"], "{out}");
+    assert_eq!(own["loop_b"], want["loop_b"], "{out}");
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    let mut total: BTreeMap<String, u64> = BTreeMap::new();
+    let mut instances: BTreeMap<String, usize> = BTreeMap::new();
+    for f in functions(&rep) {
+        let w = loop_way(f["name"].as_str().unwrap());
+        for k in ["unwound", "filtered", "overflow"] {
+            assert_eq!(num(f, k), 0, "{k} of {}\n{out}", f["name"]);
+        }
+        *calls.entry(w.clone()).or_default() += num(f, "count");
+        *total.entry(w.clone()).or_default() += num(f, "total_ns");
+        *instances.entry(w).or_default() += 1;
+    }
+    assert_eq!(calls, want, "calls per way in\n{out}");
+    assert_eq!(instances["loop_b"], 2, "{out}");
+    let ns = common::tagged(&text, "ns");
+    for (w, n) in &want {
+        let (got, own) = (total[w] as f64, ns[w] as f64);
+        assert!(
+            (got - own).abs() <= 0.2 * own,
+            "{w}: tachy timed {got} ns, the fixture {own} ns\n{out}"
+        );
+        assert_not_hit_every_turn(&text, w, *n, &out);
+    }
+}
+
+#[test]
+fn loop_closing_exit_is_probed_where_it_lands_at_o2() {
+    let _g = common::needs_root!();
+    loop_exit_latency("inlined_loop_o2");
+}
+
+#[test]
+fn loop_closing_exit_is_probed_where_it_lands_at_o3_unrolled() {
+    let _g = common::needs_root!();
+    loop_exit_latency("inlined_loop_o3");
+}
+
+/// `tachy nested loop_b`: its two instances of `turns`, whose loops leave
+/// by their closing jumps, are sites beside its call of begin(), counted
+/// as the fixture called them, with no probe per turn.
+#[test]
+fn nested_times_a_loop_closing_instance_as_a_site() {
+    let _g = common::needs_root!();
+    use common::node::{children, name};
+    let out = run_fixture(
+        "nested",
+        &["--json", "loop_b"],
+        "inlined_loop_o2",
+        &[&ROUNDS.to_string()],
+        &[],
+    );
+    let rep = out.success_report();
+    let text = out.fixture_text();
+    let root = &rep["roots"][0];
+    assert_eq!(name(root), "loop_b", "{out}");
+    assert_eq!(num(root, "count"), ROUNDS, "{out}");
+    let kids = children(root);
+    let names: Vec<&str> = kids.iter().map(name).collect();
+    assert_eq!(
+        names,
+        ["begin", "turns [inlined]", "turns [inlined]"],
+        "{out}"
+    );
+    for k in kids {
+        assert_eq!(num(k, "count"), ROUNDS, "{out}");
+        assert_eq!(num(k, "unwound"), 0, "{out}");
+    }
+    check_sums(root);
+    assert_not_hit_every_turn(&text, "loop_b", 2 * ROUNDS, &out);
 }

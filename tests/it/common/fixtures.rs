@@ -122,6 +122,10 @@ const FIXTURES: &[Def] = &[
     plain("inlined_o2", &["inlined.c", "fixture.h"], Tool::Cc, C),
     plain("inlined_o3", &["inlined.c", "fixture.h"], Tool::Cc,
           &["-std=c11", "-O3", "-funroll-loops", "-g", "-Wall", "-Wextra"]),
+    // An inline-only function whose loop's closing jump leaves it.
+    plain("inlined_loop_o2", &["inlined_loop.c", "fixture.h"], Tool::Cc, C),
+    plain("inlined_loop_o3", &["inlined_loop.c", "fixture.h"], Tool::Cc,
+          &["-std=c11", "-O3", "-funroll-loops", "-g", "-Wall", "-Wextra"]),
     // The same callers with and without frame pointers (--stack).
     plain("stacks_fp", &["stacks.c", "fixture.h"], Tool::Cc,
           &["-std=c11", "-O2", "-g", "-Wall", "-Wextra", "-fno-omit-frame-pointer"]),
