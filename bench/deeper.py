@@ -27,7 +27,8 @@ section "--by retval and --by stack: cost per call" of bench/RESULTS.md.
 
 Then an inlined instance: `work` of bench/workloads/inlined.c timed where
 it was inlined, against the same function called out of line (tachy and
-bpftrace), cost per call.
+bpftrace), cost per call. `deeper.py --inlined` runs only these and puts
+them in place of the section's earlier inlined rows.
 
 Environment: BENCH_ROUNDS (default 5), BENCH_CALLS (default 200000),
 BENCH_RESULTS, BENCH_TACHY.
@@ -41,8 +42,8 @@ import subprocess
 import sys
 import time
 
-from benchlib import (OUT, ROUNDS, TACHY, WORKLOADS, attach_tracer, load_average, medians,
-                      require_root, rounds_cell, write_section)
+from benchlib import (OUT, RESULTS, ROUNDS, TACHY, WORKLOADS, attach_tracer, load_average,
+                      medians, require_root, rounds_cell, write_section)
 
 CALLS = int(os.environ.get("BENCH_CALLS", "200000"))
 WARMUP = 1000
@@ -172,6 +173,8 @@ def main():
     require_root()
     if not shutil.which("bpftrace"):
         sys.exit("bench: bpftrace is not installed (make bench installs it)")
+    if sys.argv[1:] == ["--inlined"]:
+        return write_inlined(inlined_rows())
     binary = os.path.join(OUT, "retstack")
     subprocess.run(["gcc"] + FLAGS + ["-o", binary, os.path.join(WORKLOADS, "retstack.c")],
                    check=True)
@@ -215,6 +218,30 @@ def main():
     write_section(SECTION, "\n".join(lines).rstrip() + "\n")
 
 
+INLINED_HEAD = "An inlined instance ("
+
+
+def write_inlined(lines):
+    """Puts the inlined rows in place of those of the section in RESULTS
+    (its end), the rest of the section as it was."""
+    text = "\n".join(lines).rstrip() + "\n"
+    try:
+        old = open(RESULTS).read()
+    except OSError:
+        old = ""
+    start = old.find(SECTION)
+    if start < 0:
+        return write_section(SECTION, SECTION + "\n\n" + text)
+    nxt = old.find("\n## ", start + len(SECTION))
+    body = old[start:nxt + 1] if nxt >= 0 else old[start:]
+    at = body.find(INLINED_HEAD)
+    body = (body[:at] if at >= 0 else body).rstrip("\n") + "\n\n" + text
+    print()
+    print(text)
+    with open(RESULTS, "w") as f:
+        f.write(old[:start] + body + ("\n" + old[nxt + 1:] if nxt >= 0 else ""))
+
+
 INLINED = ["untraced", "tachy-inlined", "untraced-out-of-line", "tachy-out-of-line",
            "bpftrace-out-of-line"]
 
@@ -244,7 +271,7 @@ def inlined_rows():
     inl = med["tachy-inlined"] - med["untraced"]
     ool = med["tachy-out-of-line"] - med["untraced-out-of-line"]
     bt = med["bpftrace-out-of-line"] - med["untraced-out-of-line"]
-    lines = ["An inlined instance (bench/workloads/inlined.c: `work` inlined into bench_call) "
+    lines = [INLINED_HEAD + "bench/workloads/inlined.c: `work` inlined into bench_call) "
              "against the same function called out of line through a pointer (-DOUT_OF_LINE); "
              "bpftrace cannot time the inlined instance:", "",
              "| variant | median ns per call | all rounds |", "|---|---|---|"]
@@ -252,9 +279,8 @@ def inlined_rows():
         lines.append(f"| {v} | {med[v]:.1f} | {rounds_cell(res[v])} |")
     lines += ["", f"Timing the inlined instance costs {inl:.0f} ns per call; the out-of-line "
               f"copy {ool:.0f} ns with tachy and {bt:.0f} ns with bpftrace. tachy's plan for the "
-              f"instance: {price.group(1) if price else '?'} (the instance's first and last "
-              "instructions are ordinary ones the kernel single-steps, where a function's "
-              "entry and ret are emulated)."]
+              f"instance, as `tachy list` prices it: {price.group(1) if price else '?'}; "
+              f"load average at the end: {load_average()}."]
     return lines
 
 
