@@ -436,6 +436,7 @@ fn plan(exe: &Path) -> Result<Plan> {
                 go: false,
                 sp_adjust: 0,
                 inlined: false,
+                reads: None,
             },
         )?;
         if k < 2 {

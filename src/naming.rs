@@ -13,6 +13,7 @@ use crate::plan::args::{Operand, RetKind, RetShape};
 use crate::plan::by::ByKey;
 use crate::report::fmt::{ArgValue, RetValue};
 use crate::report::groups::{FilePlace, KeyValue, RawGroup};
+use crate::report::Callee;
 use crate::symbols::ElfObject;
 use crate::target::{self, Mapping, ObjectRef};
 
@@ -24,6 +25,8 @@ pub struct Namer {
     objects: HashMap<PathBuf, Option<Rc<ElfObject>>>,
     /// Callers named so far, by process and address.
     callers: HashMap<(u32, u64), KeyValue>,
+    /// Callees of indirect calls named so far, by process and address.
+    callees: HashMap<(u32, u64), Callee>,
     /// Objects a caller may be in besides those of the maps read: the
     /// traced objects and the executables searched.
     known: Vec<PathBuf>,
@@ -38,6 +41,34 @@ pub struct Namer {
     /// `--by stack`: the chains of callers grouped, by their key value.
     stacks: Vec<Vec<String>>,
     stack_ids: HashMap<Vec<String>, u64>,
+}
+
+/// The callee at `vaddr` of `obj` (known to users as `r`): the function
+/// starting there, else `function+0x10`, else `object+0x10`.
+fn callee_at(obj: &ElfObject, r: &ObjectRef, vaddr: u64) -> Callee {
+    let base = r.display.file_name().map_or_else(
+        || r.display.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut c = Callee {
+        name: format!("{base}+{vaddr:#x}"),
+        object: Some(r.display.display().to_string()),
+        addr: Some(vaddr),
+        ..Default::default()
+    };
+    match obj
+        .symbols()
+        .ok()
+        .and_then(|s| s.function_containing(vaddr))
+    {
+        Some(f) if f.addr == vaddr => {
+            c.name = f.display_name();
+            c.raw = Some(f.raw);
+        }
+        Some(f) => c.name = format!("{}+{:#x}", f.display_name(), vaddr - f.addr),
+        None => {}
+    }
+    c
 }
 
 /// The return register's 64 bits `raw` as `shape` reads them (the whole
@@ -239,6 +270,52 @@ impl Namer {
             }
         }
         v
+    }
+
+    /// The function an indirect call of process `pid` entered at `addr`:
+    /// its name, raw name and object, and its address there (a count of
+    /// 0, for the caller to fill in).
+    pub fn callee(&mut self, pid: u32, addr: u64) -> Callee {
+        if let Some(c) = self.callees.get(&(pid, addr)) {
+            return c.clone();
+        }
+        let c = self.name_callee(pid, addr);
+        self.callees.insert((pid, addr), c.clone());
+        c
+    }
+
+    fn name_callee(&mut self, pid: u32, addr: u64) -> Callee {
+        let unknown = Callee {
+            name: format!("{addr:#x}"),
+            ..Default::default()
+        };
+        let Some(m) = self.mapping(pid, addr) else {
+            return unknown;
+        };
+        let offset = addr - m.start + m.offset;
+        let Some(obj) = self.object(&m.object) else {
+            let base = m.object.display.file_name().map_or_else(
+                || m.object.display.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            return Callee {
+                name: format!("{base}+{offset:#x}"),
+                object: Some(m.object.display.display().to_string()),
+                ..Default::default()
+            };
+        };
+        match obj.offset_to_vaddr(offset) {
+            Some(vaddr) => callee_at(&obj, &m.object, vaddr),
+            None => unknown,
+        }
+    }
+
+    /// The callee at `vaddr` of object `r` (a callee of an indirect call in
+    /// the same object, once its process is gone), when a function holds it.
+    pub fn callee_in(&mut self, r: &ObjectRef, vaddr: u64) -> Option<Callee> {
+        let obj = self.object(r)?;
+        obj.symbols().ok()?.function_containing(vaddr)?;
+        Some(callee_at(&obj, r, vaddr))
     }
 
     /// `--by stack`: the key value of a chain of callers (function names,

@@ -197,6 +197,7 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 cpu: None,
                 arg_filtered: None,
                 hist: hist_of(buckets, unit),
+                callees: Vec::new(),
             }
         }
     }
@@ -255,6 +256,7 @@ fn build(
         cpu: None,
         // Go and C trees differ only in the words of what was left.
         go: n.count & 1 == 1,
+        callees: None,
         children,
     })
 }

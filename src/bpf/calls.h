@@ -182,32 +182,45 @@ static __always_inline int do_tail(struct pt_regs *ctx)
  * uprobe sets ip to the probed instruction before programs run. Inside,
  * the call goes on; outside, it is a tail jump to unknown code.
  */
+/*
+ * Where an indirect jump or call at `ip` goes: the register, or the pointer
+ * in memory, that `op` (TACHY_JUMP_* layout, bits 0-31) names. Non-zero
+ * when the pointer cannot be read.
+ */
+static __always_inline int operand_target(struct pt_regs *ctx, __u32 op,
+					  __u64 ip, __u64 *target)
+{
+	__u64 addr, r[16];
+
+	save_regs(ctx, r);
+	if (!(op & TACHY_JUMP_MEM)) {
+		*target = r[(op >> TACHY_JUMP_REG_SHIFT) & 15];
+		return 0;
+	}
+	if (op & TACHY_JUMP_RIP) {
+		addr = ip + ((__s32)op >> TACHY_JUMP_RIP_SHIFT);
+	} else {
+		addr = r[(op >> TACHY_JUMP_REG_SHIFT) & 15] +
+		       ((__s32)op >> TACHY_JUMP_DISP_SHIFT);
+		if (op & TACHY_JUMP_INDEX)
+			addr += r[(op >> TACHY_JUMP_INDEX_SHIFT) & 15]
+				<< ((op >> TACHY_JUMP_SCALE_SHIFT) & 3);
+	}
+	return user_read8(addr, target);
+}
+
 static __always_inline int do_jump(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 op = cookie;
-	__u64 ip = PT_REGS_IP(ctx), target = 0, addr, start, r[16];
+	__u64 ip = PT_REGS_IP(ctx), target = 0, start;
 	__u64 before = (cookie >> TACHY_JUMP_BEFORE_SHIFT) & 0xffff;
 	__u64 after = (cookie >> TACHY_JUMP_AFTER_SHIFT) & 0xffff;
 
-	save_regs(ctx, r);
-	if (!(op & TACHY_JUMP_MEM)) {
-		target = r[(op >> TACHY_JUMP_REG_SHIFT) & 15];
-	} else {
-		if (op & TACHY_JUMP_RIP) {
-			addr = ip + ((__s32)op >> TACHY_JUMP_RIP_SHIFT);
-		} else {
-			addr = r[(op >> TACHY_JUMP_REG_SHIFT) & 15] +
-			       ((__s32)op >> TACHY_JUMP_DISP_SHIFT);
-			if (op & TACHY_JUMP_INDEX)
-				addr += r[(op >> TACHY_JUMP_INDEX_SHIFT) & 15]
-					<< ((op >> TACHY_JUMP_SCALE_SHIFT) & 3);
-		}
-		if (user_read8(addr, &target)) {
-			if (op & TACHY_JUMP_INSIDE)
-				return 0;
-			return leave_frame(ctx, true);
-		}
+	if (operand_target(ctx, op, ip, &target)) {
+		if (op & TACHY_JUMP_INSIDE)
+			return 0;
+		return leave_frame(ctx, true);
 	}
 	start = ip - before;
 	if (target > start && target - start < before + after)

@@ -14,6 +14,68 @@ struct {
 	__type(value, __u32);
 } site_nodes SEC(".maps");
 
+/* Indirect call sites: the callees each process reached, per site node. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, TACHY_MAX_NODES);
+	__type(key, struct tachy_callee_key);
+	__type(value, struct tachy_callees);
+} callees SEC(".maps");
+
+/* Never written: a new entry's first value. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tachy_callees);
+} callee_zero SEC(".maps");
+
+/*
+ * An indirect call counted at site node `node`: its callee, read where the
+ * call reads it (`op`), is counted in its process's entry, in the first
+ * slot holding its address or the first free one (claimed by a
+ * compare-and-swap, so two CPUs never claim one slot for two callees),
+ * else as one of the others.
+ */
+static __always_inline void count_callee(struct pt_regs *ctx, __u32 op,
+					 __u32 node)
+{
+	struct tachy_callee_key key = {
+		.node = node,
+		.tgid = bpf_get_current_pid_tgid() >> 32,
+	};
+	struct tachy_callees *c, *zero;
+	__u64 target = 0, a;
+	__u32 z = 0;
+	int i;
+
+	if (operand_target(ctx, op, PT_REGS_IP(ctx), &target) || !target)
+		return;
+	c = bpf_map_lookup_elem(&callees, &key);
+	if (!c) {
+		zero = bpf_map_lookup_elem(&callee_zero, &z);
+		if (!zero)
+			return;
+		/* Fails when the map is full, or another CPU made it. */
+		bpf_map_update_elem(&callees, &key, zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&callees, &key);
+		if (!c)
+			return;
+		c->ip = PT_REGS_IP(ctx);
+	}
+	for (i = 0; i < TACHY_CALLEES; i++) {
+		a = c->addr[i];
+		if (!a)
+			a = __sync_val_compare_and_swap(&c->addr[i], 0, target);
+		if (!a || a == target) {
+			__sync_fetch_and_add(&c->count[i], 1);
+			return;
+		}
+	}
+	__sync_fetch_and_add(&c->other, 1);
+}
+
 /* The return of a call site (cookie: its slot, and an SP adjustment when
  * the probe stands after the return address), or the way out of an
  * inlined instance, taken only when its jump's condition holds. */
@@ -93,11 +155,15 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	 * bytes below its parent's, off the 8-byte grid of return-address
 	 * slots.
 	 */
-	sp += (__s64)(__s32)(cookie >> 32);
+	if (cookie & TACHY_SITE_INLINED)
+		sp += (__s64)(__s32)(cookie >> 32);
 	pop_abandoned(t, sp, now, true, ANY_ID);
 	node = node_of(slot, top(t));
 	if (!node)
 		return 0;
+	if (!(cookie & TACHY_SITE_INLINED) &&
+	    ((cookie >> 32) & TACHY_CALL_READ))
+		count_callee(ctx, cookie >> 32, *node);
 	/*
 	 * A site followed only by the function's epilogue ends with it. Its
 	 * clock starts last, as a function's does. So does an inlined

@@ -133,6 +133,34 @@
 #define TACHY_SITE_ENDS_WITH_PARENT 0x20000000ULL
 #define TACHY_SITE_TAIL		    0x40000000ULL
 #define TACHY_SITE_EXIT_FIRST	    0x80000000ULL
+/*
+ * Site cookie of an indirect call (not an inlined instance): where the call
+ * reads its callee, in bits 32-63, in the layout of the jump cookie's bits
+ * 0-31 (TACHY_JUMP_MEM, _INDEX, _RIP and their fields), with
+ * TACHY_CALL_READ set there. The callee's address is counted in the
+ * `callees` map under the site's node.
+ */
+#define TACHY_CALL_READ 0x8
+/* Callees counted apart per indirect call site (node) and process; calls
+ * to others are counted together. */
+#define TACHY_CALLEES 16
+
+struct tachy_callee_key {
+	__u32 node;
+	__u32 tgid;
+};
+
+/* Calls made through one indirect call site by one process since tracing
+ * began (never cleared: user space takes differences): each callee's
+ * address, claimed by the first call to it, and its calls; the call's own
+ * address names a callee of the same object once the process is gone. */
+struct tachy_callees {
+	__u64 ip; /* the call's own address in this process */
+	__u64 addr[TACHY_CALLEES];
+	__u64 count[TACHY_CALLEES];
+	__u64 other;
+};
+
 #define TACHY_SEND_SLOT_MASK	    0x00ffffffULL
 #define TACHY_SEND_COND_SHIFT	    24
 #define TACHY_SEND_CONDITIONAL	    0x10000000ULL

@@ -96,6 +96,11 @@ the breakdown covers only the calls of the function that were that slow.
 In Go code the frames are the goroutine's, wherever it runs and however
 its stack grows; a site call left by a panic is counted, never timed
 (--slower-than/--faster-than are not taken for Go functions yet).
+Under an indirect call site (`call *%rax`, `call *0x18(%rbx)`, `blr x8`) a
+line lists the functions it called and how often (`-> callees: foo 80,
+bar 20`; in JSON `callees`): the probe on the call reads where it goes,
+16 callees apart per site, the rest as `other`; counted as the calls were
+made, whatever --slower-than decides. Go sites are not read.
 Sites that never ran are left out of the text report (--all-sites shows
 them). A tree may have up to 4096 nodes.
 

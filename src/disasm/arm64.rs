@@ -21,8 +21,8 @@
 use anyhow::{bail, Result};
 
 use super::{
-    Arch, Call, Decoded, EntryCandidate, Image, Insn, InsnInfo, Internal, InternalJump, NoImage,
-    ProbeCost, Range, TailJump, Target,
+    Arch, Call, Decoded, EntryCandidate, Image, Insn, InsnInfo, Internal, InternalJump,
+    JumpOperand, NoImage, ProbeCost, Range, TailJump, Target,
 };
 
 /// Instructions in the straight-line start of a function considered for the
@@ -54,6 +54,7 @@ enum Op {
         pac: bool,
     },
     Blr {
+        reg: u8,
         pac: bool,
     },
     /// `adr` (address) or `adrp` (page address) into `rd`.
@@ -141,7 +142,7 @@ fn classify(addr: u64, w: u32) -> Op {
         let pac = opc & 8 != 0 || op3 != 0;
         return match opc & 7 {
             0 => Op::Br { reg: rn, pac },
-            1 => Op::Blr { pac },
+            1 => Op::Blr { reg: rn, pac },
             2 if pac => Op::Ret { pac: true },
             2 if rn == 30 => Op::Ret { pac: false },
             2 => Op::RetReg,
@@ -156,7 +157,7 @@ fn classify(addr: u64, w: u32) -> Op {
 fn kernel_view(w: u32, op: Op) -> (ProbeCost, bool) {
     use ProbeCost::*;
     match op {
-        Op::Ret { pac: true } | Op::Br { pac: true, .. } | Op::Blr { pac: true } => {
+        Op::Ret { pac: true } | Op::Br { pac: true, .. } | Op::Blr { pac: true, .. } => {
             return (SingleStepped, false)
         }
         Op::Other => {}
@@ -342,7 +343,7 @@ fn text(addr: u64, w: u32) -> String {
             return format!("{nz} {}, #{bit}, {t:#x}", reg(rd, bit >= 32, false));
         }
         Op::Br { reg: r, pac: false } => return format!("br x{r}"),
-        Op::Blr { pac: false } => return format!("blr x{rn}"),
+        Op::Blr { reg: r, pac: false } => return format!("blr x{r}"),
         Op::Adr { rd, target } => {
             let name = if w & 0x8000_0000 != 0 { "adrp" } else { "adr" };
             return format!("{name} x{rd}, {target:#x}");
@@ -760,11 +761,15 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                 addr: i.addr,
                 next: i.addr + 4,
                 target: Target::Direct(t),
+                read: None,
             }),
-            Op::Blr { .. } => out.calls.push(Call {
+            // BPF sees x0-x15 of a uprobe's registers (regs.h save_regs);
+            // a signed pointer (`blraa`) is not an address.
+            Op::Blr { reg, pac } => out.calls.push(Call {
                 addr: i.addr,
                 next: i.addr + 4,
                 target: Target::Indirect,
+                read: (reg < 16 && !pac).then_some(JumpOperand::Register(reg)),
             }),
             Op::Br { .. } | Op::RetReg => {
                 let k = sorted.partition_point(|s| s.addr < i.addr);

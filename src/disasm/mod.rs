@@ -180,7 +180,7 @@ impl Internal {
 /// evaluate from the registers saved at the probe. Registers are numbered
 /// as x86 encodes them (0 `rax`, 1 `rcx`, 2 `rdx`, 3 `rbx`, 4 `rsp`, 5 `rbp`,
 /// 6 `rsi`, 7 `rdi`, 8-15 `r8`-`r15`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum JumpOperand {
     /// `jmp *%reg`.
     Register(u8),
@@ -194,8 +194,37 @@ pub enum JumpOperand {
     },
 }
 
+impl std::fmt::Display for JumpOperand {
+    /// Registers by number (x86's encoding, arm64's `xN`), a memory
+    /// operand as the address the pointer is read at: `*r0`,
+    /// `*[r3+r1*8+0x18]`, `*[ip+0x2fd0]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (base, index, disp) = match *self {
+            JumpOperand::Register(r) => return write!(f, "*r{r}"),
+            JumpOperand::Memory { base, index, disp } => (base, index, disp),
+        };
+        let mut terms = Vec::new();
+        match base {
+            Base::None => {}
+            Base::Register(r) => terms.push(format!("r{r}")),
+            Base::Jump => terms.push("ip".to_string()),
+        }
+        if let Some((r, scale)) = index {
+            terms.push(format!("r{r}*{scale}"));
+        }
+        let mut text = terms.join("+");
+        match disp {
+            0 if !text.is_empty() => {}
+            d if d < 0 => text.push_str(&format!("-{:#x}", d.unsigned_abs())),
+            d if text.is_empty() => text.push_str(&format!("{d:#x}")),
+            d => text.push_str(&format!("+{d:#x}")),
+        }
+        write!(f, "*[{text}]")
+    }
+}
+
 /// The base of a memory operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Base {
     /// No base register: the displacement is an absolute address.
     None,
@@ -256,6 +285,9 @@ pub struct Call {
     /// Address of the instruction after the call: the return address.
     pub next: u64,
     pub target: Target,
+    /// An indirect call: where it reads its callee (a register, or a
+    /// pointer in memory), when BPF can form it from the saved registers.
+    pub read: Option<JumpOperand>,
 }
 
 /// Does the kernel emulate this instruction under a uprobe (cheap), or

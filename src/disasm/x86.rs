@@ -200,6 +200,11 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                     addr: ip,
                     next: insn.next_ip(),
                     target,
+                    // A GOT slot that is no import's is an indirect call too.
+                    read: match target {
+                        Target::Direct(_) => None,
+                        _ => jump_operand(&insn),
+                    },
                 });
             }
             _ => {}
@@ -327,8 +332,8 @@ fn indirect_target(insn: &Instruction) -> Option<Target> {
     }
 }
 
-/// Where an indirect `jmp` reads its target, if the operand is a 64-bit
-/// general register or a memory operand built from them.
+/// Where an indirect `jmp` or `call` reads its target, if the operand is
+/// a 64-bit general register or a memory operand built from them.
 fn jump_operand(insn: &Instruction) -> Option<JumpOperand> {
     let reg = |r: Register| flow::gpr(r).map(|i| i as u8);
     match insn.op0_kind() {
@@ -704,7 +709,8 @@ mod tests {
             vec![Call {
                 addr: 0x1001,
                 next: 0x1006,
-                target: Target::Direct(0x1016)
+                target: Target::Direct(0x1016),
+                read: None,
             }]
         );
         assert_eq!(
@@ -943,7 +949,8 @@ mod tests {
             vec![Call {
                 addr: 0x2000,
                 next: 0x2005,
-                target: Target::Direct(0x3000)
+                target: Target::Direct(0x3000),
+                read: None,
             }]
         );
         assert_eq!(d.unnamed_fragments, vec![(0x2000, 0x2010)]);

@@ -249,8 +249,9 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             go,
             sp_adjust,
             inlined,
+            reads,
         } => format!(
-            "{}site <{slot}> {}{}{}{}{}",
+            "{}site <{slot}> {}{}{}{}{}{}",
             if go { "go " } else { "" },
             nodes(slot),
             if inlined {
@@ -258,6 +259,7 @@ fn kind_text(kind: ProbeKind, nodes: &dyn Fn(u32) -> String) -> String {
             } else {
                 String::new()
             },
+            reads.map_or(String::new(), |op| format!(" reads callee {op}")),
             if tail { " tail" } else { "" },
             if exit_first { " +exit" } else { "" },
             if ends_with_parent {
@@ -554,6 +556,7 @@ mod tests {
                     go: false,
                     sp_adjust: 0,
                     inlined: false,
+                    reads: None,
                 },
             ),
             probe(

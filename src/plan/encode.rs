@@ -18,6 +18,13 @@ pub const SITE_SLOT_MASK: u64 = 0x0fff_ffff;
 /// Site cookie: the site is an inlined instance (signed SP adjustment in
 /// bits 32-63).
 pub const SITE_INLINED: u64 = 0x1000_0000;
+/// Site cookie of an indirect call (not an inlined instance): it reads
+/// its callee from the operand in bits 32-63, in the jump cookie's layout
+/// of bits 0-31 ([`operand_bits`]), with this flag set there.
+pub const CALL_READ: u64 = 0x8;
+/// The callees counted apart per indirect call site and process
+/// (TACHY_CALLEES); calls to others are counted together.
+pub const CALLEES: usize = 16;
 /// Site-end cookie: slot in bits 0-23, taken only when the x86 condition
 /// in bits 24-27 holds (SITE_END_CONDITIONAL); signed SP adjustment in
 /// bits 32-63.
@@ -168,11 +175,15 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
             go,
             sp_adjust,
             inlined,
+            reads,
         } => (
             if go { Program::GoSite } else { Program::Site },
             (u64::from(slot) & SITE_SLOT_MASK)
                 | if inlined { SITE_INLINED } else { 0 }
-                | high(sp_adjust)
+                | match reads.as_ref().and_then(operand_bits) {
+                    Some(op) if !inlined => (op | CALL_READ) << 32,
+                    _ => high(sp_adjust),
+                }
                 | if tail { SITE_TAIL } else { 0 }
                 | if exit_first { SITE_EXIT_FIRST } else { 0 }
                 | if ends_with_parent {
@@ -217,11 +228,11 @@ pub fn encode(kind: ProbeKind) -> (Program, u64) {
     }
 }
 
-/// The cookie of the jump program for an indirect jump checked at run
-/// time, if it fits: a displacement of at most 18 bits (28 relative to
-/// the jump), a base register unless relative to the jump, and the jump at
-/// most 64 KiB from either end of its range.
-pub fn jump_cookie(j: &CheckedJump) -> Option<u64> {
+/// Where an indirect jump or call reads its target, as bits 0-31 of the
+/// jump cookie (TACHY_JUMP_MEM, _INDEX, _RIP and the fields), if it fits:
+/// a displacement of at most 18 bits (28 relative to the instruction), a
+/// base register unless relative to the instruction.
+pub fn operand_bits(op: &JumpOperand) -> Option<u64> {
     // A signed value in `bits` bits, as the low bits of a u64.
     let signed = |v: i64, bits: u32| {
         let half = 1i64 << (bits - 1);
@@ -229,7 +240,7 @@ pub fn jump_cookie(j: &CheckedJump) -> Option<u64> {
             .contains(&v)
             .then(|| (v as u64) & ((1u64 << bits) - 1))
     };
-    let operand = match j.operand {
+    Some(match *op {
         JumpOperand::Register(r) => u64::from(r) << JUMP_REG_SHIFT,
         JumpOperand::Memory {
             base: Base::Jump,
@@ -257,7 +268,14 @@ pub fn jump_cookie(j: &CheckedJump) -> Option<u64> {
         // An absolute table address, or a RIP-relative one with an index
         // (x86 has none), does not fit.
         JumpOperand::Memory { .. } => return None,
-    };
+    })
+}
+
+/// The cookie of the jump program for an indirect jump checked at run
+/// time, if it fits: its operand ([`operand_bits`]), and the jump at most
+/// 64 KiB from either end of its range.
+pub fn jump_cookie(j: &CheckedJump) -> Option<u64> {
+    let operand = operand_bits(&j.operand)?;
     let before = j.addr.checked_sub(j.range.0)?;
     let after = j.range.1.checked_sub(j.addr)?;
     if before > 0xffff || after > 0xffff {
@@ -487,6 +505,7 @@ mod tests {
             go: false,
             sp_adjust: 0,
             inlined: false,
+            reads: None,
         });
         assert_eq!(prog, Program::Site);
         assert_eq!(c & SITE_SLOT_MASK, 130);
@@ -503,6 +522,7 @@ mod tests {
             go: false,
             sp_adjust: 0,
             inlined: false,
+            reads: None,
         });
         assert_eq!(c, 1 | SITE_ENDS_WITH_PARENT);
         let (prog, c) = encode(ProbeKind::SiteEnd {
@@ -523,6 +543,7 @@ mod tests {
             go: false,
             sp_adjust: 23,
             inlined: true,
+            reads: None,
         });
         assert_eq!(c, 3 | SITE_INLINED | 23 << 32);
         let (_, c) = encode(ProbeKind::SiteEnd {
@@ -548,9 +569,33 @@ mod tests {
             go: true,
             sp_adjust: 0,
             inlined: false,
+            reads: None,
         });
         assert_eq!(prog, Program::GoSite);
         assert_eq!(c, 1 | SITE_EXIT_FIRST | SITE_ENDS_WITH_PARENT);
+        // An indirect call reads its callee: the operand in bits 32-63.
+        let vtable = JumpOperand::Memory {
+            base: Base::Register(3),
+            index: None,
+            disp: 0x18,
+        };
+        let (prog, c) = encode(ProbeKind::Site {
+            slot: 4,
+            tail: false,
+            exit_first: false,
+            ends_with_parent: false,
+            go: false,
+            sp_adjust: 0,
+            inlined: false,
+            reads: Some(vtable),
+        });
+        assert_eq!(prog, Program::Site);
+        assert_eq!(
+            c,
+            4 | (CALL_READ | JUMP_MEM | 3 << JUMP_REG_SHIFT | 0x18 << JUMP_DISP_SHIFT) << 32
+        );
+        assert_eq!(vtable.to_string(), "*[r3+0x18]");
+        assert_eq!(JumpOperand::Register(0).to_string(), "*r0");
         let (prog, c) = encode(ProbeKind::SiteEnd {
             slot: 9,
             sp_adjust: 8,
@@ -648,6 +693,8 @@ mod tests {
             ("TACHY_JUMP_INDEX", JUMP_INDEX),
             ("TACHY_JUMP_RIP", JUMP_RIP),
             ("TACHY_JUMP_INSIDE", JUMP_INSIDE),
+            ("TACHY_CALL_READ", CALL_READ),
+            ("TACHY_CALLEES", CALLEES as u64),
             ("TACHY_JUMP_REG_SHIFT", JUMP_REG_SHIFT.into()),
             ("TACHY_JUMP_INDEX_SHIFT", JUMP_INDEX_SHIFT.into()),
             ("TACHY_JUMP_SCALE_SHIFT", JUMP_SCALE_SHIFT.into()),
@@ -799,6 +846,7 @@ mod tests {
             go: false,
             sp_adjust: 0,
             inlined: false,
+            reads: None,
         };
         plan.probes = vec![
             probe(0, 0x10, super::super::RET_EXIT),

@@ -26,7 +26,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::disasm::{self, Decoded, ProbeCost, Range};
+use crate::disasm::{self, Decoded, JumpOperand, ProbeCost, Range};
 use crate::symbols::golang::GLayout;
 use crate::symbols::{ElfObject, Function, SymSource};
 pub use crate::target::ObjectRef;
@@ -86,6 +86,9 @@ pub enum ProbeKind {
         go: bool,
         sp_adjust: i32,
         inlined: bool,
+        /// An indirect call: where it reads its callee, counted per
+        /// callee address (`callees` map).
+        reads: Option<JumpOperand>,
     },
     /// The return of the site of `slot`: closes its frame only, keyed by SP
     /// plus `sp_adjust` (the probe may stand a few instructions after the

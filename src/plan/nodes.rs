@@ -73,6 +73,14 @@ impl Plan {
         }
     }
 
+    /// Whether the probe of site `slot` reads the callee of its indirect
+    /// call (counted per callee).
+    pub fn reads_callee(&self, slot: u32) -> bool {
+        self.probes.iter().any(|p| {
+            matches!(p.kind, super::ProbeKind::Site { slot: s, reads: Some(_), .. } if s == slot)
+        })
+    }
+
     /// The ids of the call sites under node `id`, in plan order (none
     /// before the plan is finished).
     pub fn children(&self, id: u32) -> &[u32] {

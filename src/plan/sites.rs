@@ -11,11 +11,23 @@ use std::collections::{BTreeSet, HashMap};
 use super::inlined::{self, InstanceSite};
 use super::{unwind, Plan, ProbeKind, MAX_NODES};
 use crate::callsites::{self, Site, SiteKind};
-use crate::disasm::{Decoded, ProbeCost, ProbePoint};
+use crate::disasm::{Decoded, JumpOperand, ProbeCost, ProbePoint};
 use crate::symbols::{ifunc_note, ElfObject, Function};
 
 /// A function reached through the PLT, and the object defining it.
 pub type Imported = (Rc<ElfObject>, Function);
+
+/// Where indirect call `site` of `decoded` reads its callee, when its
+/// probe can read it there: the callees it reaches are counted per
+/// address. A Go site's program (goroutine frames) does not read them.
+fn callee_read(decoded: &Decoded, site: &Site, go: bool) -> Option<JumpOperand> {
+    if go || site.kind != SiteKind::Indirect {
+        return None;
+    }
+    let c = decoded.calls.iter().find(|c| c.addr == site.addr)?;
+    c.read
+        .filter(|op| super::encode::operand_bits(op).is_some())
+}
 
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
@@ -325,6 +337,7 @@ impl Plan {
                     go,
                     sp_adjust: 0,
                     inlined: false,
+                    reads: callee_read(decoded, site, go),
                 },
             )?;
         }
@@ -413,6 +426,7 @@ impl Plan {
                 go: false,
                 sp_adjust: x.entry_adjust,
                 inlined: true,
+                reads: None,
             },
         )
     }

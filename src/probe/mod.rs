@@ -61,6 +61,10 @@ unsafe impl plain::Plain for types::tachy_group_key {}
 
 // SAFETY: as tachy_stats: integers and a byte array.
 unsafe impl plain::Plain for types::tachy_group {}
+// SAFETY: plain integers and arrays of them, as tachy.h defines them.
+unsafe impl plain::Plain for types::tachy_callee_key {}
+// SAFETY: arrays of integers and an integer, as tachy.h defines them.
+unsafe impl plain::Plain for types::tachy_callees {}
 
 // SAFETY: as tachy_stats: integers and a byte array only.
 unsafe impl plain::Plain for types::tachy_record {}
@@ -141,6 +145,9 @@ pub struct Tracer<'obj> {
     reaper: sites::Reaper,
     /// Calls entered per process, as last read (`take_procs`).
     procs_seen: std::collections::HashMap<u32, u64>,
+    /// Calls through indirect call sites per (node, tgid, callee address;
+    /// None: the others), as last read (`take_callees`).
+    callees_seen: std::collections::HashMap<(u32, u32, Option<u64>), u64>,
 }
 
 impl Drop for Tracer<'_> {
@@ -224,6 +231,7 @@ impl<'obj> Tracer<'obj> {
             sites: Default::default(),
             reaper: Default::default(),
             procs_seen: Default::default(),
+            callees_seen: Default::default(),
         };
         // The processes counted through the followed set: several -p, or
         // one -p with --follow (and its forks).

@@ -209,6 +209,45 @@ impl<'obj> Tracer<'obj> {
         out
     }
 
+    /// The calls made through indirect call sites since the last call, per
+    /// callee, as (node, tgid, the call's address, callee address, calls);
+    /// the callee's address is None for calls to callees beyond the ones
+    /// the kernel counts apart.
+    pub fn take_callees(&mut self) -> Vec<(u32, u32, u64, Option<u64>, u64)> {
+        let map = &self.skel.maps.callees;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut out = Vec::new();
+        for k in keys {
+            let mut key = types::tachy_callee_key::default();
+            let mut v = types::tachy_callees::default();
+            let Ok(Some(raw)) = map.lookup(&k, MapFlags::ANY) else {
+                continue;
+            };
+            if plain::copy_from_bytes(&mut key, &k).is_err()
+                || plain::copy_from_bytes(&mut v, &raw).is_err()
+            {
+                continue;
+            }
+            // The kernel's counts only grow: what is new is the difference
+            // from the last read (as take_procs).
+            let each = v.addr.iter().zip(&v.count).map(|(&a, &n)| (Some(a), n));
+            for (addr, n) in each.chain([(None, v.other)]) {
+                if addr == Some(0) || n == 0 {
+                    continue;
+                }
+                let last = self
+                    .callees_seen
+                    .insert((key.node, key.tgid, addr), n)
+                    .unwrap_or(0);
+                if n > last {
+                    out.push((key.node, key.tgid, v.ip, addr, n - last));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
     /// --by: reads and clears the groups of the interval the last `take`
     /// ended. A function's "other" group is cleared, never removed, so the
     /// kernel always finds it.
@@ -350,6 +389,7 @@ impl<'obj> Tracer<'obj> {
                         runq_ns: s.runq_ns,
                         hist: None,
                     }),
+                    callees: Vec::new(),
                 });
                 zero.push(vec![0u8; raw.len()]);
             }

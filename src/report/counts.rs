@@ -85,6 +85,37 @@ pub struct Counts {
     /// `--filter`: calls its expression rejected at their entry (None:
     /// no filter on this function).
     pub arg_filtered: Option<u64>,
+    /// An indirect call site: the calls made through it, per callee (as
+    /// they were made, whatever the duration filter decides later).
+    pub callees: Vec<Callee>,
+}
+
+/// A function an indirect call site reached, and how many times.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Callee {
+    /// Its name as shown (demangled), `function+0x10` for an address
+    /// inside one, or `other` for the callees beyond those the kernel
+    /// counts apart.
+    pub name: String,
+    /// Its raw symbol name, when it is a function's start.
+    pub raw: Option<String>,
+    /// The object holding it, and its address there.
+    pub object: Option<String>,
+    pub addr: Option<u64>,
+    pub count: u64,
+}
+
+impl Callee {
+    /// Adds `c`'s calls to the same callee of `list`, or `c` to it.
+    pub fn add_to(list: &mut Vec<Callee>, c: &Callee) {
+        match list
+            .iter_mut()
+            .find(|x| x.name == c.name && x.object == c.object && x.addr == c.addr)
+        {
+            Some(x) => x.count += c.count,
+            None => list.push(c.clone()),
+        }
+    }
 }
 
 /// The time of the calls counted, split by what the thread was doing; the
@@ -211,6 +242,9 @@ impl Counts {
         }
         if let Some(n) = o.arg_filtered {
             *self.arg_filtered.get_or_insert(0) += n;
+        }
+        for c in &o.callees {
+            Callee::add_to(&mut self.callees, c);
         }
     }
 }

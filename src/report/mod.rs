@@ -18,7 +18,7 @@ pub mod tree;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-pub use counts::{Counts, CpuSplit, Unit, CPU_PARTS};
+pub use counts::{Callee, Counts, CpuSplit, Unit, CPU_PARTS};
 pub use hist::Hist;
 
 /// One traced function's part of a report.

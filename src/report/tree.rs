@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
-use super::counts::{CpuSplit, Unit, CPU_PARTS};
+use super::counts::{Callee, CpuSplit, Unit, CPU_PARTS};
 use super::fmt::{
     clock, compact, cpu_json, human, print_log2_hist, probe_time_note, probe_time_note_of,
     render_split_hist,
@@ -57,6 +57,9 @@ pub struct TreeNode {
     /// Go code: what a C++ exception leaves is left by a panic here, and a
     /// site left by one is counted, never timed.
     pub go: bool,
+    /// An indirect call site whose probe reads its callee: the calls made
+    /// through it per callee, the most called first (None: not read).
+    pub callees: Option<Vec<Callee>>,
     pub children: Vec<TreeNode>,
 }
 
@@ -452,6 +455,9 @@ fn render_children(
             line.push_str(&format!("  ({} {})", c.unwound, c.left_by()));
         }
         writeln!(w, "{line}")?;
+        if let Some(list) = c.callees.as_ref().filter(|l| !l.is_empty()) {
+            writeln!(w, "{indent}  -> callees: {}", callee_words(list))?;
+        }
         if let Some(h) = &c.hist {
             let mut buf = Vec::new();
             print_log2_hist(&h.log2_slots(), unit.word(), &mut buf)?;
@@ -474,6 +480,14 @@ fn render_children(
         hidden += render_children(c, depth + 1, l, w)?;
     }
     Ok(hidden)
+}
+
+/// `foo 80, bar 20`: each callee and its calls.
+pub fn callee_words(list: &[Callee]) -> String {
+    list.iter()
+        .map(|c| format!("{} {}", c.name, c.count))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn node_json(n: &TreeNode) -> Value {
@@ -509,6 +523,19 @@ fn node_json(n: &TreeNode) -> Value {
         if n.kind == "function" && site_calls > 0 && calls > 0 {
             v["site_probe_ns_per_call"] = json!(sites_ns / calls);
         }
+    }
+    if let Some(list) = &n.callees {
+        v["callees"] = list
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "object": c.object,
+                    "addr": c.addr.map(|a| format!("{a:#x}")),
+                    "count": c.count,
+                })
+            })
+            .collect();
     }
     if let Some(h) = &n.hist {
         v["log2_buckets"] = json!(h.log2_slots());
@@ -610,6 +637,7 @@ pub(crate) mod tests {
             under: 0,
             probe_add_ns: 0,
             go: false,
+            callees: None,
             children,
         }
     }

@@ -64,6 +64,15 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         .iter()
         .map(|&k| tree_node(plan, counts, k, hist))
         .collect();
+    // An indirect call whose probe reads its callee: the callees seen.
+    let callees = match plan.site(id) {
+        Some(x) if plan.reads_callee(x.slot) => {
+            let mut list = c.callees.clone();
+            list.sort_by(|a, b| (b.count, &a.name).cmp(&(a.count, &b.name)));
+            Some(list)
+        }
+        _ => None,
+    };
     let (name, site, kind) = match plan.node(id) {
         Some(plan::Node::Site(x)) => (
             x.site.name.clone(),
@@ -89,6 +98,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         probe_add_ns: c.probe_add_ns,
         under: c.under,
         go,
+        callees,
         children: kids,
     }
 }

@@ -20,7 +20,7 @@ use crate::plan::by::ByKey;
 use crate::plan::{self, ItemKind, Plan};
 use crate::probe::{Live, Tracer};
 use crate::report::groups::RawGroup;
-use crate::report::{self, Counts};
+use crate::report::{self, Callee, Counts};
 use crate::scope;
 use crate::stop;
 use crate::symbols::ElfObject;
@@ -323,6 +323,27 @@ impl<'p> RunState<'p> {
         self.next_watch = now + Duration::from_millis(100);
     }
 
+    /// The function an indirect call at `ip` of site `node` entered at
+    /// `addr` in process `pid`: found in the process's mappings, else
+    /// (the process is gone) in the call's own object, at the same
+    /// distance from the call.
+    fn name_callee(&mut self, node: u32, pid: u32, ip: u64, addr: u64) -> Callee {
+        let c = self.namer.callee(pid, addr);
+        if c.addr.is_some() {
+            return c;
+        }
+        let plan = self.plan;
+        let at = plan
+            .site(node)
+            .and_then(|x| plan.slots.get(x.slot as usize))
+            .and_then(|&(o, site)| Some((plan.objects.get(o)?, site)));
+        let Some((obj, site)) = at else {
+            return c;
+        };
+        let vaddr = site.wrapping_add(addr.wrapping_sub(ip));
+        self.namer.callee_in(obj, vaddr).unwrap_or(c)
+    }
+
     /// Reads the counters, the groups and the records lost, and hands
     /// what is new to the sinks.
     fn read(&mut self, tracer: &mut Tracer, sink: &mut dyn Sink) -> Result<()> {
@@ -336,6 +357,19 @@ impl<'p> RunState<'p> {
             }
         }
         let mut fresh: Vec<Counts> = tracer.take()?;
+        // Indirect call sites: their callees, named in their process.
+        for (node, pid, ip, addr, n) in tracer.take_callees() {
+            let callee = match addr {
+                Some(a) => self.name_callee(node, pid, ip, a),
+                None => Callee {
+                    name: "other".into(),
+                    ..Default::default()
+                },
+            };
+            if let Some(c) = fresh.get_mut(node as usize) {
+                Callee::add_to(&mut c.callees, &Callee { count: n, ..callee });
+            }
+        }
         if let Some(b) = self.budget.as_mut() {
             b.add(&fresh);
         }

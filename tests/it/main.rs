@@ -16,6 +16,7 @@ mod fixtures_selftest;
 mod fleet;
 mod go;
 mod hostile;
+mod icall;
 mod ijump;
 mod inlined;
 mod install;

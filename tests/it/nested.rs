@@ -1342,11 +1342,26 @@ fn nested_text() {
     );
     // A root whose reading is mostly probe time says so in a line after
     // the probe time's: not a site.
-    let tree: Vec<&str> = lines[root_idx + 1..]
+    let below: Vec<&str> = lines[root_idx + 1..]
         .iter()
         .take_while(|l| l.starts_with("  "))
         .filter(|l| !l.starts_with("  the probes' own time is "))
         .copied()
+        .collect();
+    // The call through g_store_fn: its callee under it, every call.
+    let callees: Vec<&str> = below
+        .iter()
+        .filter(|l| l.trim_start().starts_with("-> callees:"))
+        .map(|l| l.trim())
+        .collect();
+    assert_eq!(
+        callees,
+        [format!("-> callees: app::store(int) {}", e.n())],
+        "{out}"
+    );
+    let tree: Vec<&str> = below
+        .into_iter()
+        .filter(|l| !l.trim_start().starts_with("-> callees:"))
         .collect();
     assert!(
         tree.first()

@@ -138,6 +138,7 @@ const FIXTURES: &[Def] = &[
     plain("budget", &["budget.c", "fixture.h"], Tool::Cc,
           &["-std=c11", "-O2", "-g", "-pthread", "-Wall", "-Wextra", "-mno-red-zone"]),
     plain("ijump", &["ijump.c", "fixture.h"], Tool::Cc, C),
+    plain("icall", &["icall.c", "fixture.h"], Tool::Cc, C),
     // No builtins: every memset, memcpy and strlen is a call through the
     // PLT. No stdio either: it speaks the protocol by itself.
     plain("ifunc", &["ifunc.c"], Tool::Cc,

@@ -1,0 +1,122 @@
+//! Calls through function pointers (fixture `icall`, see its source): the
+//! probe on an indirect call reads where the call goes (a register, or a
+//! pointer in memory as a vtable holds it), and `tachy nested` counts the
+//! calls per callee under the site.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::run::{Outcome, Tachy};
+use serde_json::Value;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+const ROUNDS: u64 = 10;
+
+fn nested(args: &[&str]) -> Outcome {
+    let exe = common::build("icall");
+    let rounds = ROUNDS.to_string();
+    let mut a = vec!["nested"];
+    a.extend_from_slice(args);
+    a.extend(["dispatch", "--", exe.to_str().unwrap(), &rounds]);
+    Tachy::start(&a, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
+}
+
+/// (name, count) of each callee of a site of the JSON tree.
+fn callees(site: &Value) -> Vec<(String, u64)> {
+    site["callees"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no callees in {site}"))
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["count"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Each indirect site's calls, per callee, exactly: 3 and 7 per call of
+/// dispatch through the register, 2 and 8 through the table in memory;
+/// they add up to the site's count, and the callees are named by symbol
+/// in the fixture.
+#[test]
+fn nested_counts_the_callees_of_each_indirect_call() {
+    let _g = common::needs_root!();
+    let rep = nested(&["--json"]).success_report();
+    let root = &rep["roots"][0];
+    assert_eq!(root["name"], "dispatch", "{rep}");
+    assert_eq!(root["count"].as_u64(), Some(ROUNDS), "{rep}");
+    let sites = root["children"].as_array().expect("sites");
+    assert_eq!(sites.len(), 2, "{rep}");
+    let want = [
+        vec![
+            ("slow_b".to_string(), 7 * ROUNDS),
+            ("fast_a".into(), 3 * ROUNDS),
+        ],
+        vec![
+            ("slow_b".to_string(), 8 * ROUNDS),
+            ("fast_a".into(), 2 * ROUNDS),
+        ],
+    ];
+    for (site, want) in sites.iter().zip(want) {
+        assert_eq!(site["kind"], "indirect", "{site}");
+        assert_eq!(callees(site), want, "{site}");
+        let sum: u64 = want.iter().map(|(_, n)| n).sum();
+        assert_eq!(site["count"].as_u64(), Some(sum), "{site}");
+        for c in site["callees"].as_array().into_iter().flatten() {
+            assert!(
+                c["object"].as_str().is_some_and(|o| o.ends_with("icall")),
+                "{c}"
+            );
+            assert!(
+                c["addr"].as_str().is_some_and(|a| a.starts_with("0x")),
+                "{c}"
+            );
+        }
+    }
+}
+
+/// The text report: a line under each indirect site, the most called
+/// callee first.
+#[test]
+fn nested_text_lists_callees_under_the_site() {
+    let _g = common::needs_root!();
+    let out = nested(&[]);
+    out.assert_success();
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("-> callees:"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            format!("-> callees: slow_b {}, fast_a {}", 7 * ROUNDS, 3 * ROUNDS),
+            format!("-> callees: slow_b {}, fast_a {}", 8 * ROUNDS, 2 * ROUNDS),
+        ],
+        "{out}"
+    );
+}
+
+/// The dry run lists where each indirect call's probe reads its callee:
+/// a register, and a pointer at a register plus 8; the probe stays the
+/// call's.
+#[test]
+fn dry_run_lists_the_callee_read() {
+    let out = nested(&["--dry-run"]);
+    out.assert_success();
+    let sites: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("site <"))
+        .collect();
+    assert_eq!(sites.len(), 2, "{out}");
+    assert!(sites[0].contains(" reads callee *r"), "{out}");
+    assert!(
+        sites[1].contains(" reads callee *[r") && sites[1].contains("+0x8]"),
+        "{out}"
+    );
+}
