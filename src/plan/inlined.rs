@@ -788,3 +788,62 @@ fn open_at(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// loop_a of tests/fixtures/inlined_loop.c at -O2: turns()'s loop
+    /// closes with `jne` (+0x21), whose fall-through leaves the instance;
+    /// `nopl` padding after the `ret` (+0x2b) falls into its code again.
+    const LOOP_A: &str = "4885ff7e2b31c031d20f1f8000000000488b0da92b00004883c0014801ca4839c775ed\
+                          488915ce2b0000c30f1f44000031d2488915bf2b0000c3";
+
+    fn decoded(hex: &str, at: u64) -> Decoded {
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|k| u8::from_str_radix(&hex[k..k + 2], 16).unwrap())
+            .collect();
+        let range = crate::disasm::Range {
+            addr: at,
+            bytes: &bytes,
+        };
+        crate::disasm::decode_arch(Arch::X86_64, &[range], &crate::disasm::NoImage).unwrap()
+    }
+
+    #[test]
+    fn a_loops_closing_jump_is_probed_where_it_lands() {
+        let d = decoded(LOOP_A, 0x14a0);
+        let pos = positions(&d);
+        let ranges = [(0x14a0, 0x14c3), (0x14d0, 0x14d2)];
+        let mut b = bound(&d, &pos, 0x14a0, 0x14a0, &ranges, 1).unwrap();
+        let at: Vec<(u64, Option<u8>)> = b.exits.iter().map(|x| (x.addr, x.cond)).collect();
+        // Where the loop's jne falls through, and the `xor` of the path
+        // that skips the loop: nothing on the jne, hit every turn.
+        assert_eq!(at, [(0x14c3, None), (0x14d0, None)]);
+        assert!(b.loop_exit_moved);
+        // The entry goes from `test` to the `jle` after it, emulated.
+        emulated_entry(&d, &pos, &mut b, 1, true);
+        assert_eq!(b.entry, 0x14a3);
+    }
+
+    #[test]
+    fn a_loops_landing_on_a_loop_of_its_own_leaves_the_instance_out() {
+        // The instance [0, 0xa) loops (jne at 8); where it falls out, 0xa,
+        // the code around it loops too (jne at 0x10), not through the
+        // instance's entry: a probe there would be hit on every turn.
+        //   0: xor eax,eax   2: add eax,1   5: cmp eax,8   8: jne 2
+        //   a: add ecx,1     d: cmp ecx,9  10: jne a      12: ret
+        let code = "31c083c00183f80875f883c10183f90975f8c3";
+        let d = decoded(code, 0x1000);
+        let pos = positions(&d);
+        let why = bound(&d, &pos, 0x1000, 0x1000, &[(0x1000, 0x100a)], 1).unwrap_err();
+        assert!(why.contains("closes a loop inside it"), "{why}");
+        // Where only the instance leads, the exit moves there.
+        let code = "31c083c00183f80875f883c101c3";
+        let d = decoded(code, 0x1000);
+        let b = bound(&d, &positions(&d), 0x1000, 0x1000, &[(0x1000, 0x100a)], 1).unwrap();
+        let at: Vec<u64> = b.exits.iter().map(|x| x.addr).collect();
+        assert_eq!(at, [0x100a]);
+    }
+}
