@@ -555,6 +555,7 @@ pub fn measure(verbose: bool) -> Result<Measured> {
         pid: Some(std::process::id()),
         probe_time: Vec::new(),
         held_back: Default::default(),
+        room: None,
     };
     let mut tracer = Tracer::attach(&mut storage, &plan, &live, verbose, &attached)
         .context("cannot attach the probe-time calibration")?;

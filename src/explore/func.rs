@@ -32,8 +32,8 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FuncAction {
     None,
-    /// Trace again with these probes (a callee to break down, deeper
-    /// than the plan's depth).
+    /// Break a callee down deeper than the plan's depth: the plan grows
+    /// by these probes (planned afresh where it cannot).
     Replan(Request),
     /// Attach the call sites of these slots, held back until now.
     Attach(Vec<u32>),
@@ -129,6 +129,13 @@ impl FuncView {
         ));
         self.late.extend(a.late);
         self.late_nodes.extend(a.nodes);
+    }
+
+    /// The plan grew by the callee drilled into: its call sites are
+    /// attached, counted from now on, the rest as before.
+    pub fn grown(&mut self, s: Box<Started>, a: Attached) {
+        self.started = Some(s);
+        self.attached(a);
     }
 
     /// Counting starts again from zero, for every site alike.
@@ -351,10 +358,7 @@ impl FuncView {
         }
         next.open = self.path.clone();
         self.request = Some(next.clone());
-        self.message = Some(format!(
-            "deeper than --depth {}: planned again, counters restarted",
-            super::session::DEPTH
-        ));
+        self.message = Some("a level deeper: planning and attaching its call sites...".into());
         FuncAction::Replan(next)
     }
 

@@ -40,9 +40,8 @@ blocked, self), Enter times the function and its call sites exactly.
 Keys of a function's view (its source, each call line with its calls per
 call, average and share of the function's time, as tachy nested counts
 them): Enter on a call line drills into the callee (its call sites are
-timed from then on, the other counts go on; deeper than two levels, the
-probes are planned again and the counters restart), Esc goes back up (at the top: to the first
-screen), f sets an argument filter (as --filter), s a duration filter
+timed from then on, the other counts go on, at any depth), Esc goes
+back up (at the top: to the first screen), f sets an argument filter (as --filter), s a duration filter
 (as --slower-than: only slower calls are counted and broken down), both
 restarting the counters; h shows the histogram of the selected call site
 or function (as --hist prints it), b groups the traced function's calls
@@ -431,17 +430,29 @@ fn interactive(
             c.add(events);
         }
         if let View::Func(v) = &mut model.view {
+            let mut afresh = None;
             if let Some(s) = session.as_ref() {
                 for u in s.updates.try_iter() {
                     match u {
                         session::Update::Started(st) => v.started(st),
                         session::Update::Tree(t) => v.tree = Some(t),
                         session::Update::Attached(a) => v.attached(a),
+                        session::Update::Grown(st, a) => v.grown(st, a),
+                        session::Update::NotGrown(req, why) => afresh = Some((req, why)),
                         session::Update::Failed(e) => v.say(e),
                         session::Update::Ended => v.ended = true,
                     }
                     dirty = true;
                 }
+            }
+            // The plan could not grow: the kernel is given the new plan
+            // whole, counted from zero.
+            if let Some((req, why)) = afresh {
+                if let Some(s) = session.take() {
+                    s.stop();
+                }
+                v.message = Some(format!("planned again, counters restarted: {why}"));
+                session = Some(session::Session::start(req));
             }
             if let Some(e) = stderr.as_ref() {
                 for line in e.lines.try_iter() {
@@ -472,6 +483,12 @@ fn interactive(
         }
         match action {
             Action::Quit => break Ok(0),
+            // A level deeper than the plan: it grows while the run goes on.
+            Action::Replan(req) if session.is_some() => {
+                if let Some(s) = session.as_ref() {
+                    s.grow(req);
+                }
+            }
             Action::Trace(req) | Action::Replan(req) => {
                 // The profile stops: its numbers stay on the first screen.
                 if let Some(s) = sampler.take() {

@@ -8,8 +8,13 @@
 //! are planned but held back (their probes kept, not attached, as the
 //! overhead budget holds sites back): drilling into a callee attaches its
 //! sites while the run goes on ([`Session::attach`]), and every other
-//! count goes on. A session runs on a thread of its own, which owns the
-//! plan, the BPF object and the links: stopping it detaches every probe.
+//! count goes on. Drilling deeper than the plan grows it
+//! ([`Session::grow`]): the callee is planned with `--expand` from the
+//! objects already read, its new sites take ids and slots after the
+//! others' in the BPF object already loaded (its counters sized with room
+//! at load), and the probe prices measured at the start price them. A
+//! session runs on a thread of its own, which owns the plan, the BPF
+//! object and the links: stopping it detaches every probe.
 
 use std::collections::{BTreeSet, HashMap};
 use std::mem::MaybeUninit;
@@ -118,6 +123,7 @@ pub struct Source {
 }
 
 /// Planned and attached.
+#[derive(Clone)]
 pub struct Started {
     pub request: Request,
     pub plan: Plan,
@@ -148,6 +154,19 @@ pub struct Attached {
     pub took: Duration,
 }
 
+impl Attached {
+    /// `slots` attached, counting `nodes` (ids, and as a report names
+    /// them), asked for at `asked`.
+    fn new(nodes: (Vec<u32>, Vec<LateSite>), slots: Vec<u32>, asked: Instant) -> Attached {
+        Attached {
+            nodes: nodes.0,
+            late: nodes.1,
+            slots,
+            took: asked.elapsed(),
+        }
+    }
+}
+
 /// The report of one interval turned cumulative.
 pub struct Tree {
     pub report: TreeReport,
@@ -170,6 +189,12 @@ pub enum Update {
     Started(Box<Started>),
     Tree(Tree),
     Attached(Attached),
+    /// The plan grew by a level: the callee drilled into is broken down,
+    /// its call sites attached while the run goes on.
+    Grown(Box<Started>, Attached),
+    /// The plan could not grow by this request (why): it is to be
+    /// planned and attached afresh.
+    NotGrown(Request, String),
     /// Planning or attaching failed, or tracing ended with an error.
     Failed(String),
     /// Tracing ended (the process exited).
@@ -180,6 +205,7 @@ enum Command {
     Reset,
     Stop,
     Attach(Vec<u32>, Instant),
+    Grow(Request, Instant),
 }
 
 pub struct Session {
@@ -219,6 +245,15 @@ impl Session {
     /// goes on: the other counts go on.
     pub fn attach(&self, slots: Vec<u32>) {
         let _ = self.commands.send(Command::Attach(slots, Instant::now()));
+    }
+
+    /// Breaks a callee down a level deeper than the plan (`req` is the
+    /// request with it expanded, the breadcrumb ending at it): the plan
+    /// grows by its call sites, attached while the run goes on, and every
+    /// other count goes on ([`Update::Grown`]); where it cannot,
+    /// [`Update::NotGrown`] says so.
+    pub fn grow(&self, req: Request) {
+        let _ = self.commands.send(Command::Grow(req, Instant::now()));
     }
 
     /// Stops tracing: its probes are detached when this returns, unless
@@ -270,27 +305,39 @@ fn plan_of(req: &Request, objects: &mut Objects) -> Result<(TraceSettings, Plan)
 
 fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Result<()> {
     let mut objects = Objects::default();
-    let (s, plan) = plan_of(req, &mut objects)?;
+    let (s, mut plan) = plan_of(req, &mut objects)?;
     probe::check_environment()?;
     let opts = ReportOptions::new(&s);
-    let sources = sources(&plan, &mut objects);
+    let mut sources = sources(&plan, &mut objects);
     let by_keys = by_keys(&plan, &mut objects);
     latency::raise_fd_limit();
-    let probe_time = latency::calibration(&plan, false).map_or(Vec::new(), |c| c.probe_time(&plan));
+    // Measured once (and cached): the price of a probe is the machine's,
+    // not the plan's, so a plan grown later is priced by the same.
+    let calibration = latency::calibration(&plan, false);
+    let probe_time = calibration
+        .as_ref()
+        .map_or(Vec::new(), |c| c.probe_time(&plan));
     let mut live = Live::new(&plan, None, probe_time);
     live.held_back = held_back(&plan, &req.open);
+    live.room = Some(room(&plan));
     // Measured by now, if they were not cached.
     let prices = crate::calibrate::cached_prices();
     let price = plan.call_price(0, prices.as_ref());
     let mut storage = MaybeUninit::uninit();
     let mut tracer = latency::attach(&mut storage, &plan, &live, false)?;
-    let _ = tx.send(Update::Started(Box::new(Started {
+    // What the view is told, but for the plan and sources, given apart.
+    let mut started = Started {
         request: req.clone(),
-        plan: plan.clone(),
-        sources,
+        plan: Plan::default(),
+        sources: HashMap::new(),
         price,
         held: live.held_back.clone(),
         by_keys,
+    };
+    let _ = tx.send(Update::Started(Box::new(Started {
+        plan: plan.clone(),
+        sources: sources.clone(),
+        ..started.clone()
     })));
     let mut held = live.held_back.clone();
     let limits = RunLimits {
@@ -307,35 +354,137 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         lost: 0,
         since: Instant::now(),
     };
-    let mut state = RunState::new(&plan, &live, &opts, limits, &mut tracer, None)?;
     loop {
-        match commands.recv_timeout(Duration::from_millis(50)) {
-            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
-            Ok(Command::Reset) => sink.reset(),
-            Ok(Command::Attach(slots, asked)) => {
-                let from_s = sink.since.elapsed().as_secs_f64();
-                match attach_held(&plan, &mut tracer, &mut held, &slots) {
-                    Ok(slots) => {
-                        let (nodes, late) = late_sites(&plan, &slots, from_s);
-                        let _ = tx.send(Update::Attached(Attached {
-                            nodes,
-                            late,
-                            slots,
-                            took: asked.elapsed(),
-                        }));
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Update::Failed(format!("{e:#}")));
+        // The run loop keeps the plan it was started on: it starts again
+        // (on the same probes and counters) when the plan grows.
+        let mut state = RunState::new(&plan, &live, &opts, limits.clone(), &mut tracer, None)?;
+        let (next, asked) = loop {
+            match commands.recv_timeout(Duration::from_millis(50)) {
+                Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Ok(Command::Reset) => sink.reset(),
+                Ok(Command::Attach(slots, asked)) => {
+                    let from_s = sink.since.elapsed().as_secs_f64();
+                    match attach_held(&plan, &mut tracer, &mut held, &slots) {
+                        Ok(slots) => {
+                            let nodes = late_sites(&plan, &slots, from_s);
+                            let _ = tx.send(Update::Attached(Attached::new(nodes, slots, asked)));
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Update::Failed(format!("{e:#}")));
+                        }
                     }
                 }
+                Ok(Command::Grow(next, asked)) => break (next, asked),
+                Err(RecvTimeoutError::Timeout) => {}
             }
-            Err(RecvTimeoutError::Timeout) => {}
+            if state.step(&mut tracer, None, &mut sink)? {
+                let _ = tx.send(Update::Ended);
+                return Ok(());
+            }
+        };
+        drop(state);
+        let wider = match grown_plan(&plan, &next, &mut objects) {
+            Ok(w) => w,
+            Err(why) => {
+                let _ = tx.send(Update::NotGrown(next, why));
+                continue;
+            }
+        };
+        let probe_time = calibration
+            .as_ref()
+            .map_or(Vec::new(), |c| c.probe_time(&wider));
+        let first_slot = plan.slots.len() as u32;
+        if let Err(e) = tracer.grow(&wider, first_slot, &probe_time) {
+            let _ = tx.send(Update::NotGrown(next, format!("{e:#}")));
+            continue;
         }
-        if state.step(&mut tracer, None, &mut sink)? {
-            let _ = tx.send(Update::Ended);
-            return Ok(());
+        let from_s = sink.since.elapsed().as_secs_f64();
+        let old_ids = plan.ids();
+        plan = wider;
+        live.probe_time = probe_time;
+        sink.counts.resize(plan.ids() as usize, Counts::default());
+        held.extend(first_slot..plan.slots.len() as u32);
+        let attached = attach_grown(&plan, &mut tracer, &mut held, &next.open, old_ids);
+        for (id, src) in new_sources(&plan, &sources, &mut objects) {
+            sources.insert(id, src);
+        }
+        started.request = next;
+        started.held = held.clone();
+        match attached {
+            Ok(slots) => {
+                let nodes = grown_late(&plan, &held, &slots, old_ids, from_s);
+                let now = Started {
+                    plan: plan.clone(),
+                    sources: sources.clone(),
+                    ..started.clone()
+                };
+                let a = Attached::new(nodes, slots, asked);
+                let _ = tx.send(Update::Grown(Box::new(now), a));
+            }
+            Err(e) => {
+                let _ = tx.send(Update::Failed(format!("{e:#}")));
+            }
         }
     }
+}
+
+/// The ids a session's counters have room for: the plan's, and as many
+/// again (at least 256) for the levels drilled into later.
+fn room(plan: &Plan) -> u32 {
+    plan.ids() + plan.ids().max(256)
+}
+
+/// `plan` grown by what `next` plans beyond it ([`Plan::grown`]), planned
+/// with the objects already read; why not, when it cannot be.
+fn grown_plan(plan: &Plan, next: &Request, objects: &mut Objects) -> Result<Plan, String> {
+    let (_, wider) = plan_of(next, objects).map_err(|e| format!("{e:#}"))?;
+    plan.grown(&wider)
+}
+
+/// Attaches what a grown plan adds, while the run goes on: the held slots
+/// (`held`, the new ones among them) that the breadcrumb `open` leads
+/// under, as the held-back sites of a drill-down; and the new nodes (ids
+/// from `old_ids` on) of slots already attached are timed too. Returns
+/// the slots attached.
+fn attach_grown(
+    plan: &Plan,
+    tracer: &mut probe::Tracer,
+    held: &mut BTreeSet<u32>,
+    open: &[Step],
+    old_ids: u32,
+) -> Result<Vec<u32>> {
+    let keep = held_back(plan, open);
+    let wanted: Vec<u32> = held.difference(&keep).copied().collect();
+    let slots = attach_held(plan, tracer, held, &wanted)?;
+    let shared: BTreeSet<u32> = plan
+        .site_ids()
+        .filter(|&(id, x)| id >= old_ids && !held.contains(&x.slot))
+        .map(|(_, x)| x.slot)
+        .collect();
+    for slot in shared {
+        tracer.time_site(plan, slot)?;
+    }
+    Ok(slots)
+}
+
+/// The nodes a grown plan counts from `from_s` seconds on: those of the
+/// slots just attached, and the new ones (ids from `old_ids` on) of slots
+/// attached before; their ids, and as a report names them.
+fn grown_late(
+    plan: &Plan,
+    held: &BTreeSet<u32>,
+    slots: &[u32],
+    old_ids: u32,
+    from_s: f64,
+) -> (Vec<u32>, Vec<LateSite>) {
+    let (mut nodes, mut late) = late_sites(plan, slots, from_s);
+    for (id, x) in plan.site_ids() {
+        if id >= old_ids && !held.contains(&x.slot) && !nodes.contains(&id) {
+            nodes.push(id);
+            late.push(late_site(x, from_s));
+        }
+    }
+    (nodes, late)
 }
 
 /// The call-site slots held back at the start: those of sites under a
@@ -408,16 +557,18 @@ fn attach_held(
 fn late_sites(plan: &Plan, slots: &[u32], from_s: f64) -> (Vec<u32>, Vec<LateSite>) {
     plan.site_ids()
         .filter(|(_, x)| slots.contains(&x.slot))
-        .map(|(id, x)| {
-            let late = LateSite {
-                name: x.site.name.clone(),
-                site: x.site.location.clone(),
-                level: x.level,
-                from_s: Some(from_s),
-            };
-            (id, late)
-        })
+        .map(|(id, x)| (id, late_site(x, from_s)))
         .unzip()
+}
+
+/// Site `x`, counted from `from_s` seconds on, as a report names it.
+fn late_site(x: &plan::SiteNode, from_s: f64) -> LateSite {
+    LateSite {
+        name: x.site.name.clone(),
+        site: x.site.location.clone(),
+        level: x.level,
+        from_s: Some(from_s),
+    }
 }
 
 /// Adds up each interval's counts (and with `--by`, the traced function's
@@ -583,6 +734,22 @@ fn sources(plan: &Plan, objects: &mut Objects) -> HashMap<u32, Source> {
         }
     }
     out
+}
+
+/// The sources of the nodes with call sites in `plan` that `known` has
+/// not.
+fn new_sources(
+    plan: &Plan,
+    known: &HashMap<u32, Source>,
+    objects: &mut Objects,
+) -> Vec<(u32, Source)> {
+    plan.site_ids()
+        .filter(|(id, x)| x.expanded && !known.contains_key(id))
+        .map(|(id, _)| id)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .filter_map(|id| Some((id, source_of(plan, id, objects)?)))
+        .collect()
 }
 
 /// Where node `id`'s function is: its object and an address in it.

@@ -57,8 +57,8 @@ pub enum Action {
     Quit,
     /// Time this function exactly, with its call sites.
     Trace(Request),
-    /// Trace again with other probes (a callee drilled into deeper than
-    /// the plan's depth).
+    /// Break a callee drilled into down deeper than the plan's depth: the
+    /// session's plan grows (traced afresh where it cannot).
     Replan(Request),
     /// Attach these call-site slots held back (a callee drilled into):
     /// the other counts go on.
@@ -916,7 +916,7 @@ mod tests {
         m.update(Key::Down);
         assert_eq!(m.update(Key::Enter), Action::None);
         assert_eq!(m.update(Key::Esc), Action::None);
-        // Into leaf, which is not planned: planned again.
+        // Into leaf, which is not planned: the plan grows.
         for _ in 0..3 {
             m.update(Key::Down);
         }

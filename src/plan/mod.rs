@@ -15,6 +15,7 @@ pub mod encode;
 pub mod filter;
 mod function;
 mod golang;
+mod grow;
 pub mod inlined;
 mod nodes;
 mod sites;

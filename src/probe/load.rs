@@ -10,9 +10,9 @@ use libbpf_rs::{MapCore, MapFlags, OpenObject};
 
 use super::read::record_buffer_size;
 use super::skel::{self, types, TachySkel, TachySkelBuilder};
-use super::{missing_capabilities, Tracer};
+use super::{missing_capabilities, Live, Tracer};
 use crate::plan::by::ByKey;
-use crate::plan::encode::{self, LinkGroup};
+use crate::plan::encode::{self, LinkGroup, Program};
 use crate::plan::{Plan, ProbeTime};
 
 /// A term (or a `--by` operand) as the BPF side reads it.
@@ -84,19 +84,34 @@ fn counters_fit(ids: u32, cpus: usize, size: usize, mem: Option<u64>) -> Result<
     Ok(())
 }
 
+/// The ids the counters are sized for: the plan's, or, when it may grow
+/// while attached ([`super::Live::room`]), the room asked for (at most
+/// `MAX_NODES`) where the machine's memory allows it.
+fn counter_ids(plan: &Plan, room: Option<u32>, cpus: usize, size: usize) -> Result<u32> {
+    let ids = plan.ids();
+    if let Some(r) = room.map(|r| r.clamp(ids, crate::plan::MAX_NODES as u32)) {
+        if counters_fit(r, cpus, size, mem_total()).is_ok() {
+            return Ok(r);
+        }
+    }
+    counters_fit(ids, cpus, size, mem_total())?;
+    Ok(ids)
+}
+
 /// Opens the BPF program, writes the plan's settings, and loads the
-/// programs the plan uses, no other.
+/// programs the plan uses, no other (with room to grow, the call sites'
+/// programs too); returns it with the ids its counters are sized for.
 pub(super) fn load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     plan: &Plan,
-    pid: Option<u32>,
+    live: &Live,
     groups: &[LinkGroup],
     multi: bool,
-) -> Result<TachySkel<'obj>> {
+) -> Result<(TachySkel<'obj>, u32)> {
     let mut open = TachySkelBuilder::default()
         .open(storage)
         .map_err(|e| anyhow!("cannot open the BPF program: {e}"))?;
-    configure(&mut open, plan, pid, 0)?;
+    configure(&mut open, plan, live.pid, 0)?;
     let cpus = libbpf_rs::num_possible_cpus().unwrap_or(1);
     // --cpu --hist adds the parts' histograms beside each counter.
     let parts = if plan.settings.cpu_hist {
@@ -104,37 +119,40 @@ pub(super) fn load<'obj>(
     } else {
         0
     };
-    counters_fit(
-        plan.ids(),
+    let ids = counter_ids(
+        plan,
+        live.room,
         cpus,
         std::mem::size_of::<types::tachy_stats>() + parts,
-        mem_total(),
     )?;
+    if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        ro.nfuncs = ids;
+    }
     open.maps
         .stats
-        .set_max_entries(2 * plan.ids())
+        .set_max_entries(2 * ids)
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
     if !plan.settings.by.is_empty() {
         // Each function's "other" group of both intervals has its place.
         open.maps
             .groups
-            .set_max_entries(groups_max() + 2 * plan.ids())
+            .set_max_entries(groups_max() + 2 * ids)
             .map_err(|e| anyhow!("cannot size the groups of --by: {e}"))?;
     }
     if plan.settings.cpu_hist {
         open.maps
             .part_hist
-            .set_max_entries(2 * plan.ids())
+            .set_max_entries(2 * ids)
             .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
     }
     open.maps
         .corr
-        .set_max_entries(plan.ids().max(1))
+        .set_max_entries(ids.max(1))
         .map_err(|e| anyhow!("cannot size the BPF counters: {e}"))?;
     if !plan.by_args.is_empty() {
         open.maps
             .by_args
-            .set_max_entries(plan.ids().max(1))
+            .set_max_entries(ids.max(1))
             .map_err(|e| anyhow!("cannot size the arguments of --by: {e}"))?;
     }
     let pairs = encode::tail_pairs(plan).len();
@@ -147,7 +165,7 @@ pub(super) fn load<'obj>(
     if !plan.arg_filters.is_empty() {
         open.maps
             .filters
-            .set_max_entries(plan.ids().max(1))
+            .set_max_entries(ids.max(1))
             .map_err(|e| anyhow!("cannot size the --filter map: {e}"))?;
     }
     if plan.settings.records() {
@@ -157,7 +175,7 @@ pub(super) fn load<'obj>(
             .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
         open.maps
             .rec_lost
-            .set_max_entries(plan.ids().max(1))
+            .set_max_entries(ids.max(1))
             .map_err(|e| anyhow!("cannot size the records' ring buffer: {e}"))?;
     } else {
         skip_record_maps(&mut open)?;
@@ -165,8 +183,20 @@ pub(super) fn load<'obj>(
     // The uprobe programs the plan uses, with the attach type of the links
     // they will have (tachy.bpf.c): set before load, since the kernel binds
     // the cookie helper to it then.
+    let go = plan.items.iter().any(|i| i.is_go());
+    let growing = |p: Program| {
+        live.room.is_some()
+            && match p {
+                Program::Site | Program::SiteEnd => !go,
+                Program::GoSite | Program::GoSiteEnd => go,
+                _ => false,
+            }
+    };
     for mut prog in open.open_object_mut().progs_mut() {
-        let used = groups.iter().any(|g| prog.name() == g.program.name());
+        let used = groups.iter().any(|g| prog.name() == g.program.name())
+            || Program::ALL
+                .iter()
+                .any(|&p| growing(p) && prog.name() == p.name());
         prog.set_autoload(used);
         if used && multi {
             prog.set_attach_type(libbpf_rs::ProgramAttachType::TraceUprobeMulti);
@@ -188,7 +218,8 @@ pub(super) fn load<'obj>(
     ] {
         p.set_autoload(on);
     }
-    open.load().map_err(load_error)
+    let skel = open.load().map_err(load_error)?;
+    Ok((skel, ids))
 }
 
 /// Without --record-slower-than the records' maps are not created: the

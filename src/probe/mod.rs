@@ -91,6 +91,11 @@ pub struct Live {
     /// overhead budget attaches them when an estimate shows room
     /// (`Tracer::resume_site`).
     pub held_back: std::collections::BTreeSet<u32>,
+    /// The ids the counters have room for, when the plan may grow while
+    /// attached ([`Tracer::grow`]: the explorer's drill-downs); the call
+    /// sites' programs are then loaded even where the plan has none yet.
+    /// `None`: the plan's own ids.
+    pub room: Option<u32>,
 }
 
 impl Live {
@@ -101,6 +106,7 @@ impl Live {
             pid: spawned.or(plan.pid),
             probe_time,
             held_back: Default::default(),
+            room: None,
         }
     }
 }
@@ -110,7 +116,10 @@ pub struct Tracer<'obj> {
     /// The process the links and counts are limited to ([`Live::pid`]).
     pid: Option<u32>,
     links: Vec<Link>,
+    /// The ids the counters have room for (the stride of their two
+    /// halves), and the plan's, which are read.
     nfuncs: u32,
+    ids: u32,
     /// --cpu, and --cpu --hist: what `take` reads besides the counters.
     cpu: bool,
     cpu_hist: bool,
@@ -202,13 +211,14 @@ impl<'obj> Tracer<'obj> {
         let groups = encode::link_groups(plan);
         let multi = uprobe_multi_supported();
         let start = Instant::now();
-        let skel = load(storage, plan, live.pid, &groups, multi)?;
+        let (skel, nfuncs) = load(storage, plan, live, &groups, multi)?;
         let load_time = start.elapsed();
         let mut t = Tracer {
             skel,
             pid: live.pid,
             links: Vec::new(),
-            nfuncs: plan.ids(),
+            nfuncs,
+            ids: plan.ids(),
             cpu: plan.settings.cpu,
             cpu_hist: plan.settings.cpu_hist,
             filtered: vec![false; plan.ids() as usize],

@@ -348,10 +348,10 @@ impl<'obj> Tracer<'obj> {
         // Let probes that read the old generation finish their update.
         std::thread::sleep(Duration::from_millis(2));
         let base = (gen & 1) * self.nfuncs;
-        let mut out = Vec::with_capacity(self.nfuncs as usize);
+        let mut out = Vec::with_capacity(self.ids as usize);
         let map = &self.skel.maps.stats;
         let parts = &self.skel.maps.part_hist;
-        for id in 0..self.nfuncs {
+        for id in 0..self.ids {
             let key = (base + id).to_ne_bytes();
             let per_cpu = map
                 .lookup_percpu(&key, MapFlags::ANY)

@@ -6,12 +6,12 @@
 
 use std::sync::atomic::AtomicUsize;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
 use super::Tracer;
 use crate::plan::encode::{self, LinkGroup, Program};
-use crate::plan::Plan;
+use crate::plan::{Plan, ProbeTime};
 
 /// Closes links on a thread of its own; dropped, it closes what is left
 /// and waits for it to be done.
@@ -81,6 +81,46 @@ pub(super) struct SiteLinks {
 }
 
 impl<'obj> Tracer<'obj> {
+    /// Takes `plan`, grown from the one attached by call sites of slots
+    /// from `first_slot` on (`Plan::grown`: the ids and slots before them
+    /// unchanged), while the run goes on: the new sites' probes are kept
+    /// as those held back at the start (attached by
+    /// [`Tracer::resume_site`]), its ids are read from now on, and the
+    /// probes' own time of every id is `probe_time`. Fails, changing
+    /// nothing, when the counters have no room for its ids or a program
+    /// its sites need is not loaded ([`super::Live::room`]).
+    pub fn grow(&mut self, plan: &Plan, first_slot: u32, probe_time: &[ProbeTime]) -> Result<()> {
+        if plan.ids() > self.nfuncs {
+            bail!(
+                "the counters have room for {} timed functions and call sites, not {}",
+                self.nfuncs,
+                plan.ids()
+            );
+        }
+        let loaded = self.loaded_programs();
+        let mut parts = Vec::new();
+        for g in encode::link_groups(plan) {
+            for (slot, part) in g.per_slot() {
+                match slot {
+                    Some(slot) if slot >= first_slot => {
+                        if !loaded.iter().any(|p| p == part.program.name()) {
+                            bail!("the program {} is not loaded", part.program.name());
+                        }
+                        parts.push((slot, part));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (slot, part) in parts {
+            self.sites.entry(slot).or_default().groups.push(part);
+        }
+        self.ids = plan.ids();
+        self.filtered.resize(plan.ids() as usize, false);
+        self.rec_lost_seen.resize(plan.ids().max(1) as usize, 0);
+        self.fill_probe_time(probe_time)
+    }
+
     /// Stops timing call site `slot` at once: its nodes leave the map the
     /// BPF side finds them in, so its call opens no frame from now on. Its
     /// probes stay until detached ([`Tracer::detach_site_calls`], then

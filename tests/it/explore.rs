@@ -498,6 +498,15 @@ fn explore_paused(calls: u64, args: &str, func: &str) -> (Fixture, std::path::Pa
     (fx, dir, t, explorer)
 }
 
+/// [`explore_paused`] on `func`'s view, and a first round, counted.
+fn first_round(calls: u64, func: &str) -> (Fixture, std::path::PathBuf, Tmux, i32) {
+    let (mut fx, dir, t, explorer) = explore_paused(calls, func, &format!(" {func}"));
+    round(&mut fx, calls);
+    let counted = format!(" {func}  calls {calls}  avg");
+    t.wait_for(10, "the first round", |s| s.contains(&counted));
+    (fx, dir, t, explorer)
+}
+
 /// The fields of a JSON value, object by object, without their values.
 fn shape(v: &serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
@@ -521,22 +530,16 @@ fn probes_in_place(screen: &str) -> usize {
         .unwrap_or_else(|| panic!("no probes in place:\n{screen}"))
 }
 
-/// `tachy nested --dry-run -p PID explore_step --depth 2`: its probes,
-/// and those of the call sites in node [1] (step_mid).
-fn dry_run_depth_2(pid: u32) -> (usize, usize) {
+/// `tachy nested ARGS --dry-run`: the number of its probes, and its
+/// listing.
+fn dry_run(args: &[&str]) -> (usize, String) {
     let out = Command::new(tachy())
-        .args([
-            "nested",
-            "--dry-run",
-            "--depth",
-            "2",
-            "-p",
-            &pid.to_string(),
-        ])
-        .arg("explore_step")
+        .arg("nested")
+        .args(args)
+        .arg("--dry-run")
         .output()
         .expect("tachy runs");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{text}");
     let probes = text
         .lines()
@@ -545,6 +548,14 @@ fn dry_run_depth_2(pid: u32) -> (usize, usize) {
         .and_then(|l| l.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no probe count:\n{text}"));
+    (probes, text)
+}
+
+/// `tachy nested --dry-run -p PID explore_step --depth 2`: its probes,
+/// and those of the call sites in node [1] (step_mid).
+fn dry_run_depth_2(pid: u32) -> (usize, usize) {
+    let pid = pid.to_string();
+    let (probes, text) = dry_run(&["--depth", "2", "-p", &pid, "explore_step"]);
     let in_mid = text
         .lines()
         .filter(|l| l.trim_start().starts_with("site <") && l.contains(" in [1]"))
@@ -876,6 +887,17 @@ fn select_row(t: &Tmux, text: &str) {
     panic!("no row holds {text}:\n{}", t.screen());
 }
 
+/// Enter on the row holding `text`: the screen once the breadcrumb ends
+/// with `crumb` and says `sites` (e.g. "2 call sites") were attached.
+fn drill(t: &Tmux, text: &str, crumb: &str, sites: &str) -> String {
+    select_row(t, text);
+    t.keys(&["Enter"]);
+    let attached = format!("{sites} attached in");
+    t.wait_for(20, &attached, |s| {
+        s.contains(crumb) && s.contains(&attached)
+    })
+}
+
 /// Drilling through the PLT into libc: Enter on explore_calls's line
 /// that calls write() attaches the call sites of libc's write while the
 /// run goes on, and write@plt's count goes on from what it was.
@@ -883,11 +905,7 @@ fn select_row(t: &Tmux, text: &str) {
 fn enter_on_a_plt_call_drills_into_the_library() {
     let _g = needs_root!();
     let calls = 10;
-    let (mut fx, dir, t, explorer) = explore_paused(calls, "explore_calls", " explore_calls");
-    round(&mut fx, calls);
-    t.wait_for(10, "the first round", |s| {
-        s.contains(&format!(" explore_calls  calls {calls}  avg"))
-    });
+    let (mut fx, dir, t, explorer) = first_round(calls, "explore_calls");
     select_row(&t, "write(-1");
     t.keys(&["Enter"]);
     let s = t.wait_for(20, "write's call sites attached", |s| {
@@ -959,11 +977,12 @@ fn enter_on_a_go_call_drills_into_the_go_function() {
     t.wait_for(10, "the first round", |s| {
         s.contains(&format!(" main.work  calls {}  avg", 2 * calls))
     });
-    select_row(&t, "nap(2 * time.Millisecond)");
-    t.keys(&["Enter"]);
-    let s = t.wait_for(20, "main.nap's call site attached", |s| {
-        s.contains("main.work > main.nap") && s.contains("call site attached in")
-    });
+    let s = drill(
+        &t,
+        "nap(2 * time.Millisecond)",
+        "main.work > main.nap",
+        "call site",
+    );
     assert!(
         s.contains(&format!(" main.nap  calls {}  avg", 2 * calls)),
         "{s}"
@@ -975,5 +994,103 @@ fn enter_on_a_go_call_drills_into_the_go_function() {
     // time.Sleep counts from the drill on: once in each call of the last
     // round, half a call per call of the whole count.
     assert_eq!(site_row(&s, "time.Sleep(d)", 0)[1], "0.50", "{s}");
+    hang_up(&t, explorer, &mut fx);
+}
+
+/// Three levels deep: Enter on deep_top's call of deep_mid attaches
+/// deep_mid's call site (planned with the view, held back until then);
+/// Enter there on its call of deep_low breaks deep_low down, a level
+/// deeper than the plan: the plan grows by deep_low's two call sites while
+/// the run goes on, and the counts of the levels above go on from what they
+/// were. Over the next round, each count grows by what `tachy nested
+/// --depth 3 --json` counts over the same round, and deep_low's sites
+/// count exactly its calls of deep_leaf.
+#[test]
+fn a_third_level_grows_the_plan_and_the_counts_above_go_on() {
+    let _g = needs_root!();
+    let calls = 20;
+    let (mut fx, dir, t, explorer) = first_round(calls, "deep_top");
+    drill(&t, "deep_mid();", "deep_top > deep_mid", "1 call site");
+    round(&mut fx, calls);
+    t.wait_for(10, "the second round", |s| {
+        s.contains(&format!(" deep_mid  calls {}  avg", 2 * calls))
+    });
+    let s = drill(&t, "deep_low();", "deep_mid > deep_low", "2 call sites");
+    // Counted on: deep_low since the second drill-down, one round.
+    assert!(
+        s.contains(&format!(" deep_low  calls {calls}  avg")),
+        "counted on:\n{s}"
+    );
+    assert!(!s.contains("restarted"), "{s}");
+    // The probes in place are those of the command the view names.
+    let cmd = command_of(&s).split("  counted").next().unwrap_or_default();
+    assert!(cmd.contains("--expand deep_low"), "{s}");
+    let args: Vec<&str> = cmd.split_whitespace().skip(2).collect();
+    let (planned, text) = dry_run(&args);
+    assert_eq!(probes_in_place(&s), planned, "{s}\n{text}");
+
+    // The next round, counted by tachy nested --depth 3 too.
+    let pid_s = fx.pid().to_string();
+    let mut nested = Tachy::start(
+        &["nested", "--json", "--depth", "3", "-p", &pid_s, "deep_top"],
+        &[],
+    );
+    nested.wait_for_header(true);
+    round(&mut fx, calls);
+    nested.signal(libc::SIGINT);
+    let n = nested.finish(Duration::from_secs(20)).success_report();
+    let s = t.wait_for(10, "the third round", |s| {
+        s.contains(&format!(" deep_low  calls {}  avg", 2 * calls))
+    });
+    // deep_leaf's two sites, counted from the third drill-down: one call
+    // each in each of the last round's calls of deep_low, half a call per
+    // call of its whole count.
+    for k in 0..2 {
+        let row = site_row(&s, "deep_leaf();", k);
+        assert_eq!(row[1], "0.50", "{s}");
+    }
+    // The last round's calls are all in a report by now.
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, v) = written(&t, &dir);
+    let chain = |v: &serde_json::Value| {
+        let top = &v["roots"][0];
+        let mid = &top["children"][0];
+        let low = &mid["children"][0];
+        let leaves: Vec<u64> = low["children"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|k| k["count"].as_u64()).collect())
+            .unwrap_or_default();
+        let count = |x: &serde_json::Value| x["count"].as_u64().unwrap_or(0);
+        (count(top), count(mid), count(low), leaves)
+    };
+    // Each grew by what tachy nested counted over the round: its every
+    // call, and deep_leaf's sites counted from the round on.
+    assert_eq!(chain(&n), (calls, calls, calls, vec![calls, calls]), "{n}");
+    assert_eq!(
+        chain(&v),
+        (3 * calls, 3 * calls, 2 * calls, vec![calls, calls]),
+        "{v}"
+    );
+    assert_eq!(shape(&v["roots"]), shape(&n["roots"]), "{v}\n{n}");
+    // deep_low and its two sites count from later moments: listed as late.
+    let late: Vec<(String, u64)> = v["late"]
+        .as_array()
+        .expect("late")
+        .iter()
+        .map(|l| {
+            let name = l["name"].as_str().unwrap_or_default().to_string();
+            (name, l["level"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(
+        late,
+        [
+            ("deep_low".to_string(), 2),
+            ("deep_leaf".to_string(), 3),
+            ("deep_leaf".to_string(), 3)
+        ],
+        "{v}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     hang_up(&t, explorer, &mut fx);
 }
