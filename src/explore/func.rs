@@ -327,7 +327,21 @@ impl FuncView {
         };
         let (Some(raw), false) = (x.site.callee_raw.clone(), x.site.kind == SiteKind::Indirect)
         else {
-            self.message = Some(format!("{}: the callee is not known", x.site.name));
+            // An indirect call whose probe reads its callee: those seen.
+            let seen = self
+                .tree
+                .as_ref()
+                .zip(row.site)
+                .and_then(|(t, id)| tree_node(&s.plan, t, id)?.callees.clone())
+                .filter(|l| !l.is_empty());
+            self.message = Some(match seen {
+                Some(l) => format!(
+                    "{}: callees seen: {}",
+                    x.site.name,
+                    crate::report::tree::callee_words(&l)
+                ),
+                None => format!("{}: the callee is not known", x.site.name),
+            });
             return FuncAction::None;
         };
         let expanded = x.expanded;

@@ -1094,3 +1094,29 @@ fn a_third_level_grows_the_plan_and_the_counts_above_go_on() {
     let _ = std::fs::remove_dir_all(&dir);
     hang_up(&t, explorer, &mut fx);
 }
+
+/// Enter on an indirect call names the callees its probe saw, with their
+/// calls: by_three's loop of two calls through by_pointer (compiled as two
+/// call sites on its line) reaches by_target once per call at the first,
+/// from when by_three's sites were attached.
+#[test]
+fn enter_on_an_indirect_call_names_its_callees() {
+    let _g = needs_root!();
+    let calls = 10;
+    let (mut fx, dir, t, explorer) = explore_paused(calls, "explore_calls", " explore_calls");
+    select_row(&t, "by_three();");
+    t.keys(&["Enter"]);
+    t.wait_for(20, "by_three's call sites attached", |s| {
+        s.contains("explore_calls > by_three") && s.contains(" call sites attached in")
+    });
+    round(&mut fx, calls);
+    t.wait_for(10, "the round", |s| {
+        s.contains(&format!(" by_three  calls {calls}  avg"))
+    });
+    select_row(&t, "by_pointer(3)");
+    t.keys(&["Enter"]);
+    let want = format!("*indirect: callees seen: by_target {calls}");
+    t.wait_for(10, "the callees seen", |s| s.contains(&want));
+    let _ = std::fs::remove_dir_all(&dir);
+    hang_up(&t, explorer, &mut fx);
+}
