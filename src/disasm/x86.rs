@@ -104,10 +104,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
             jump: direct_jump(&insn),
             len: insn.len() as u8,
             is_nop: insn.mnemonic() == Mnemonic::Nop,
-            is_call: matches!(
-                insn.flow_control(),
-                FlowControl::Call | FlowControl::IndirectCall
-            ),
+            is_call: is_call(&insn),
         });
         if insn.op0_kind() == OpKind::NearBranch64
             && matches!(
@@ -188,7 +185,7 @@ pub fn decode_in(ranges: &[Range<'_>], image: &dyn Image) -> Result<Decoded> {
                     unproven.push((insn, true));
                 }
             }
-            FlowControl::Call | FlowControl::IndirectCall => {
+            FlowControl::Call | FlowControl::IndirectCall if is_call(&insn) => {
                 let target = if insn.op0_kind() == OpKind::NearBranch64 {
                     Target::Direct(insn.near_branch_target())
                 } else if insn.is_ip_rel_memory_operand() {
@@ -367,6 +364,13 @@ fn jump_operand(insn: &Instruction) -> Option<JumpOperand> {
 }
 
 /// A direct `jmp` or `jcc`: its target and condition code.
+/// Whether `insn` is a `call`: iced files `syscall`, `sysenter` and the
+/// like under the same flow control, but they push no return address and
+/// run no code of the process (no callee, nothing that could unwind).
+fn is_call(insn: &Instruction) -> bool {
+    insn.mnemonic() == Mnemonic::Call
+}
+
 fn direct_jump(insn: &Instruction) -> Option<(u64, Option<u8>)> {
     let branch = matches!(
         insn.flow_control(),
@@ -533,6 +537,29 @@ mod tests {
             d.early_exits().get(&0x1011),
             Some(&vec![at(0x1003, Some(4)), at(0x100c, None)])
         );
+    }
+
+    /// A system call wrapper (`getppid`) makes no call: `syscall` enters
+    /// the kernel and returns to the next instruction, so it is no call
+    /// site and no indirect call that could reach code able to unwind.
+    #[test]
+    fn a_syscall_is_no_call() {
+        let code = [
+            0xb8, 0x6e, 0x00, 0x00, 0x00, // 0x1000 mov eax,0x6e
+            0x0f, 0x05, // 0x1005 syscall
+            0xff, 0xd0, // 0x1007 call rax
+            0xc3, // 0x1009 ret
+        ];
+        let d = decode(&[range(0x1000, &code)]).unwrap();
+        let calls: Vec<u64> = d.calls.iter().map(|c| c.addr).collect();
+        assert_eq!(calls, [0x1007]);
+        let is_call: Vec<u64> = d
+            .insns
+            .iter()
+            .filter(|i| i.is_call)
+            .map(|i| i.addr)
+            .collect();
+        assert_eq!(is_call, [0x1007]);
     }
 
     /// Padding after a `ret` is not a way into the next epilogue, and the
