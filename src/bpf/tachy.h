@@ -161,9 +161,9 @@ struct tachy_callees {
 	__u64 other;
 };
 
-#define TACHY_SEND_SLOT_MASK	    0x00ffffffULL
-#define TACHY_SEND_COND_SHIFT	    24
-#define TACHY_SEND_CONDITIONAL	    0x10000000ULL
+#define TACHY_SEND_SLOT_MASK   0x00ffffffULL
+#define TACHY_SEND_COND_SHIFT  24
+#define TACHY_SEND_CONDITIONAL 0x10000000ULL
 
 struct tachy_frame {
 	__u64 sp; /* address of the return-address slot at entry */
