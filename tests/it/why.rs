@@ -116,13 +116,10 @@ fn every_sleep_is_blocked_when_a_switch_in_goes_unseen() {
     assert_eq!(recs.len(), 600, "{out}");
     for r in &recs {
         let c = &r["cpu"];
-        // 5 ms asleep, then runnable until a CPU is free: on a loaded
-        // machine the wait for the CPU can take a few hundred microseconds
-        // of the sleep's end where the wakeup went unseen.
-        assert!(
-            num(c, "blocked_ns") + num(c, "runnable_ns") >= 4_900_000,
-            "{r}"
-        );
+        // Where the switch-in went unseen, the repair can leave the end of
+        // the sleep on the CPU side (a clean CI run, idle: 840 us on a
+        // CPU, 4.33 ms blocked, 40 us runnable of 5.21 ms); the fault put
+        // all of it there.
         assert!(num(c, "blocked_ns") >= 4_000_000, "{r}");
         // The fixture spends 5-20 us on a CPU per call (a clean CI run
         // saw 1.01 ms once, at load); a tick (4 ms at 250 Hz) is the most
