@@ -422,6 +422,7 @@ fn plan(exe: &Path) -> Result<Plan> {
             },
             level: 1,
             expanded: false,
+            via: None,
         });
         plan.slots.push((object, call));
         plan.push(

@@ -304,6 +304,7 @@ static __always_inline bool push(struct tachy_thread *t, __u64 sp, __u64 now,
 	f->flags = flags;
 	f->slot = slot;
 	f->after_ns = 0;
+	f->callee = 0;
 	t->depth++;
 	if (flags & TACHY_FRAME_ROOT)
 		t->roots++;

@@ -464,7 +464,8 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 	struct gwalk_ctx c = {};
 	struct tachy_goroutine *gr;
 	struct tachy_gframe *f;
-	__u32 slot, *node;
+	struct tachy_site_node *node;
+	__u32 slot;
 	__u64 pt = bpf_get_current_pid_tgid();
 	struct gkey k = {.g = g, .tgid = pt >> 32};
 
@@ -502,7 +503,7 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 	node = bpf_map_lookup_elem(&site_nodes, &key);
 	if (!node)
 		return 0;
-	gpush(gr, c.off, *node,
+	gpush(gr, c.off, node->node,
 	      TACHY_GFRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
 					   ? TACHY_GFRAME_TAILSITE
 					   : 0),

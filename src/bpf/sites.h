@@ -11,7 +11,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, TACHY_MAX_NODES);
 	__type(key, __u64);
-	__type(value, __u32);
+	__type(value, struct tachy_site_node);
 } site_nodes SEC(".maps");
 
 /* Indirect call sites: the callees each process reached, per site node. */
@@ -36,10 +36,10 @@ struct {
  * call reads it (`op`), is counted in its process's entry, in the first
  * slot holding its address or the first free one (claimed by a
  * compare-and-swap, so two CPUs never claim one slot for two callees),
- * else as one of the others.
+ * else as one of the others. Returns the callee (0: not read).
  */
-static __always_inline void count_callee(struct pt_regs *ctx, __u32 op,
-					 __u32 node)
+static __always_inline __u64 count_callee(struct pt_regs *ctx, __u32 op,
+					  __u32 node)
 {
 	struct tachy_callee_key key = {
 		.node = node,
@@ -51,17 +51,17 @@ static __always_inline void count_callee(struct pt_regs *ctx, __u32 op,
 	int i;
 
 	if (operand_target(ctx, op, PT_REGS_IP(ctx), &target) || !target)
-		return;
+		return 0;
 	c = bpf_map_lookup_elem(&callees, &key);
 	if (!c) {
 		zero = bpf_map_lookup_elem(&callee_zero, &z);
 		if (!zero)
-			return;
+			return target;
 		/* Fails when the map is full, or another CPU made it. */
 		bpf_map_update_elem(&callees, &key, zero, BPF_NOEXIST);
 		c = bpf_map_lookup_elem(&callees, &key);
 		if (!c)
-			return;
+			return target;
 		c->ip = PT_REGS_IP(ctx);
 	}
 	for (i = 0; i < TACHY_CALLEES; i++) {
@@ -70,10 +70,11 @@ static __always_inline void count_callee(struct pt_regs *ctx, __u32 op,
 			a = __sync_val_compare_and_swap(&c->addr[i], 0, target);
 		if (!a || a == target) {
 			__sync_fetch_and_add(&c->count[i], 1);
-			return;
+			return target;
 		}
 	}
 	__sync_fetch_and_add(&c->other, 1);
+	return target;
 }
 
 /* The return of a call site (cookie: its slot, and an SP adjustment when
@@ -96,15 +97,24 @@ static __always_inline int do_site_end(struct pt_regs *ctx)
 	return 0;
 }
 
-/* The node that site `slot` times under frame `f`, or NULL. */
-static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f)
+/*
+ * The node that site `slot`, probed at `ip`, times under frame `f`, or
+ * NULL: none, or `f` is an indirect call that went to another callee than
+ * the one the site is in.
+ */
+static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f,
+				      __u64 ip)
 {
+	struct tachy_site_node *n;
 	__u64 key;
 
 	if (!f)
 		return NULL;
 	key = (__u64)slot << 32 | f->id;
-	return bpf_map_lookup_elem(&site_nodes, &key);
+	n = bpf_map_lookup_elem(&site_nodes, &key);
+	if (!n || (n->via && f->callee != ip - (n->via - 1)))
+		return NULL;
+	return &n->node;
 }
 
 /*
@@ -120,8 +130,8 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx);
 	struct tachy_thread *t;
 	struct tachy_frame *f;
+	__u64 now, callee = 0;
 	__u32 *node;
-	__u64 now;
 
 	if (!process_wanted(bpf_get_current_pid_tgid()))
 		return 0;
@@ -140,7 +150,7 @@ static __always_inline int do_site(struct pt_regs *ctx)
 		 */
 		sp = frame_key(sp);
 		f = top(t);
-		node = node_of(slot, f);
+		node = node_of(slot, f, PT_REGS_IP(ctx));
 		if (!f || !node || sp > f->sp || f->sp - sp > 8)
 			return 0;
 		f->flags |= TACHY_FRAME_TAILING;
@@ -158,24 +168,26 @@ static __always_inline int do_site(struct pt_regs *ctx)
 	if (cookie & TACHY_SITE_INLINED)
 		sp += (__s64)(__s32)(cookie >> 32);
 	pop_abandoned(t, sp, now, true, ANY_ID);
-	node = node_of(slot, top(t));
+	node = node_of(slot, top(t), PT_REGS_IP(ctx));
 	if (!node)
 		return 0;
 	if (!(cookie & TACHY_SITE_INLINED) &&
 	    ((cookie >> 32) & TACHY_CALL_READ))
-		count_callee(ctx, cookie >> 32, *node);
+		callee = count_callee(ctx, cookie >> 32, *node);
 	/*
 	 * A site followed only by the function's epilogue ends with it. Its
 	 * clock starts last, as a function's does. So does an inlined
 	 * instance still open when its parent ends, or an instance around it
 	 * ends at the same instruction.
 	 */
-	push(t, sp, bpf_ktime_get_ns(), *node,
-	     TACHY_FRAME_SITE | ((cookie & (TACHY_SITE_ENDS_WITH_PARENT |
-					    TACHY_SITE_INLINED))
-					 ? TACHY_FRAME_TAILSITE
-					 : 0),
-	     slot);
+	if (push(t, sp, bpf_ktime_get_ns(), *node,
+		 TACHY_FRAME_SITE | ((cookie & (TACHY_SITE_ENDS_WITH_PARENT |
+						TACHY_SITE_INLINED))
+					     ? TACHY_FRAME_TAILSITE
+					     : 0),
+		 slot))
+		t->frames[(t->depth - 1) & (TACHY_MAX_DEPTH - 1)].callee =
+			callee;
 	return 0;
 }
 

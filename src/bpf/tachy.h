@@ -145,6 +145,18 @@
  * to others are counted together. */
 #define TACHY_CALLEES 16
 
+/*
+ * A site's node under a parent (the `site_nodes` map). A site of a callee
+ * broken down under an indirect call counts only while that call went to
+ * the callee: `via` is 1 + how far the site's probe is past the callee's
+ * start, which the parent frame's `callee` must then equal the probe's
+ * address less (0: any call).
+ */
+struct tachy_site_node {
+	__u32 node;
+	__u32 via;
+};
+
 struct tachy_callee_key {
 	__u32 node;
 	__u32 tgid;
@@ -194,6 +206,8 @@ struct tachy_frame {
 	 * the exit of a tail callee that closed this frame with its own
 	 */
 	__u32 after_ns;
+	/* an indirect call site's: where its probe read the call goes */
+	__u64 callee;
 };
 
 /* How a thread left its CPU (tachy_cpu.off_state). */
@@ -244,7 +258,7 @@ struct tachy_pending {
 };
 
 /*
- * A thread's state: 34376 bytes (it was 6.7 KiB with 128 nodes), allocated
+ * A thread's state: 34888 bytes (it was 6.7 KiB with 128 nodes), allocated
  * on its first traced call and freed with the thread.
  */
 struct tachy_thread {

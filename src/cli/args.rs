@@ -10,14 +10,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use super::values::{
-    parse_duration_arg, parse_filter, parse_func_spec, parse_id, parse_interval, parse_label,
-    parse_listen, parse_pattern, parse_pct, ByKeyParser, Quoted,
+    parse_duration_arg, parse_expand, parse_filter, parse_func_spec, parse_id, parse_interval,
+    parse_label, parse_listen, parse_pct, ByKeyParser, Quoted,
 };
 use crate::duration::parse_seconds;
 use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
+use crate::plan::Expand;
 use crate::resolve::FuncSpec;
-use crate::symbols::Pattern;
 use crate::version::VERSION;
 
 const LATENCY_EXAMPLES: &str = "\
@@ -80,6 +80,7 @@ Examples:
   tachy nested -p 4242 'db::Table::scan'                  its call sites, one level
   tachy nested -p 4242 'db::Table::scan' --depth 2        and the call sites of its callees
   tachy nested -p 4242 'db::Table::scan' --expand 'db::Page::load'
+  tachy nested -p 4242 dispatch --expand 'dispatch->handle_get'   a callee of its indirect call
   tachy nested -p 4242 'db::Table::scan' --slower-than 1ms   only the slow calls
   tachy nested -p 4242 'db::Table::scan' --filter 'key == 42'   only calls with key 42
   tachy nested -p 4242 'db::Table::scan' --record-slower-than 5ms   each slow call's sites
@@ -101,6 +102,9 @@ line lists the functions it called and how often (`-> callees: foo 80,
 bar 20`; in JSON `callees`): the probe on the call reads where it goes,
 16 callees apart per site, the rest as `other`; counted as the calls were
 made, whatever --slower-than decides. Go sites are not read.
+--expand 'CALLER->CALLEE' breaks such a callee down under the indirect calls
+of CALLER: its sites there (headed `in CALLEE:`, in JSON `via`) count only
+the calls made through that call to it, not those it gets another way.
 Sites that never ran are left out of the text report (--all-sites shows
 them). A tree may have up to 4096 nodes.
 
@@ -540,9 +544,12 @@ pub struct NestedArgs {
           value_parser = clap::value_parser!(u32).range(1..=8))]
     pub depth: u32,
 
-    /// Also break down callees matching PATTERN, at any level (repeatable)
-    #[arg(long, value_name = "PATTERN", value_parser = Quoted(parse_pattern))]
-    pub expand: Vec<Pattern>,
+    /// Also break down callees matching PATTERN, at any level (repeatable).
+    /// CALLER->CALLEE: the callees an indirect call in CALLER reaches that
+    /// CALLEE names, under that call (counting only the calls through it
+    /// to them; the `-> callees:` line under the call names them)
+    #[arg(long, value_name = "PATTERN", value_parser = Quoted(parse_expand))]
+    pub expand: Vec<Expand>,
 
     /// Also print a log2 histogram of each call site (of the calls counted);
     /// with --cpu, one of each part (on-CPU, blocked, runnable) per call too

@@ -13,10 +13,10 @@ use super::args::{LatencyArgs, NestedArgs, TraceArgs};
 use super::usage;
 use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
+use crate::plan::Expand;
 use crate::report::Unit;
 use crate::resolve::FuncSpec;
 use crate::scope::Scoping;
-use crate::symbols::Pattern;
 
 /// How reports are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +50,7 @@ impl Output {
 #[derive(Clone, Debug)]
 pub struct NestedOpts {
     pub depth: u32,
-    pub expand: Vec<Pattern>,
+    pub expand: Vec<Expand>,
     pub hist: bool,
     /// Show the call sites that never ran in the text report too.
     pub all_sites: bool,

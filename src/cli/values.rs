@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::duration::{parse_duration, parse_seconds};
 use crate::plan::by::ByKey;
 use crate::plan::filter::Filter;
+use crate::plan::Expand;
 use crate::resolve::FuncSpec;
-use crate::symbols::Pattern;
 
 /// [`FuncSpec::parse`] as a clap value parser.
 pub(super) fn parse_func_spec(s: &str) -> std::result::Result<FuncSpec, String> {
@@ -59,9 +59,9 @@ impl clap::builder::TypedValueParser for ByKeyParser {
     }
 }
 
-/// A function pattern, as a clap value parser.
-pub(super) fn parse_pattern(s: &str) -> std::result::Result<Pattern, String> {
-    Pattern::parse(s).map_err(|e| format!("{e:#}"))
+/// What `--expand` names, as a clap value parser.
+pub(super) fn parse_expand(s: &str) -> std::result::Result<Expand, String> {
+    Expand::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 /// A clap value parser whose error quotes a long value shortened (clap
@@ -193,6 +193,7 @@ pub(super) fn parse_interval(s: &str) -> std::result::Result<Duration, String> {
 mod tests {
     use super::*;
     use crate::duration::POSITIVE;
+    use crate::symbols::Pattern;
 
     #[test]
     fn specs_split_on_a_lone_colon() {

@@ -654,6 +654,7 @@ mod tests {
                 location: line.map(|l| format!("app.c:{l}")),
             },
             expanded,
+            via: None,
         };
         let mut plan = Plan::default();
         plan.items = vec![Item {

@@ -14,7 +14,7 @@ use anyhow::{anyhow, Result};
 use super::args::{FuncArgs, Operand, Source};
 use super::by::ByKey;
 use super::filter::Filter;
-use super::{Drill, Imported, ItemKind, Plan, Settings};
+use super::{Drill, Expand, Imported, ItemKind, Plan, Settings};
 use crate::kernel;
 use crate::resolve::FuncSpec;
 use crate::resolve::{self, Objects, Scope};
@@ -51,8 +51,8 @@ pub struct PlanRequest {
 pub struct TreeRequest {
     /// Levels of call sites under a traced function.
     pub depth: u32,
-    /// Callees expanded at any level.
-    pub expand: Vec<Pattern>,
+    /// Callees expanded at any level, and callees of indirect calls.
+    pub expand: Vec<Expand>,
 }
 
 /// The plan of `req` in `scope`: resolved, checked, finished.
@@ -229,9 +229,15 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
         let expand = &n.expand;
         let matches_expand = |raw: &str| {
             let names = demangle(raw);
-            expand.iter().any(|p| p.matches(raw, &names))
+            expand
+                .iter()
+                .filter(|e| e.through.is_none())
+                .any(|e| e.callee.matches(raw, &names))
         };
         let objects = RefCell::new(objects);
+        let through = |obj: &Rc<ElfObject>, start: u64| {
+            indirect_callees(scope, &mut objects.borrow_mut(), expand, obj, start)
+        };
         // A name imported at many sites (a library calling its own exported
         // functions through its PLT) is looked up in the libraries once.
         let imported: RefCell<HashMap<String, Vec<Imported>>> = RefCell::default();
@@ -247,6 +253,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             import: &import,
             depth: n.depth,
             expand: &matches_expand,
+            through: &through,
         };
         for (r, f, id) in roots {
             plan.add_sites(&r.obj, f, id, &drill)?;
@@ -619,6 +626,68 @@ fn add_by_args(plan: &mut Plan, by: &[ByKey], args: &TracedArgs) -> Result<()> {
 /// libraries: for an IFUNC symbol, what `latency` times for it (the
 /// implementation the process uses, else every one its resolver can
 /// return), never the resolver, which runs once at relocation.
+/// The functions `--expand CALLER->CALLEE` breaks down under the indirect
+/// calls of the function of `obj` that starts at `start`: for each CALLER
+/// naming it, those CALLEE names in `obj`, else in the first other object
+/// of the process that has some.
+fn indirect_callees(
+    scope: &Scope,
+    objects: &mut Objects,
+    expand: &[Expand],
+    obj: &Rc<ElfObject>,
+    start: u64,
+) -> Vec<Imported> {
+    let Some(caller) = obj
+        .symbols()
+        .ok()
+        .and_then(|s| s.function_starting_at(start))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<Imported> = Vec::new();
+    for e in expand {
+        let Some(t) = &e.through else { continue };
+        if !t.matches(&caller.raw, &caller.names) {
+            continue;
+        }
+        let mut found = symbols::find(obj, &e.callee).map_or(Vec::new(), |f| f.functions);
+        let mut object = obj.clone();
+        if found.is_empty() {
+            let others: Vec<ObjectRef> = match scope {
+                Scope::Process(m) => m.all().cloned().collect(),
+                Scope::Command { exe, libs } => std::iter::once(exe)
+                    .chain(libs)
+                    .map(|p| ObjectRef {
+                        display: p.clone(),
+                        open_path: p.clone(),
+                    })
+                    .collect(),
+                Scope::Files => Vec::new(),
+            };
+            for o in others {
+                let Ok(other) = objects.get(&o) else { continue };
+                if Rc::ptr_eq(&other, obj) {
+                    continue;
+                }
+                found = symbols::find(&other, &e.callee).map_or(Vec::new(), |f| f.functions);
+                if !found.is_empty() {
+                    object = other;
+                    break;
+                }
+            }
+        }
+        for f in found {
+            if !out
+                .iter()
+                .any(|(o, g)| Rc::ptr_eq(o, &object) && g.addr == f.addr)
+            {
+                out.push((object.clone(), f));
+            }
+        }
+    }
+    out
+}
+
 fn import_target(scope: &Scope, objects: &mut Objects, raw: &str) -> Vec<Imported> {
     let Some((obj, f)) = import_symbol(scope, objects, raw) else {
         return Vec::new();

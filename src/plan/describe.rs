@@ -207,14 +207,18 @@ impl Plan {
     }
 
     /// The nodes a site probe times, as `[node] in [parent]`, one for each
-    /// parent its function is expanded under.
+    /// parent its function is expanded under (`in [parent] to NAME` under
+    /// an indirect call: only its calls to NAME).
     fn slot_nodes(&self, slot: u32) -> String {
         let first = self.items.len();
         self.sites
             .iter()
             .enumerate()
             .filter(|(_, n)| n.slot == slot)
-            .map(|(i, n)| format!("[{}] in [{}]", first + i, n.parent))
+            .map(|(i, n)| match &n.via {
+                Some(v) => format!("[{}] in [{}] to {}", first + i, n.parent, v.name),
+                None => format!("[{}] in [{}]", first + i, n.parent),
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -509,6 +513,7 @@ mod tests {
             },
             level: 1,
             expanded: false,
+            via: None,
         });
         // What the kernel does at each: `push`, `call` and a direct `jmp`
         // are emulated; `ret`, indirect jumps and the site's end are not.

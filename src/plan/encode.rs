@@ -296,14 +296,33 @@ pub fn site_node_key(slot: u32, parent: u32) -> u64 {
 }
 
 /// The entries of the `site_nodes` map: which node each site slot times
-/// under each parent.
-pub fn site_nodes(plan: &Plan) -> Vec<(u64, u32)> {
+/// under each parent, and (`tachy_site_node`, as bytes) for a site of a
+/// callee under an indirect call, how far its probe stands past the
+/// callee's start, plus one.
+pub fn site_nodes(plan: &Plan) -> Vec<(u64, [u8; 8])> {
     let first = plan.items.len() as u32;
     plan.sites
         .iter()
         .enumerate()
-        .map(|(i, n)| (site_node_key(n.slot, n.parent), first + i as u32))
+        .map(|(i, n)| {
+            let via = n.via.as_ref().map_or(0, |v| {
+                let at = slot_probe(plan, n.slot).unwrap_or(v.addr);
+                at.saturating_sub(v.addr) as u32 + 1
+            });
+            let mut value = [0u8; 8];
+            value[..4].copy_from_slice(&(first + i as u32).to_ne_bytes());
+            value[4..].copy_from_slice(&via.to_ne_bytes());
+            (site_node_key(n.slot, n.parent), value)
+        })
         .collect()
+}
+
+/// Where the probe that opens site `slot` stands.
+fn slot_probe(plan: &Plan, slot: u32) -> Option<u64> {
+    plan.probes.iter().find_map(|p| match p.kind {
+        ProbeKind::Site { slot: s, .. } if s == slot => Some(p.vaddr),
+        _ => None,
+    })
 }
 
 /// The keys of the BPF map `tail_pairs` (caller id << 32 | callee id):

@@ -189,6 +189,7 @@ mod tests {
                 },
                 level: if parent == 0 { 1 } else { 2 },
                 expanded: false,
+                via: None,
             });
             p.probes.push(Probe {
                 object: 0,

@@ -37,7 +37,7 @@ pub use encode::{MAX_NODES, TAIL_CONDITIONAL, TAIL_INDIRECT};
 pub use function::{choose_entry, ExitMode, ExitSummary, Unprobeable};
 pub use golang::NOT_URETPROBE;
 pub use nodes::Node;
-pub use sites::{Drill, Imported, SiteNode};
+pub use sites::{Drill, Expand, Imported, SiteNode, Via};
 
 /// What one pass through an indirect jump checked at run time costs, in
 /// microseconds: the kernel single-steps an indirect `jmp` under a probe.

@@ -12,7 +12,7 @@ use super::inlined::{self, InstanceSite};
 use super::{unwind, Plan, ProbeKind, MAX_NODES};
 use crate::callsites::{self, Site, SiteKind};
 use crate::disasm::{Decoded, JumpOperand, ProbeCost, ProbePoint};
-use crate::symbols::{ifunc_note, ElfObject, Function};
+use crate::symbols::{ifunc_note, ElfObject, Function, Pattern};
 
 /// A function reached through the PLT, and the object defining it.
 pub type Imported = (Rc<ElfObject>, Function);
@@ -29,6 +29,56 @@ fn callee_read(decoded: &Decoded, site: &Site, go: bool) -> Option<JumpOperand> 
         .filter(|op| super::encode::operand_bits(op).is_some())
 }
 
+/// What `--expand` names: a callee broken down wherever it is called,
+/// or (`CALLER->CALLEE`) the callees an indirect call in CALLER reaches
+/// that CALLEE names, each broken down under that call: its sites count
+/// only the calls made through it to that callee.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expand {
+    pub through: Option<Pattern>,
+    pub callee: Pattern,
+}
+
+impl Expand {
+    pub fn parse(text: &str) -> Result<Expand> {
+        // `operator->` is a name, not the arrow.
+        let arrow = text
+            .match_indices("->")
+            .map(|(i, _)| i)
+            .find(|&i| !text[..i].trim_end().ends_with("operator"));
+        let Some(i) = arrow else {
+            return Ok(Expand {
+                through: None,
+                callee: Pattern::parse(text)?,
+            });
+        };
+        let (caller, callee) = (text[..i].trim(), text[i + 2..].trim());
+        if caller.is_empty() || callee.is_empty() {
+            bail!("{text:?}: CALLER->CALLEE names the callee of CALLER's indirect calls to break down; one side is empty");
+        }
+        Ok(Expand {
+            through: Some(Pattern::parse(caller)?),
+            callee: Pattern::parse(callee)?,
+        })
+    }
+
+    /// As typed.
+    pub fn text(&self) -> String {
+        match &self.through {
+            Some(t) => format!("{}->{}", t.as_str(), self.callee.as_str()),
+            None => self.callee.as_str().to_string(),
+        }
+    }
+}
+
+/// The callee of an indirect call whose sites are broken down under it:
+/// its start, in the object of its sites, and its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Via {
+    pub addr: u64,
+    pub name: String,
+}
+
 /// How far `tachy nested` drills down, and how it names what it finds.
 pub struct Drill<'a> {
     /// The functions an imported name (a PLT call) resolves to in the
@@ -39,6 +89,10 @@ pub struct Drill<'a> {
     pub depth: u32,
     /// Whether a callee (by raw name) is expanded at any level.
     pub expand: &'a dyn Fn(&str) -> bool,
+    /// The functions to break down under an indirect call of the function
+    /// of this object that starts at this address (`--expand
+    /// CALLER->CALLEE`).
+    pub through: &'a dyn Fn(&Rc<ElfObject>, u64) -> Vec<Imported>,
 }
 
 /// Where planning a traced function's tree is: how to drill down, whether
@@ -48,6 +102,8 @@ struct Walk<'a, 'b> {
     drill: &'a Drill<'b>,
     go: bool,
     path: Vec<(usize, u64)>,
+    /// The next scope's sites are under an indirect call, in this callee.
+    via: Option<Via>,
 }
 
 /// A call site in the `tachy nested` tree. Its node id is
@@ -62,6 +118,9 @@ pub struct SiteNode {
     pub level: u32,
     /// Whether its callee's sites are in the tree too.
     pub expanded: bool,
+    /// Its parent is an indirect call, and it is a site of this callee:
+    /// it counts only the calls through it to this one.
+    pub via: Option<Via>,
 }
 
 impl Plan {
@@ -79,6 +138,7 @@ impl Plan {
             drill,
             go: self.items.get(root as usize).is_some_and(|i| i.is_go()),
             path: vec![(self.object_index(obj), f.addr)],
+            via: None,
         };
         self.add_sites_of(obj, &decoded, root, 1, &mut walk)
     }
@@ -109,6 +169,7 @@ impl Plan {
             drill,
             go: false,
             path: vec![(self.object_index(obj), f.addr)],
+            via: None,
         };
         self.add_scope(obj, &decoded, &inl, Some(k), root, 1, &mut walk)
     }
@@ -147,6 +208,7 @@ impl Plan {
     ) -> Result<()> {
         let object = self.object_index(obj);
         let (drill, go) = (walk.drill, walk.go);
+        let via = walk.via.take();
         let scope = within.map(|w| &inl[w]);
         let mut held: Vec<usize> = (0..inl.len())
             .filter(|&k| Some(k) != within && scope.map_or(true, |s| s.holds(&inl[k])))
@@ -282,6 +344,7 @@ impl Plan {
                 site: site.clone(),
                 level,
                 expanded: false,
+                via: via.clone(),
             });
             if known.is_some() {
                 continue;
@@ -343,8 +406,15 @@ impl Plan {
         }
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;
-            let wanted =
-                level < drill.depth || site.callee_raw.as_deref().is_some_and(drill.expand);
+            // An indirect call reaches the callees named through it, when
+            // its probe reads where it goes.
+            let through = match callee_read(decoded, site, go) {
+                Some(_) => (drill.through)(obj, decoded.first.as_ref().map_or(0, |i| i.addr)),
+                None => Vec::new(),
+            };
+            let wanted = level < drill.depth
+                || site.callee_raw.as_deref().is_some_and(drill.expand)
+                || !through.is_empty();
             if !wanted {
                 continue;
             }
@@ -367,8 +437,10 @@ impl Plan {
                         }
                     }
                     (SiteKind::Plt, _, Some(raw)) => (drill.import)(raw),
+                    (SiteKind::Indirect, _, _) => through,
                     _ => continue,
                 };
+            let indirect = site.kind == SiteKind::Indirect;
             for (gobj, g) in callees {
                 let key = (self.object_index(&gobj), g.addr);
                 if walk.path.contains(&key) {
@@ -378,6 +450,10 @@ impl Plan {
                     continue;
                 };
                 self.expanded_into(id, &gobj, &g);
+                walk.via = indirect.then(|| Via {
+                    addr: g.addr,
+                    name: g.display_name(),
+                });
                 walk.path.push(key);
                 self.add_sites_of(&gobj, &gd, id, level + 1, walk)?;
                 walk.path.pop();
@@ -589,6 +665,7 @@ mod tests {
                     },
                     level: l as u32 + 1,
                     expanded: false,
+                    via: None,
                 });
             }
         }
@@ -668,5 +745,24 @@ mod tests {
         assert_eq!(at(0x100e), Some((0x100e, 0)));
         // Only the `ret` follows: the site ends with the function.
         assert_eq!(site_end(&d, 0x100f, None, &|_| false), SiteEnd::WithParent);
+    }
+
+    #[test]
+    fn expand_splits_at_the_arrow_but_not_in_operator_arrow() {
+        use super::Expand;
+        let e = Expand::parse("dispatch->slow_b").unwrap();
+        assert_eq!(e.through.as_ref().map(|p| p.as_str()), Some("dispatch"));
+        assert_eq!(e.callee.as_str(), "slow_b");
+        assert_eq!(e.text(), "dispatch->slow_b");
+        let e = Expand::parse("Ptr::operator->").unwrap();
+        assert!(e.through.is_none());
+        let e = Expand::parse("Ptr::operator->->ns::run").unwrap();
+        assert_eq!(
+            e.through.as_ref().map(|p| p.as_str()),
+            Some("Ptr::operator->")
+        );
+        assert_eq!(e.callee.as_str(), "ns::run");
+        assert!(Expand::parse("dispatch->").is_err());
+        assert!(Expand::parse(" -> x").is_err());
     }
 }

@@ -369,11 +369,10 @@ impl<'obj> Tracer<'obj> {
     /// Tells the kernel which node a site probe times under which parent.
     pub(super) fn fill_site_nodes(&mut self, plan: &Plan) -> Result<()> {
         for (key, node) in encode::site_nodes(plan) {
-            let (key, node) = (key.to_ne_bytes(), node.to_ne_bytes());
             self.skel
                 .maps
                 .site_nodes
-                .update(&key, &node, MapFlags::ANY)
+                .update(&key.to_ne_bytes(), &node, MapFlags::ANY)
                 .map_err(|e| anyhow!("cannot set up the call sites: {e}"))?;
         }
         Ok(())

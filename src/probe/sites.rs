@@ -190,7 +190,7 @@ impl<'obj> Tracer<'obj> {
             self.skel
                 .maps
                 .site_nodes
-                .update(&key.to_ne_bytes(), &node.to_ne_bytes(), MapFlags::ANY)
+                .update(&key.to_ne_bytes(), &node, MapFlags::ANY)
                 .map_err(|e| anyhow!("cannot time a call site again: {e}"))?;
         }
         Ok(())

@@ -60,6 +60,9 @@ pub struct TreeNode {
     /// An indirect call site whose probe reads its callee: the calls made
     /// through it per callee, the most called first (None: not read).
     pub callees: Option<Vec<Callee>>,
+    /// A site of a callee broken down under an indirect call (its parent):
+    /// the callee's name. It counts the calls through that call to it.
+    pub via: Option<String>,
     pub children: Vec<TreeNode>,
 }
 
@@ -431,7 +434,13 @@ fn render_children(
         }
         writeln!(w, "{line}")?;
     }
+    let mut via = None;
     for c in shown {
+        // The sites of each callee under an indirect call, after its name.
+        if c.via.is_some() && c.via != via {
+            via = c.via.clone();
+            writeln!(w, "{indent}in {}:", via.as_deref().unwrap_or_default())?;
+        }
         let rate = if pcount > 0.0 {
             c.calls() as f64 / pcount
         } else {
@@ -523,6 +532,9 @@ fn node_json(n: &TreeNode) -> Value {
         if n.kind == "function" && site_calls > 0 && calls > 0 {
             v["site_probe_ns_per_call"] = json!(sites_ns / calls);
         }
+    }
+    if let Some(via) = &n.via {
+        v["via"] = json!(via);
     }
     if let Some(list) = &n.callees {
         v["callees"] = list
@@ -638,6 +650,7 @@ pub(crate) mod tests {
             probe_add_ns: 0,
             go: false,
             callees: None,
+            via: None,
             children,
         }
     }

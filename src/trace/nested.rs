@@ -99,6 +99,10 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
         under: c.under,
         go,
         callees,
+        via: plan
+            .site(id)
+            .and_then(|x| x.via.as_ref())
+            .map(|v| v.name.clone()),
         children: kids,
     }
 }

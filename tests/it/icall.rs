@@ -120,3 +120,88 @@ fn dry_run_lists_the_callee_read() {
         "{out}"
     );
 }
+
+/// The sites of each callee of an indirect site that `--expand`
+/// CALLER->CALLEE, as a JSON list of (name, count, via).
+fn expanded(site: &Value) -> Vec<(String, u64, String)> {
+    site["children"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no children in {site}"))
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["count"].as_u64().unwrap_or_default(),
+                c["via"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `--expand 'dispatch->slow_b'` breaks slow_b down under each indirect
+/// call of dispatch, counting only the calls made through it to slow_b:
+/// its two calls of b_part, 7 and 8 per call of dispatch, never the
+/// calls slow_b makes when fast_a, reached through the same call, calls it
+/// (one more per loop: 8 and 9 if counted).
+#[test]
+fn expand_through_an_indirect_call_counts_only_its_callee() {
+    let _g = common::needs_root!();
+    let rep = nested(&["--expand", "dispatch->slow_b", "--json"]).success_report();
+    let sites = rep["roots"][0]["children"].as_array().expect("sites");
+    assert_eq!(sites.len(), 2, "{rep}");
+    for (site, per) in sites.iter().zip([7, 8]) {
+        let b = |n| ("b_part".to_string(), n * ROUNDS, "slow_b".to_string());
+        assert_eq!(expanded(site), [b(per), b(per)], "{site}");
+    }
+}
+
+/// Both callees broken down: each one's sites under the call
+/// count the calls through it to that one; fast_a's call of slow_b counts
+/// once per loop, and the text report heads each callee's sites with its
+/// name.
+#[test]
+fn expand_through_an_indirect_call_keeps_each_callee_apart() {
+    let _g = common::needs_root!();
+    let both = [
+        "--expand",
+        "dispatch->fast_a",
+        "--expand",
+        "dispatch->slow_b",
+    ];
+    let rep = nested(&[&both[..], &["--json"]].concat()).success_report();
+    let sites = rep["roots"][0]["children"].as_array().expect("sites");
+    for (site, per) in sites.iter().zip([7, 8]) {
+        let mut got = expanded(site);
+        got.sort();
+        let mut want = vec![
+            ("b_part".to_string(), per * ROUNDS, "slow_b".to_string()),
+            ("b_part".to_string(), per * ROUNDS, "slow_b".to_string()),
+            ("slow_b".to_string(), ROUNDS, "fast_a".to_string()),
+        ];
+        want.sort();
+        assert_eq!(got, want, "{site}");
+    }
+    let out = nested(&both);
+    out.assert_success();
+    let heads: Vec<&str> = out
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("in "))
+        .collect();
+    assert_eq!(heads.len(), 4, "{out}");
+    assert!(
+        heads.contains(&"in slow_b:") && heads.contains(&"in fast_a:"),
+        "{out}"
+    );
+}
+
+/// CALLER->CALLEE with a side empty is one line of usage error.
+#[test]
+fn expand_through_with_a_side_empty_is_refused() {
+    for bad in ["dispatch->", "->slow_b"] {
+        let out = nested(&[&format!("--expand={bad}"), "--dry-run"]);
+        assert_eq!(out.code(), Some(2), "{bad}: {out}");
+        assert!(out.stderr.contains("one side is empty"), "{bad}: {out}");
+    }
+}
