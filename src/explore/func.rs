@@ -21,11 +21,14 @@ use crate::report::fmt::human;
 use crate::report::tree::{per_call, TreeNode};
 
 /// One step of the breadcrumb below the traced function: the call site
-/// drilled into, by its call's address and callee's name.
+/// drilled into, by its call's address and callee's name; under an
+/// indirect call, also the callee drilled into (its address in its
+/// object, and name).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {
     pub addr: u64,
     pub name: String,
+    pub via: Option<(u64, String)>,
 }
 
 /// What a key asks of the run loop, in the function view.
@@ -59,6 +62,9 @@ pub struct Row {
     pub site: Option<u32>,
     /// The line holds code of an inlined function.
     pub inlined: bool,
+    /// A callee seen under the indirect call site of `site` (its address
+    /// in its object and name): Enter drills into it.
+    pub callee: Option<(u64, String)>,
 }
 
 #[derive(Default)]
@@ -171,11 +177,17 @@ impl FuncView {
         node_at(plan, &self.path)
     }
 
+    /// The callee drilled into under the indirect call the breadcrumb
+    /// ends at: its address in its object.
+    pub fn current_via(&self) -> Option<u64> {
+        self.path.last()?.via.as_ref().map(|v| v.0)
+    }
+
     pub fn rows(&self) -> Vec<Row> {
         let (Some(s), Some(id)) = (self.started.as_ref(), self.current()) else {
             return Vec::new();
         };
-        rows(s, id)
+        rows(s, id, self.current_via(), self.tree.as_ref())
     }
 
     pub fn update(&mut self, key: super::ui::Key) -> FuncAction {
@@ -325,6 +337,9 @@ impl FuncView {
             self.message = Some("no call on this line".into());
             return FuncAction::None;
         };
+        if let (Some(callee), Some(id)) = (row.callee.clone(), row.site) {
+            return self.drill_via(id, callee);
+        }
         let (Some(raw), false) = (x.site.callee_raw.clone(), x.site.kind == SiteKind::Indirect)
         else {
             // An indirect call whose probe reads its callee: those seen.
@@ -336,7 +351,7 @@ impl FuncView {
                 .filter(|l| !l.is_empty());
             self.message = Some(match seen {
                 Some(l) => format!(
-                    "{}: callees seen: {}",
+                    "{}: callees seen: {} (Enter on one's line drills into it)",
                     x.site.name,
                     crate::report::tree::callee_words(&l)
                 ),
@@ -349,6 +364,7 @@ impl FuncView {
         self.path.push(Step {
             addr: x.site.addr,
             name: x.site.name.clone(),
+            via: None,
         });
         self.selected = 0;
         self.top.set(0);
@@ -369,6 +385,71 @@ impl FuncView {
         let mut next = req.clone();
         if !next.expand.contains(&raw) {
             next.expand.push(raw);
+        }
+        next.open = self.path.clone();
+        self.request = Some(next.clone());
+        self.message = Some("a level deeper: planning and attaching its call sites...".into());
+        FuncAction::Replan(next)
+    }
+
+    /// Enter on a callee seen under indirect call site `id`: the view of
+    /// that callee, its sites under the call attached if they are planned
+    /// (held back), else the plan grown by `--expand CALLER->CALLEE`.
+    fn drill_via(&mut self, id: u32, (addr, name): (u64, String)) -> FuncAction {
+        let (Some(s), Some(req)) = (self.started.as_ref(), self.request.as_ref()) else {
+            return FuncAction::None;
+        };
+        let Some(x) = s.plan.site(id) else {
+            return FuncAction::None;
+        };
+        let kids: Vec<u32> = s
+            .plan
+            .children(id)
+            .iter()
+            .copied()
+            .filter(|&c| {
+                s.plan
+                    .site(c)
+                    .is_some_and(|k| k.via.as_ref().is_some_and(|v| v.addr == addr))
+            })
+            .collect();
+        let raw = self
+            .tree
+            .as_ref()
+            .and_then(|t| tree_node(&s.plan, t, id)?.callees.clone())
+            .and_then(|l| l.into_iter().find(|c| c.addr == Some(addr))?.raw);
+        let expand = match (s.callers.get(&id), raw) {
+            (Some(caller), Some(raw)) => Some(format!("{caller}->{raw}")),
+            _ => None,
+        };
+        if kids.is_empty() && expand.is_none() {
+            self.message = Some(format!("{name}: not a function's start, not broken down"));
+            return FuncAction::None;
+        }
+        let step = Step {
+            addr: x.site.addr,
+            name: x.site.name.clone(),
+            via: Some((addr, name)),
+        };
+        let mut next = req.clone();
+        self.path.push(step);
+        self.selected = 0;
+        self.top.set(0);
+        if !kids.is_empty() {
+            let slots: Vec<u32> = kids
+                .iter()
+                .filter_map(|&c| s.plan.site(c).map(|x| x.slot))
+                .filter(|slot| s.held.contains(slot))
+                .collect();
+            if slots.is_empty() {
+                return FuncAction::None;
+            }
+            self.message = Some("attaching its call sites...".into());
+            return FuncAction::Attach(slots);
+        }
+        let e = expand.unwrap_or_default();
+        if !next.expand.contains(&e) {
+            next.expand.push(e);
         }
         next.open = self.path.clone();
         self.request = Some(next.clone());
@@ -427,7 +508,10 @@ impl FuncView {
             None => self.shown.clone(),
         };
         std::iter::once(root)
-            .chain(self.path.iter().map(|s| s.name.clone()))
+            .chain(self.path.iter().map(|s| match &s.via {
+                Some((_, callee)) => format!("{} -> {callee}", s.name),
+                None => s.name.clone(),
+            }))
             .collect::<Vec<_>>()
             .join(" > ")
     }
@@ -447,6 +531,17 @@ impl FuncView {
         let Some(n) = tree_node(&s.plan, t, id) else {
             return name;
         };
+        if let Some((addr, callee)) = self.path.last().and_then(|p| p.via.clone()) {
+            // The call's times are of all its callees: only the count is
+            // this one's.
+            let mine = n
+                .callees
+                .iter()
+                .flatten()
+                .find(|c| c.addr == Some(addr))
+                .map_or(0, |c| c.count);
+            return format!("{callee}  calls {mine} of {} through {name}", n.calls());
+        }
         let calls = n.calls();
         let mut line = format!("{name}  calls {calls}");
         let timed = n.timed_calls();
@@ -555,18 +650,28 @@ impl FuncView {
                 "AVG",
                 "SHARE",
                 match (s, id) {
-                    (Some(s), Some(id)) => s
-                        .sources
-                        .get(&id)
+                    (Some(s), Some(id)) => source_of(s, id, self.current_via())
                         .map_or("CALL SITE".to_string(), |x| x.path.clone()),
                     _ => String::new(),
                 }
             ),
             Style::new().add_modifier(Modifier::REVERSED),
         ))];
+        // Under a callee of an indirect call: per call of that callee.
+        let per = self.current_via().and_then(|addr| {
+            let c = parent?
+                .callees
+                .as_ref()?
+                .iter()
+                .find(|c| c.addr == Some(addr))?;
+            Some(c.count)
+        });
         for (i, r) in rows.iter().enumerate().skip(top).take(height) {
             let nums = match (r.site, s, parent) {
-                (Some(site), Some(s), Some(p)) => site_numbers(&s.plan, p, site),
+                (Some(site), Some(s), Some(p)) if r.callee.is_some() => {
+                    callee_numbers(&s.plan, p, site, r.callee.as_ref().map(|c| c.0))
+                }
+                (Some(site), Some(s), Some(p)) => site_numbers(&s.plan, p, site, per),
                 _ => (String::new(), String::new(), String::new()),
             };
             // A site attached later than the others: its counts start then.
@@ -596,13 +701,19 @@ impl FuncView {
     }
 }
 
-/// A site's calls per call of its parent, average and share of the
+/// A site's calls per call of its parent (or of `per` calls: those of
+/// the callee shown under an indirect call), average and share of the
 /// parent's time, as the text of `tachy nested` writes them.
-fn site_numbers(plan: &Plan, parent: &TreeNode, site: u32) -> (String, String, String) {
+fn site_numbers(
+    plan: &Plan,
+    parent: &TreeNode,
+    site: u32,
+    per: Option<u64>,
+) -> (String, String, String) {
     let Some(c) = child_of(plan, parent, site) else {
         return Default::default();
     };
-    let pcount = parent.calls();
+    let pcount = per.unwrap_or(parent.calls());
     let rate = if pcount > 0 {
         c.calls() as f64 / pcount as f64
     } else {
@@ -617,6 +728,39 @@ fn site_numbers(plan: &Plan, parent: &TreeNode, site: u32) -> (String, String, S
         t => format!("{:.1}%", c.total_ns as f64 * 100.0 / t as f64),
     };
     (per_call(rate), avg, share)
+}
+
+/// A callee's line under indirect call site `site`: its calls through the
+/// site per call of the parent.
+fn callee_numbers(
+    plan: &Plan,
+    parent: &TreeNode,
+    site: u32,
+    addr: Option<u64>,
+) -> (String, String, String) {
+    let Some(c) = child_of(plan, parent, site) else {
+        return Default::default();
+    };
+    let n = c
+        .callees
+        .iter()
+        .flatten()
+        .find(|x| x.addr == addr)
+        .map_or(0, |x| x.count);
+    let rate = match parent.calls() {
+        0 => 0.0,
+        p => n as f64 / p as f64,
+    };
+    (per_call(rate), String::new(), String::new())
+}
+
+/// The source of node `id`'s view: of the callee at `via` under it when
+/// it is an indirect call.
+fn source_of(s: &Started, id: u32, via: Option<u64>) -> Option<&super::session::Source> {
+    match via {
+        Some(a) => s.via_sources.get(&(id, a)),
+        None => s.sources.get(&id),
+    }
 }
 
 /// The child of `parent` (a node of the report) that is site `id`.
@@ -675,16 +819,46 @@ struct Placed {
     inlined: bool,
 }
 
-/// The rows of node `id`'s view: its source lines, each call site under
-/// the line that holds it (the first on the line itself); without the
-/// source, its call sites grouped by line.
-fn rows(s: &Started, id: u32) -> Vec<Row> {
+/// The rows of node `id`'s view (under an indirect call, of the callee
+/// at `via`): its source lines, each call site under the line that holds
+/// it (the first on the line itself); without the source, its call sites
+/// grouped by line. Under an indirect call site, a line for each callee
+/// it called (as `tree` has them).
+fn rows(s: &Started, id: u32, via: Option<u64>, tree: Option<&Tree>) -> Vec<Row> {
+    let mut out = Vec::new();
+    for r in site_rows(s, id, via) {
+        let callees = match (r.site, tree) {
+            (Some(site), Some(t)) if r.callee.is_none() => tree_node(&s.plan, t, site)
+                .and_then(|n| n.callees.clone())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let site = r.site;
+        out.push(r);
+        for c in callees {
+            let Some(addr) = c.addr else { continue };
+            out.push(Row {
+                line: None,
+                text: format!("    -> {}", c.name),
+                site,
+                inlined: false,
+                callee: Some((addr, c.name)),
+            });
+        }
+    }
+    out
+}
+
+fn site_rows(s: &Started, id: u32, via: Option<u64>) -> Vec<Row> {
     let plan = &s.plan;
     let sites: Vec<Placed> = plan
         .children(id)
         .iter()
         .filter_map(|&c| {
             let x = plan.site(c)?;
+            if via.is_some() && x.via.as_ref().map(|v| v.addr) != via {
+                return None;
+            }
             let loc = x.site.location.as_deref();
             Some(Placed {
                 id: c,
@@ -696,7 +870,7 @@ fn rows(s: &Started, id: u32) -> Vec<Row> {
         .collect();
     let mut out = Vec::new();
     let mut placed = vec![false; sites.len()];
-    if let Some(src) = s.sources.get(&id).filter(|x| !x.lines.is_empty()) {
+    if let Some(src) = source_of(s, id, via).filter(|x| !x.lines.is_empty()) {
         let base = src.path.rsplit('/').next().unwrap_or(&src.path);
         for (n, text) in &src.lines {
             let inlined = src.inlined.contains_key(n);
@@ -712,6 +886,7 @@ fn rows(s: &Started, id: u32) -> Vec<Row> {
                     text: text.clone(),
                     site: None,
                     inlined,
+                    callee: None,
                 }),
                 Some((&first, more)) => {
                     let mut text = text.clone();
@@ -723,6 +898,7 @@ fn rows(s: &Started, id: u32) -> Vec<Row> {
                         text,
                         site: Some(sites[first].id),
                         inlined: inlined || sites[first].inlined,
+                        callee: None,
                     });
                     for &k in more {
                         out.push(Row {
@@ -730,6 +906,7 @@ fn rows(s: &Started, id: u32) -> Vec<Row> {
                             text: format!("  + {}", sites[k].name),
                             site: Some(sites[k].id),
                             inlined: sites[k].inlined,
+                            callee: None,
                         });
                     }
                     for k in here {
@@ -752,6 +929,7 @@ fn rows(s: &Started, id: u32) -> Vec<Row> {
             text: format!("{loc}  {}", x.name),
             site: Some(x.id),
             inlined: x.inlined,
+            callee: None,
         });
     }
     out

@@ -130,6 +130,14 @@ pub struct Started {
     /// The source of each node whose call sites are in the plan (the
     /// traced function and the expanded callees), by node id.
     pub sources: HashMap<u32, Source>,
+    /// The source of each callee broken down under an indirect call
+    /// site: by the site's node id and the callee's address in its
+    /// object.
+    pub via_sources: HashMap<(u32, u64), Source>,
+    /// The raw name of the function holding each indirect call site whose
+    /// probe reads its callee, by node id: the CALLER of `--expand
+    /// CALLER->CALLEE`.
+    pub callers: HashMap<u32, String>,
     /// What one call of the traced function costs in probe hits, from
     /// this machine's prices when known (as `--dry-run` prints it).
     pub price: Option<String>,
@@ -309,6 +317,8 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
     probe::check_environment()?;
     let opts = ReportOptions::new(&s);
     let mut sources = sources(&plan, &mut objects);
+    let (mut via_sources, mut callers) = (HashMap::new(), HashMap::new());
+    indirect_views(&plan, &mut objects, &mut via_sources, &mut callers);
     let by_keys = by_keys(&plan, &mut objects);
     latency::raise_fd_limit();
     // Measured once (and cached): the price of a probe is the machine's,
@@ -330,6 +340,8 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         request: req.clone(),
         plan: Plan::default(),
         sources: HashMap::new(),
+        via_sources: HashMap::new(),
+        callers: HashMap::new(),
         price,
         held: live.held_back.clone(),
         by_keys,
@@ -337,6 +349,8 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
     let _ = tx.send(Update::Started(Box::new(Started {
         plan: plan.clone(),
         sources: sources.clone(),
+        via_sources: via_sources.clone(),
+        callers: callers.clone(),
         ..started.clone()
     })));
     let mut held = live.held_back.clone();
@@ -408,6 +422,7 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
         for (id, src) in new_sources(&plan, &sources, &mut objects) {
             sources.insert(id, src);
         }
+        indirect_views(&plan, &mut objects, &mut via_sources, &mut callers);
         started.request = next;
         started.held = held.clone();
         match attached {
@@ -416,6 +431,8 @@ fn run(req: &Request, tx: &Sender<Update>, commands: &Receiver<Command>) -> Resu
                 let now = Started {
                     plan: plan.clone(),
                     sources: sources.clone(),
+                    via_sources: via_sources.clone(),
+                    callers: callers.clone(),
                     ..started.clone()
                 };
                 let a = Attached::new(nodes, slots, asked);
@@ -752,6 +769,40 @@ fn new_sources(
         .collect()
 }
 
+/// What the view of a callee under an indirect call needs that `plan`
+/// adds: the source of each callee broken down under such a call, and the
+/// raw name of the function holding each such call.
+fn indirect_views(
+    plan: &Plan,
+    objects: &mut Objects,
+    via_sources: &mut HashMap<(u32, u64), Source>,
+    callers: &mut HashMap<u32, String>,
+) {
+    for (id, x) in plan.site_ids() {
+        if let Some(v) = &x.via {
+            if let std::collections::hash_map::Entry::Vacant(e) =
+                via_sources.entry((x.parent, v.addr))
+            {
+                let at = plan.slots.get(x.slot as usize).copied();
+                if let Some(src) = at.and_then(|at| source_at(plan, at, objects)) {
+                    e.insert(src);
+                }
+            }
+        }
+        if callers.contains_key(&id) || !plan.reads_callee(x.slot) {
+            continue;
+        }
+        let caller = plan.slots.get(x.slot as usize).and_then(|&(o, addr)| {
+            let obj = objects.get(plan.objects.get(o)?).ok()?;
+            let f = obj.symbols().ok()?.function_containing(addr)?;
+            Some(f.raw)
+        });
+        if let Some(raw) = caller {
+            callers.insert(id, raw);
+        }
+    }
+}
+
 /// Where node `id`'s function is: its object and an address in it.
 fn function_of(plan: &Plan, id: u32) -> Option<(usize, u64)> {
     if let Some(Node::Item(i)) = plan.node(id) {
@@ -767,7 +818,11 @@ fn function_of(plan: &Plan, id: u32) -> Option<(usize, u64)> {
 }
 
 fn source_of(plan: &Plan, id: u32, objects: &mut Objects) -> Option<Source> {
-    let (object, addr) = function_of(plan, id)?;
+    source_at(plan, function_of(plan, id)?, objects)
+}
+
+/// The source of the function holding `addr` of object `object`.
+fn source_at(plan: &Plan, (object, addr): (usize, u64), objects: &mut Objects) -> Option<Source> {
     let obj = objects.get(plan.objects.get(object)?).ok()?;
     let f = obj.symbols().ok()?.function_containing(addr)?;
     let decoded = plan::decode_function(&obj, &f).ok()?;

@@ -707,6 +707,8 @@ mod tests {
                 },
             )]
             .into(),
+            via_sources: Default::default(),
+            callers: Default::default(),
             price: Some("~2.0 us (entry emulated, exit emulated)".into()),
             held: [4].into(),
             by_keys: vec!["caller".into(), "tid".into(), "retval".into()],
@@ -929,7 +931,8 @@ mod tests {
                 expand: vec!["leaf".into()],
                 open: vec![crate::explore::func::Step {
                     addr: 2,
-                    name: "leaf".into()
+                    name: "leaf".into(),
+                    via: None,
                 }],
                 filter: None,
                 slower_than: None,

@@ -186,6 +186,11 @@ fn profile_orders_spinner_and_blocker_enter_counts_exactly_sighup_detaches() {
 /// A hang-up (the SSH session dropped) ends the explorer and its tracing;
 /// the target runs on with no probe left.
 fn hang_up(t: &Tmux, explorer: i32, fx: &mut Fixture) {
+    hang_up_of(t, explorer, fx, "explore");
+}
+
+/// [`hang_up`] with the explorer on fixture `name`.
+fn hang_up_of(t: &Tmux, explorer: i32, fx: &mut Fixture, name: &str) {
     libc_kill(explorer as u32, libc::SIGHUP);
     let until = Instant::now() + Duration::from_secs(10);
     while t.alive() && Instant::now() < until {
@@ -210,7 +215,7 @@ fn hang_up(t: &Tmux, explorer: i32, fx: &mut Fixture) {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(exited(), "explore {explorer} still runs");
-    assert_eq!(uprobes_on(&common::build("explore")), 0);
+    assert_eq!(uprobes_on(&common::build(name)), 0);
     assert!(fx.is_running(), "the target died");
 }
 
@@ -1119,4 +1124,87 @@ fn enter_on_an_indirect_call_names_its_callees() {
     t.wait_for(10, "the callees seen", |s| s.contains(&want));
     let _ = std::fs::remove_dir_all(&dir);
     hang_up(&t, explorer, &mut fx);
+}
+
+/// One round of the icall fixture in its wait mode: ten calls of
+/// dispatch.
+fn icall_round(fx: &mut Fixture) {
+    libc_kill(fx.pid(), libc::SIGUSR2);
+    assert_eq!(
+        fx.read_line(Duration::from_secs(20)).as_deref(),
+        Some("count dispatch 10")
+    );
+}
+
+/// Enter on a callee seen under an indirect call drills into it: the
+/// plan grows by `--expand 'dispatch->slow_b'` (the command the view
+/// names, whose dry run lists the probes in place), slow_b's two calls of
+/// b_part are attached under each of dispatch's two indirect calls (four
+/// sites) and, under the call drilled from, count only the calls through
+/// it to slow_b (70 a round, not the 80 slow_b makes when fast_a calls it
+/// too), half a call per call of slow_b over the two rounds counted.
+#[test]
+fn enter_on_a_callee_of_an_indirect_call_drills_into_it() {
+    let _g = needs_root!();
+    let mut fx = Fixture::spawn("icall", &["10", "wait"]);
+    fx.go();
+    assert_eq!(
+        fx.read_line(Duration::from_secs(10)).as_deref(),
+        Some("count dispatch 10")
+    );
+    let pid = fx.pid();
+    let dir = std::env::temp_dir().join(format!("tachy-explore-icall-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let t = Tmux::explore(&format!("-p {pid} dispatch"), &dir, 80, 24, None);
+    let explorer = t.pane_pid();
+    t.wait_for(20, "the first report", |s| s.contains("dispatch  calls 0"));
+    icall_round(&mut fx);
+    t.wait_for(10, "the first round", |s| {
+        s.contains(" dispatch  calls 10  avg") && s.contains("-> slow_b")
+    });
+    select_row(&t, "-> slow_b");
+    t.keys(&["Enter"]);
+    let s = t.wait_for(20, "slow_b's call sites attached", |s| {
+        s.contains("dispatch > *indirect -> slow_b") && s.contains("4 call sites attached in")
+    });
+    assert!(
+        s.contains(" slow_b  calls 70 of 100 through *indirect"),
+        "{s}"
+    );
+    let cmd = command_of(&s).split("  counted").next().unwrap_or_default();
+    assert!(cmd.contains("--expand 'dispatch->slow_b'"), "{s}");
+    let args: Vec<String> = cmd
+        .split_whitespace()
+        .skip(2)
+        .map(|w| w.trim_matches('\'').to_string())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (planned, text) = dry_run(&args);
+    assert_eq!(probes_in_place(&s), planned, "{s}\n{text}");
+    icall_round(&mut fx);
+    let s = t.wait_for(10, "the second round", |s| {
+        s.contains(" slow_b  calls 140 of 200 through *indirect")
+    });
+    for line in ["b_part(v);", "b_part(v + 1);"] {
+        let row = site_row(&s, line, 0);
+        assert_eq!(row[1], "0.50", "{s}");
+    }
+    // Counted since the drill: one round of slow_b's calls through the
+    // register call, 7 of dispatch's 10 each.
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, v) = written(&t, &dir);
+    let site = &v["roots"][0]["children"][0];
+    let kids: Vec<(String, u64, String)> = site["children"]
+        .as_array()
+        .expect("the callee's sites")
+        .iter()
+        .map(|k| {
+            let f = |n: &str| k[n].as_str().unwrap_or_default().to_string();
+            (f("name"), k["count"].as_u64().unwrap_or(0), f("via"))
+        })
+        .collect();
+    let b = ("b_part".to_string(), 70, "slow_b".to_string());
+    assert_eq!(kids, [b.clone(), b], "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+    hang_up_of(&t, explorer, &mut fx, "icall");
 }
