@@ -101,7 +101,9 @@ Under an indirect call site (`call *%rax`, `call *0x18(%rbx)`, `blr x8`) a
 line lists the functions it called and how often (`-> callees: foo 80,
 bar 20`; in JSON `callees`): the probe on the call reads where it goes,
 16 callees apart per site, the rest as `other`; counted as the calls were
-made, whatever --slower-than decides. Go sites are not read.
+made, so under --slower-than/--faster-than (or a --filter on ret) they
+count the calls the filter drops too, and say so (`-> callees (all calls,
+before --slower-than): ...`). Go sites are not read.
 --expand 'CALLER->CALLEE' breaks such a callee down under the indirect calls
 of CALLER: its sites there (headed `in CALLEE:`, in JSON `via`) count only
 the calls made through that call to it, not those it gets another way.

@@ -719,6 +719,7 @@ mod tests {
                 timestamp: false,
                 unit: crate::report::Unit::Nsec,
                 filter: None,
+                callees_before: None,
                 all_sites: false,
                 roots: vec![root],
             },

@@ -193,6 +193,11 @@ pub struct TreeReport {
     pub unit: Unit,
     /// Says which root calls were kept, e.g. "slower than 1ms".
     pub filter: Option<String>,
+    /// The options that drop a traced call's site counts when it ends
+    /// (`--slower-than`, a `--filter` on the return value), which the
+    /// callees of indirect sites are counted before: at the call, over
+    /// every call made. None where the callees count only calls kept.
+    pub callees_before: Option<String>,
     /// Show sites that never ran in the text report (`--all-sites`).
     pub all_sites: bool,
     pub roots: Vec<TreeNode>,
@@ -247,6 +252,7 @@ pub fn render_text(r: &TreeReport, w: &mut impl Write) -> io::Result<()> {
             unit: r.unit,
             filtered: r.filter.is_some(),
             all_sites: r.all_sites,
+            callees_before: r.callees_before.as_deref(),
         };
         let hidden = render_children(root, 1, &l, w)?;
         if hidden > 0 {
@@ -380,7 +386,7 @@ fn label_width(n: &TreeNode, depth: usize, all_sites: bool) -> usize {
 }
 
 /// Where the children of a node are drawn, and how.
-struct Layout {
+struct Layout<'a> {
     root_total: u64,
     width: usize,
     unit: Unit,
@@ -388,6 +394,9 @@ struct Layout {
     filtered: bool,
     /// Show the sites that never ran too.
     all_sites: bool,
+    /// What the callees of indirect sites are counted before (see
+    /// [`TreeReport::callees_before`]).
+    callees_before: Option<&'a str>,
 }
 
 /// Draws the children of `parent`, and returns how many nodes were left
@@ -404,6 +413,7 @@ fn render_children(
         unit,
         filtered,
         all_sites,
+        callees_before,
     } = *l;
     if parent.children.is_empty() {
         return Ok(0);
@@ -465,7 +475,11 @@ fn render_children(
         }
         writeln!(w, "{line}")?;
         if let Some(list) = c.callees.as_ref().filter(|l| !l.is_empty()) {
-            writeln!(w, "{indent}  -> callees: {}", callee_words(list))?;
+            let counts = callee_words(list);
+            match callees_before {
+                Some(f) => writeln!(w, "{indent}  -> callees (all calls, before {f}): {counts}")?,
+                None => writeln!(w, "{indent}  -> callees: {counts}")?,
+            }
         }
         if let Some(h) = &c.hist {
             let mut buf = Vec::new();
@@ -499,7 +513,9 @@ pub fn callee_words(list: &[Callee]) -> String {
         .join(", ")
 }
 
-fn node_json(n: &TreeNode) -> Value {
+/// Node `n` as JSON; `before`: what its callees are counted before (see
+/// [`TreeReport::callees_before`]).
+fn node_json(n: &TreeNode, before: Option<&str>) -> Value {
     let mut v = json!({
         "name": n.name,
         "site": n.site,
@@ -508,7 +524,7 @@ fn node_json(n: &TreeNode) -> Value {
         "total_ns": n.total_ns,
         "self_ns": n.self_ns(),
         "unwound": n.unwound,
-        "children": n.children.iter().map(node_json).collect::<Vec<_>>(),
+        "children": n.children.iter().map(|c| node_json(c, before)).collect::<Vec<_>>(),
     });
     if n.go && n.kind == "function" {
         v["go"] = json!(true);
@@ -537,6 +553,9 @@ fn node_json(n: &TreeNode) -> Value {
         v["via"] = json!(via);
     }
     if let Some(list) = &n.callees {
+        if let Some(f) = before {
+            v["callees_before_filter"] = json!(f);
+        }
         v["callees"] = list
             .iter()
             .map(|c| {
@@ -568,7 +587,9 @@ pub fn json_value(r: &TreeReport) -> serde_json::Value {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    json!({ "time": ts, "roots": r.roots.iter().map(node_json).collect::<Vec<_>>() })
+    let before = r.callees_before.as_deref();
+    let roots: Vec<Value> = r.roots.iter().map(|n| node_json(n, before)).collect();
+    json!({ "time": ts, "roots": roots })
 }
 
 /// Folded stacks (`root;site;site weight`), weighted by self nanoseconds.
@@ -705,6 +726,7 @@ pub(crate) mod tests {
             timestamp: false,
             unit: Unit::Usec,
             filter: Some("slower than 1.00 ms".into()),
+            callees_before: None,
             all_sites: false,
             roots: vec![root],
         }
@@ -873,9 +895,81 @@ pub(crate) mod tests {
             timestamp: false,
             unit: Unit::Usec,
             filter: None,
+            callees_before: None,
             all_sites: false,
             roots: vec![root],
         }
+    }
+
+    /// A tree of one indirect site with two callees: 100 calls of the
+    /// function, 70 of them through the site (the slow ones).
+    fn indirect_sample() -> TreeReport {
+        let callee = |name: &str, count| Callee {
+            name: name.into(),
+            object: Some("/bin/app".into()),
+            addr: Some(0x1140),
+            count,
+            ..Default::default()
+        };
+        let mut site = node(
+            "*indirect",
+            Some("app.c:77"),
+            "indirect",
+            70,
+            7_000_000,
+            vec![],
+        );
+        site.callees = Some(vec![callee("slow_b", 70), callee("fast_a", 30)]);
+        let root = node("dispatch", None, "function", 70, 8_000_000, vec![site]);
+        TreeReport {
+            time: UNIX_EPOCH,
+            timestamp: false,
+            unit: Unit::Usec,
+            filter: Some("slower than 1.00 ms".into()),
+            callees_before: Some("--slower-than".into()),
+            all_sites: false,
+            roots: vec![root],
+        }
+    }
+
+    /// The text and JSON of `r`.
+    fn text_and_json(r: &TreeReport) -> (String, Value) {
+        let mut out = Vec::new();
+        render_text(r, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        (text, json_value(r))
+    }
+
+    /// Under a filter that drops a traced call's site counts at its end,
+    /// the callees, counted at each call, say that they count every call
+    /// made through the site (text), and which options they were counted
+    /// before (JSON); without one, they say nothing more.
+    #[test]
+    fn callees_counted_before_the_filter_say_so() {
+        let mut r = indirect_sample();
+        let (text, v) = text_and_json(&r);
+        let line = text.lines().find(|l| l.contains("-> callees")).unwrap();
+        assert_eq!(
+            line.trim(),
+            "-> callees (all calls, before --slower-than): slow_b 70, fast_a 30",
+            "{text}"
+        );
+        let site = &v["roots"][0]["children"][0];
+        assert_eq!(site["callees_before_filter"], "--slower-than", "{v}");
+        assert_eq!(site["callees"][0]["count"], 70, "{v}");
+        r.callees_before = None;
+        let (text, v) = text_and_json(&r);
+        assert!(
+            text.lines()
+                .any(|l| l.trim() == "-> callees: slow_b 70, fast_a 30"),
+            "{text}"
+        );
+        assert!(
+            v["roots"][0]["children"][0]
+                .get("callees_before_filter")
+                .is_none(),
+            "{v}"
+        );
     }
 
     /// The root's probe time is its own probes' and its sites': 100 calls
@@ -898,7 +992,7 @@ pub(crate) mod tests {
                 "the probes' own time is 61% of each call's raw reading: a probe hit in real code can cost up to about twice its price measured here, so the average may read up to ~6.2 us high (fewer call sites read closer: --depth 1, --max-overhead)",
             ]
         );
-        let v = node_json(&root);
+        let v = node_json(&root, None);
         assert_eq!(v["site_probe_ns_per_call"], 5_500);
         // Read at 40 us, one line; without sites, the plain note.
         root.total_ns = 4_000_000;

@@ -44,6 +44,7 @@ pub fn tree_report(
         timestamp: o.timestamp,
         unit: o.unit,
         filter: t.filter.clone(),
+        callees_before: t.callees_before.clone(),
         all_sites: t.all_sites,
         roots: (0..plan.items.len() as u32)
             .map(|id| tree_node(plan, counts, id, t.hist))

@@ -3,6 +3,7 @@
 
 use crate::cli::{Format, TraceSettings};
 use crate::plan::by::ByKey;
+use crate::plan::filter::Filter;
 use crate::report::fmt::human;
 use crate::report::Unit;
 
@@ -32,6 +33,10 @@ pub struct TreeOptions {
     pub all_sites: bool,
     /// The filter on durations, as the report says it.
     pub filter: Option<String>,
+    /// The options that drop a traced call's site counts when it ends,
+    /// before which the callees of indirect sites are counted (see
+    /// `TreeReport::callees_before`).
+    pub callees_before: Option<String>,
 }
 
 impl ReportOptions {
@@ -46,6 +51,22 @@ impl ReportOptions {
                 human(hi as f64)
             )),
         };
+        // A site's counts wait for the outermost traced call's end and are
+        // dropped with it where these reject it; its callees are counted
+        // at the call (src/bpf/sites.h).
+        let mut drop: Vec<&str> = Vec::new();
+        if s.min_ns.is_some() {
+            drop.push("--slower-than");
+        }
+        if s.max_ns.is_some() {
+            drop.push("--faster-than");
+        }
+        // A filter on arguments alone rejects a call at its entry, before
+        // any site in it: only one on the return value drops counts.
+        if s.filter.as_ref().is_some_and(Filter::reads_ret) {
+            drop.push("--filter");
+        }
+        let callees_before = (!drop.is_empty()).then(|| drop.join(" and "));
         ReportOptions {
             unit: s.unit,
             timestamp: s.timestamp,
@@ -56,6 +77,7 @@ impl ReportOptions {
                 hist: n.hist,
                 all_sites: n.all_sites,
                 filter,
+                callees_before,
             }),
             format: s.output.format,
         }

@@ -14,11 +14,17 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 const ROUNDS: u64 = 10;
 
 fn nested(args: &[&str]) -> Outcome {
-    let exe = common::build("icall");
     let rounds = ROUNDS.to_string();
+    nested_of(args, "dispatch", &[&rounds])
+}
+
+/// `tachy nested ARGS FUNC -- icall FIXTURE_ARGS...`.
+fn nested_of(args: &[&str], func: &str, fixture_args: &[&str]) -> Outcome {
+    let exe = common::build("icall");
     let mut a = vec!["nested"];
     a.extend_from_slice(args);
-    a.extend(["dispatch", "--", exe.to_str().unwrap(), &rounds]);
+    a.extend([func, "--", exe.to_str().unwrap()]);
+    a.extend_from_slice(fixture_args);
     Tachy::start(&a, &[("FIXTURE_NO_WAIT", "1")]).finish(RUN_TIMEOUT)
 }
 
@@ -204,4 +210,49 @@ fn expand_through_with_a_side_empty_is_refused() {
         assert_eq!(out.code(), Some(2), "{bad}: {out}");
         assert!(out.stderr.contains("one side is empty"), "{bad}: {out}");
     }
+}
+
+/// `route` mode (see the fixture): 20 calls of route, each one call
+/// through a pointer, 14 to slow_b (spinning 20,000,000 turns twice,
+/// ~80 ms here) and 6 to fast_a (microseconds). `--slower-than 10ms`
+/// keeps the 14: the site counts 14, but its callees are counted at the
+/// call, over every call through it, and say so: in JSON
+/// `callees_before_filter`, in text on their line.
+#[test]
+fn callees_under_a_duration_filter_count_every_call_and_say_so() {
+    let _g = common::needs_root!();
+    let args = ["2", "route", "20000000"];
+    let opts = ["--slower-than", "10ms", "--max-overhead", "0"];
+    let mut json = vec!["--json"];
+    json.extend(opts);
+    let out = nested_of(&json, "route", &args);
+    let rep = out.success_report();
+    let root = &rep["roots"][0];
+    assert_eq!(root["name"], "route", "{rep}");
+    assert_eq!(root["count"].as_u64(), Some(14), "{rep}");
+    assert_eq!(root["filtered"].as_u64(), Some(6), "{rep}");
+    let sites = root["children"].as_array().expect("sites");
+    assert_eq!(sites.len(), 1, "{rep}");
+    let site = &sites[0];
+    assert_eq!(site["kind"], "indirect", "{site}");
+    assert_eq!(site["count"].as_u64(), Some(14), "{site}");
+    assert_eq!(site["callees_before_filter"], "--slower-than", "{site}");
+    assert_eq!(
+        callees(site),
+        [("slow_b".to_string(), 14), ("fast_a".into(), 6)],
+        "{site}"
+    );
+    let out = nested_of(&opts, "route", &args);
+    out.assert_success();
+    let lines: Vec<&str> = out
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("-> callees"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["-> callees (all calls, before --slower-than): slow_b 14, fast_a 6"],
+        "{out}"
+    );
 }
