@@ -390,6 +390,7 @@ impl<'obj> Tracer<'obj> {
                         hist: None,
                     }),
                     callees: Vec::new(),
+                    estimated: false,
                 });
                 zero.push(vec![0u8; raw.len()]);
             }

@@ -88,6 +88,9 @@ pub struct Counts {
     /// An indirect call site: the calls made through it, per callee (as
     /// they were made, whatever the duration filter decides later).
     pub callees: Vec<Callee>,
+    /// `--max-overhead` sampled the site: its counts, times and callees
+    /// are scaled up from the share of the time it was timed.
+    pub estimated: bool,
 }
 
 /// A function an indirect call site reached, and how many times.
@@ -246,5 +249,6 @@ impl Counts {
         for c in &o.callees {
             Callee::add_to(&mut self.callees, c);
         }
+        self.estimated |= o.estimated;
     }
 }

@@ -63,6 +63,9 @@ pub struct TreeNode {
     /// A site of a callee broken down under an indirect call (its parent):
     /// the callee's name. It counts the calls through that call to it.
     pub via: Option<String>,
+    /// `--max-overhead` sampled the site: its counts, times and callees
+    /// are scaled up from the share of the time it was timed.
+    pub estimated: bool,
     pub children: Vec<TreeNode>,
 }
 
@@ -456,7 +459,8 @@ fn render_children(
         } else {
             0.0
         };
-        let per_call = format!("{} per call", per_call(rate));
+        let tilde = if c.estimated { "~" } else { "" };
+        let per_call = format!("{tilde}{} per call", per_call(rate));
         let avg = if c.timed_calls() > 0 {
             human(c.total_ns as f64 / c.timed_calls() as f64)
         } else {
@@ -475,7 +479,11 @@ fn render_children(
         }
         writeln!(w, "{line}")?;
         if let Some(list) = c.callees.as_ref().filter(|l| !l.is_empty()) {
-            let counts = callee_words(list);
+            let counts = if c.estimated {
+                callee_words_with(list, "~")
+            } else {
+                callee_words(list)
+            };
             match callees_before {
                 Some(f) => writeln!(w, "{indent}  -> callees (all calls, before {f}): {counts}")?,
                 None => writeln!(w, "{indent}  -> callees: {counts}")?,
@@ -507,8 +515,13 @@ fn render_children(
 
 /// `foo 80, bar 20`: each callee and its calls.
 pub fn callee_words(list: &[Callee]) -> String {
+    callee_words_with(list, "")
+}
+
+/// As [`callee_words`], each count after `mark` (`~` for an estimate).
+fn callee_words_with(list: &[Callee], mark: &str) -> String {
     list.iter()
-        .map(|c| format!("{} {}", c.name, c.count))
+        .map(|c| format!("{} {mark}{}", c.name, c.count))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -526,6 +539,9 @@ fn node_json(n: &TreeNode, before: Option<&str>) -> Value {
         "unwound": n.unwound,
         "children": n.children.iter().map(|c| node_json(c, before)).collect::<Vec<_>>(),
     });
+    if n.estimated {
+        v["estimated"] = json!(true);
+    }
     if n.go && n.kind == "function" {
         v["go"] = json!(true);
     }
@@ -672,6 +688,7 @@ pub(crate) mod tests {
             go: false,
             callees: None,
             via: None,
+            estimated: false,
             children,
         }
     }
@@ -957,6 +974,7 @@ pub(crate) mod tests {
         let site = &v["roots"][0]["children"][0];
         assert_eq!(site["callees_before_filter"], "--slower-than", "{v}");
         assert_eq!(site["callees"][0]["count"], 70, "{v}");
+        assert!(site.get("estimated").is_none(), "{v}");
         r.callees_before = None;
         let (text, v) = text_and_json(&r);
         assert!(
@@ -969,6 +987,40 @@ pub(crate) mod tests {
                 .get("callees_before_filter")
                 .is_none(),
             "{v}"
+        );
+    }
+
+    /// A site sampled by --max-overhead: its calls per call of its
+    /// parent and its callees' counts are marked as estimates (`~`) in
+    /// text, and the node is `"estimated": true` in JSON.
+    #[test]
+    fn estimated_site_marks_its_callees_too() {
+        let mut r = indirect_sample();
+        r.callees_before = None;
+        r.roots[0].children[0].estimated = true;
+        let (text, v) = text_and_json(&r);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("app.c:77  *indirect") && l.contains(" ~1.00 per call ")),
+            "{text}"
+        );
+        assert!(
+            lines.contains(&"-> callees: slow_b ~70, fast_a ~30"),
+            "{text}"
+        );
+        let site = &v["roots"][0]["children"][0];
+        assert_eq!(site["estimated"], true, "{v}");
+        assert!(v["roots"][0].get("estimated").is_none(), "{v}");
+        // Both: the filter's words, then the estimates.
+        r.callees_before = Some("--filter".into());
+        let (text, _) = text_and_json(&r);
+        assert!(
+            text.lines()
+                .any(|l| l.trim()
+                    == "-> callees (all calls, before --filter): slow_b ~70, fast_a ~30"),
+            "{text}"
         );
     }
 

@@ -104,6 +104,7 @@ fn tree_node(plan: &Plan, counts: &[Counts], id: u32, hist: bool) -> TreeNode {
             .site(id)
             .and_then(|x| x.via.as_ref())
             .map(|v| v.name.clone()),
+        estimated: c.estimated,
         children: kids,
     }
 }

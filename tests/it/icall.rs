@@ -212,6 +212,60 @@ fn expand_through_with_a_side_empty_is_refused() {
     }
 }
 
+/// Sampled by the overhead budget, an indirect site's callees are scaled
+/// with its count: they add up to its calls, and the site is marked an
+/// estimate. The budget is set to half the overhead a run without one
+/// estimates (on this machine, by its calibration), so that the sites
+/// are shed and timed in a share of each second (40,000 rounds: ~0.6 s
+/// untraced here, a few seconds sampled). The traced function's calls are
+/// never scaled.
+#[test]
+fn sampled_sites_scale_their_callees_with_their_count() {
+    let _g = common::needs_root!();
+    let free = nested_of(&["--json", "--max-overhead", "1000"], "dispatch", &["3000"]);
+    let rep = free.success_report();
+    let pct = rep["overhead"]["estimated_pct"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no estimate: {free}"));
+    assert!(pct > 0.0, "{free}");
+    let budget = format!("{:.3}", pct / 2.0);
+    let out = nested_of(
+        &["--json", "--max-overhead", &budget],
+        "dispatch",
+        &["40000"],
+    );
+    let rep = out.success_report();
+    let root = &rep["roots"][0];
+    assert_eq!(root["count"].as_u64(), Some(40000), "{out}");
+    assert!(root.get("estimated").is_none(), "{out}");
+    // What became of each site last.
+    let mut last: Vec<(String, &Value)> = Vec::new();
+    for s in rep["overhead"]["shed"].as_array().into_iter().flatten() {
+        let at = s["site"].as_str().unwrap_or_default().to_string();
+        last.retain(|(a, _)| *a != at);
+        last.push((at, s));
+    }
+    let sampled: Vec<&str> = last
+        .iter()
+        .filter(|(_, s)| s["action"] == "sampled")
+        .map(|(a, _)| a.as_str())
+        .collect();
+    assert!(!sampled.is_empty(), "nothing sampled at {budget}%: {out}");
+    let sites = root["children"].as_array().expect("sites");
+    for at in sampled {
+        let site = sites
+            .iter()
+            .find(|x| x["site"] == at)
+            .unwrap_or_else(|| panic!("no site {at}: {out}"));
+        assert_eq!(site["estimated"], true, "{site}");
+        let calls = site["count"].as_u64().unwrap() + site["unwound"].as_u64().unwrap();
+        let per = callees(site);
+        assert_eq!(per.iter().map(|(_, n)| n).sum::<u64>(), calls, "{site}");
+        let names: Vec<&str> = per.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["slow_b", "fast_a"], "{site}");
+    }
+}
+
 /// `route` mode (see the fixture): 20 calls of route, each one call
 /// through a pointer, 14 to slow_b (spinning 20,000,000 turns twice,
 /// ~80 ms here) and 6 to fast_a (microseconds). `--slower-than 10ms`

@@ -51,11 +51,15 @@ pub(super) fn shed_state(was: Option<State>, share: Option<f64>) -> State {
     }
 }
 
-/// `c` scaled by `f` (> 1): counts and times, and the histogram's
-/// buckets so that they still add up to the count.
+/// `c` scaled by `f` (> 1): counts and times, the histogram's buckets
+/// so that they still add up to the count, and an indirect site's
+/// callees so that they still add up to its calls; marked estimated.
 fn scale_counts(c: &mut Counts, f: f64) {
     let s = |v: u64| (v as f64 * f).round() as u64;
     let whole = c.hist.buckets.iter().sum::<u64>() == c.count;
+    // Each call through the site reached one callee, whether it returned
+    // or was left by exception.
+    let calls = c.callees.iter().map(|x| x.count).sum::<u64>() == c.count + c.unwound;
     c.count = s(c.count);
     c.total_ns = s(c.total_ns);
     c.unwound = s(c.unwound);
@@ -66,6 +70,12 @@ fn scale_counts(c: &mut Counts, f: f64) {
     c.under = s(c.under);
     c.arg_filtered = c.arg_filtered.map(s);
     scale_buckets(&mut c.hist.buckets, f, whole.then_some(c.count));
+    let mut per: Vec<u64> = c.callees.iter().map(|x| x.count).collect();
+    scale_buckets(&mut per, f, calls.then_some(c.count + c.unwound));
+    for (x, n) in c.callees.iter_mut().zip(per) {
+        x.count = n;
+    }
+    c.estimated = true;
     if let Some(cpu) = c.cpu.as_mut() {
         cpu.oncpu_ns = s(cpu.oncpu_ns);
         cpu.blocked_ns = s(cpu.blocked_ns);
@@ -240,5 +250,41 @@ mod tests {
         // Shares are whole percents, none under the least.
         assert_eq!(sample_share(0.456), Some(0.45));
         assert_eq!(sample_share(0.049), None);
+    }
+
+    /// A sampled indirect site's callees are scaled with its count, and
+    /// still add up to its calls (those left by exception too), however
+    /// each rounds; all of it is marked estimated.
+    #[test]
+    fn scaled_callees_add_up_to_the_scaled_calls() {
+        use crate::report::Callee;
+        let callee = |name: &str, count| Callee {
+            name: name.into(),
+            count,
+            ..Default::default()
+        };
+        let mut c = Counts {
+            count: 9,
+            unwound: 1,
+            callees: vec![callee("slow_b", 7), callee("fast_a", 3)],
+            ..Default::default()
+        };
+        scale_counts(&mut c, 1.0 / 0.45);
+        assert!(c.estimated);
+        assert_eq!((c.count, c.unwound), (20, 2));
+        let per: Vec<u64> = c.callees.iter().map(|x| x.count).collect();
+        // 15.56 and 6.67: rounded each, 16 and 7 would make 23.
+        assert_eq!(per, [15, 7]);
+        assert_eq!(per.iter().sum::<u64>(), c.count + c.unwound);
+        // Callees that did not add up (a callee not read) are each
+        // rounded.
+        let mut c = Counts {
+            count: 10,
+            callees: vec![callee("slow_b", 7), callee("fast_a", 2)],
+            ..Default::default()
+        };
+        scale_counts(&mut c, 1.0 / 0.45);
+        let per: Vec<u64> = c.callees.iter().map(|x| x.count).collect();
+        assert_eq!((c.count, per), (22, vec![16, 4]));
     }
 }
