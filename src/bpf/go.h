@@ -503,6 +503,8 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 	node = bpf_map_lookup_elem(&site_nodes, &key);
 	if (!node)
 		return 0;
+	if ((cookie >> 32) & TACHY_CALL_READ)
+		count_callee(ctx, cookie >> 32, node->node);
 	gpush(gr, c.off, node->node,
 	      TACHY_GFRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
 					   ? TACHY_GFRAME_TAILSITE

@@ -103,10 +103,11 @@ bar 20`; in JSON `callees`): the probe on the call reads where it goes,
 16 callees apart per site, the rest as `other`; counted as the calls were
 made, so under --slower-than/--faster-than (or a --filter on ret) they
 count the calls the filter drops too, and say so (`-> callees (all calls,
-before --slower-than): ...`). Go sites are not read.
+before --slower-than): ...`).
 --expand 'CALLER->CALLEE' breaks such a callee down under the indirect calls
 of CALLER: its sites there (headed `in CALLEE:`, in JSON `via`) count only
-the calls made through that call to it, not those it gets another way.
+the calls made through that call to it, not those it gets another way
+(not in Go code yet).
 Sites that never ran are left out of the text report (--all-sites shows
 them). A tree may have up to 4096 nodes.
 

@@ -19,9 +19,9 @@ pub type Imported = (Rc<ElfObject>, Function);
 
 /// Where indirect call `site` of `decoded` reads its callee, when its
 /// probe can read it there: the callees it reaches are counted per
-/// address. A Go site's program (goroutine frames) does not read them.
-fn callee_read(decoded: &Decoded, site: &Site, go: bool) -> Option<JumpOperand> {
-    if go || site.kind != SiteKind::Indirect {
+/// address.
+fn callee_read(decoded: &Decoded, site: &Site) -> Option<JumpOperand> {
+    if site.kind != SiteKind::Indirect {
         return None;
     }
     let c = decoded.calls.iter().find(|c| c.addr == site.addr)?;
@@ -400,17 +400,20 @@ impl Plan {
                     go,
                     sp_adjust: 0,
                     inlined: false,
-                    reads: callee_read(decoded, site, go),
+                    reads: callee_read(decoded, site),
                 },
             )?;
         }
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;
             // An indirect call reaches the callees named through it, when
-            // its probe reads where it goes.
-            let through = match callee_read(decoded, site, go) {
-                Some(_) => (drill.through)(obj, decoded.first.as_ref().map_or(0, |i| i.addr)),
-                None => Vec::new(),
+            // its probe reads where it goes (a Go site's frame does not
+            // keep what it read: its callees are not broken down).
+            let through = match callee_read(decoded, site) {
+                Some(_) if !go => {
+                    (drill.through)(obj, decoded.first.as_ref().map_or(0, |i| i.addr))
+                }
+                _ => Vec::new(),
             };
             let wanted = level < drill.depth
                 || site.callee_raw.as_deref().is_some_and(drill.expand)

@@ -576,7 +576,8 @@ fn nested_go_sites_are_counted_exactly() {
 }
 
 /// A method called through an interface and a closure are indirect sites,
-/// each timed: the 1 ms nap and the 200 us spin.
+/// each timed: the 1 ms nap and the 200 us spin; each site's probe reads
+/// where it goes: the method, and the closure, 80 calls each.
 #[test]
 fn nested_go_interface_and_closure_calls_are_indirect() {
     let _guard = common::serial();
@@ -595,6 +596,28 @@ fn nested_go_interface_and_closure_calls_are_indirect() {
     assert_site(&sites[0], &out, 80, 0, MS, 100 * MS);
     assert_site(&sites[1], &out, 80, 0, 200 * US, 20 * MS);
     assert_self(&root, &out, 200 * US);
+    let callees = |s: &Value| -> Vec<(String, u64)> {
+        s["callees"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no callees: {out}"))
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or("").to_string(),
+                    num(c, "count"),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        callees(&sites[0]),
+        [("main.(*napper).Nap".to_string(), 80)],
+        "{out}"
+    );
+    let closure = callees(&sites[1]);
+    assert_eq!(closure.len(), 1, "{out}");
+    assert!(closure[0].0.starts_with("main.main.func"), "{out}");
+    assert_eq!(closure[0].1, 80, "{out}");
 }
 
 /// A site whose callee recurses 40 frames of 4 KiB deep while the site is
