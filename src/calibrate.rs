@@ -270,10 +270,11 @@ impl Calibration {
         out
     }
 
-    /// A site's probe time by how it ends; an inlined instance whose
-    /// entry probe is single-stepped (a call site's is a `call`, emulated)
-    /// adds what a single-stepped entry adds over an emulated one, as the
-    /// roots measured it: inside its interval, and to its parent's.
+    /// A site's probe time by how it ends; a site whose opening probe is
+    /// single-stepped (an inlined instance's entry, or an indirect call:
+    /// only a `call rel32` is emulated) adds what a single-stepped entry
+    /// adds over an emulated one, as the roots measured it: inside its
+    /// interval, and to its parent's.
     fn site(&self, plan: &Plan, slot: u32) -> ProbeTime {
         let mut with_parent = false;
         let mut next_call = false;
@@ -284,11 +285,10 @@ impl Calibration {
                     slot: s,
                     tail,
                     ends_with_parent,
-                    inlined,
                     ..
                 } if s == slot => {
                     with_parent = tail || ends_with_parent;
-                    stepped_entry |= inlined && p.cost == ProbeCost::SingleStepped;
+                    stepped_entry |= p.cost == ProbeCost::SingleStepped;
                 }
                 ProbeKind::Site {
                     slot: s,

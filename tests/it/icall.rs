@@ -310,3 +310,50 @@ fn callees_under_a_duration_filter_count_every_call_and_say_so() {
         "{out}"
     );
 }
+
+/// The probe on an indirect call is single-stepped (only `call rel32` is
+/// emulated), after the site's clock started: that step is subtracted as
+/// the probe time inside the site, so what an indirect site takes beyond
+/// its callee's sites (its self time: the jump, slow_b's own few
+/// instructions, fast_a's) is well under the step's price that
+/// `--dry-run` gives (it read a whole step, ~15 us, high here before).
+#[test]
+fn an_indirect_site_does_not_read_its_single_step() {
+    let _g = common::needs_root!();
+    // Run first: it measures the probes' prices the dry run then gives.
+    let both = [
+        "--expand",
+        "dispatch->fast_a",
+        "--expand",
+        "dispatch->slow_b",
+    ];
+    let rep = nested(&[&both[..], &["--json", "--max-overhead", "0"]].concat()).success_report();
+    let dry = nested(&["--dry-run"]);
+    dry.assert_success();
+    let step_ns = dry
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("site <0>"))
+        .and_then(|l| l.split("single-stepped ~").nth(1))
+        .and_then(|p| {
+            let mut w = p.split_whitespace();
+            let n: f64 = w.next()?.parse().ok()?;
+            let unit = match w.next()? {
+                "ns" => 1.0,
+                "us" => 1e3,
+                "ms" => 1e6,
+                _ => return None,
+            };
+            Some(n * unit)
+        })
+        .unwrap_or_else(|| panic!("no single-stepped site price:\n{dry}"));
+    for site in rep["roots"][0]["children"].as_array().expect("sites") {
+        let calls = site["count"].as_u64().unwrap_or(0);
+        assert_eq!(calls, 10 * ROUNDS, "{site}");
+        let self_per_call = site["self_ns"].as_u64().unwrap_or(u64::MAX) as f64 / calls as f64;
+        assert!(
+            self_per_call < step_ns / 2.0,
+            "self {self_per_call} ns per call, a step {step_ns} ns: {site}"
+        );
+    }
+}
