@@ -835,11 +835,15 @@ fn rows(s: &Started, id: u32, via: Option<u64>, tree: Option<&Tree>) -> Vec<Row>
         };
         let site = r.site;
         out.push(r);
+        // Counted at every call, before the filter drops the fast ones.
+        let before = tree
+            .and_then(|t| t.report.callees_before.as_deref())
+            .map_or(String::new(), |f| format!("  (all calls, before {f})"));
         for c in callees {
             let Some(addr) = c.addr else { continue };
             out.push(Row {
                 line: None,
-                text: format!("    -> {}", c.name),
+                text: format!("    -> {}{before}", c.name),
                 site,
                 inlined: false,
                 callee: Some((addr, c.name)),
