@@ -235,8 +235,12 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
                 .any(|e| e.callee.matches(raw, &names))
         };
         let objects = RefCell::new(objects);
+        // Per --expand CALLER->CALLEE: whether an indirect call of a CALLER
+        // was met, and a CALLEE found for it.
+        let seen: RefCell<Vec<(bool, bool)>> = RefCell::new(vec![(false, false); expand.len()]);
         let through = |obj: &Rc<ElfObject>, start: u64| {
-            indirect_callees(scope, &mut objects.borrow_mut(), expand, obj, start)
+            let (mut objects, mut seen) = (objects.borrow_mut(), seen.borrow_mut());
+            indirect_callees(scope, &mut objects, expand, &mut seen, obj, start)
         };
         // A name imported at many sites (a library calling its own exported
         // functions through its PLT) is looked up in the libraries once.
@@ -262,6 +266,22 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             plan.add_instance_sites(&r.obj, inst, id, &drill)?;
         }
         plan.check_tree_size(n.depth)?;
+        for (e, (caller, callee)) in expand.iter().zip(seen.into_inner()) {
+            let Some(t) = &e.through else { continue };
+            let why = match (caller, callee) {
+                (false, _) => format!(
+                    "no traced function, nor callee broken down, matching {} makes an indirect call whose callee its probe reads (Go code's are not broken down)",
+                    t.quoted()
+                ),
+                (true, false) => format!(
+                    "no function of the process matches {}",
+                    e.callee.quoted()
+                ),
+                (true, true) => continue,
+            };
+            plan.left_out
+                .push(format!("--expand {:?}: {why}", e.text()));
+        }
     }
     plan.finish();
     plan.left_out
@@ -634,6 +654,7 @@ fn indirect_callees(
     scope: &Scope,
     objects: &mut Objects,
     expand: &[Expand],
+    seen: &mut [(bool, bool)],
     obj: &Rc<ElfObject>,
     start: u64,
 ) -> Vec<Imported> {
@@ -645,11 +666,12 @@ fn indirect_callees(
         return Vec::new();
     };
     let mut out: Vec<Imported> = Vec::new();
-    for e in expand {
+    for (e, seen) in expand.iter().zip(seen) {
         let Some(t) = &e.through else { continue };
         if !t.matches(&caller.raw, &caller.names) {
             continue;
         }
+        seen.0 = true;
         let mut found = symbols::find(obj, &e.callee).map_or(Vec::new(), |f| f.functions);
         let mut object = obj.clone();
         if found.is_empty() {
@@ -676,6 +698,7 @@ fn indirect_callees(
                 }
             }
         }
+        seen.1 |= !found.is_empty();
         for f in found {
             if !out
                 .iter()

@@ -357,3 +357,21 @@ fn an_indirect_site_does_not_read_its_single_step() {
         );
     }
 }
+
+/// CALLER->CALLEE that breaks nothing down says why, one line each: no
+/// function matches CALLEE, or CALLER makes no indirect call planned.
+#[test]
+fn expand_through_that_breaks_nothing_down_says_why() {
+    for (e, why) in [
+        (
+            "dispatch->slow_bb",
+            "no function of the process matches \"slow_bb\"",
+        ),
+        ("rounds->slow_b", "no traced function, nor callee broken down, matching \"rounds\" makes an indirect call"),
+    ] {
+        let out = nested(&["--expand", e, "--dry-run"]);
+        out.assert_success();
+        let line = format!("tachy: left out --expand \"{e}\": {why}");
+        assert!(out.stderr.lines().any(|l| l.starts_with(&line)), "{e}: {out}");
+    }
+}
