@@ -539,7 +539,10 @@ impl FuncView {
                 .iter()
                 .flatten()
                 .find(|c| c.addr == Some(addr))
-                .map_or(0, |c| c.count);
+                .map_or(0, |c| c.count)
+                // A callee is counted at its call, the call's count when its
+                // traced call ends: the calls in flight are in one only.
+                .min(n.calls());
             return format!("{callee}  calls {mine} of {} through {name}", n.calls());
         }
         let calls = n.calls();
