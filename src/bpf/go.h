@@ -352,6 +352,7 @@ static __always_inline void gpush(struct tachy_goroutine *gr, __u64 off,
 	f->id = id;
 	f->flags = flags;
 	f->slot = slot;
+	f->callee = 0;
 	gr->depth = d + 1;
 	/* The clock is read last: what this program did is not the call's. */
 	f->start_ns = bpf_ktime_get_ns();
@@ -465,7 +466,8 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 	struct tachy_goroutine *gr;
 	struct tachy_gframe *f;
 	struct tachy_site_node *node;
-	__u32 slot;
+	__u64 callee = 0;
+	__u32 slot, depth;
 	__u64 pt = bpf_get_current_pid_tgid();
 	struct gkey k = {.g = g, .tgid = pt >> 32};
 
@@ -501,15 +503,21 @@ static __always_inline int do_gsite(struct pt_regs *ctx, bool end)
 		return 0;
 	key = (__u64)slot << 32 | f->id;
 	node = bpf_map_lookup_elem(&site_nodes, &key);
-	if (!node)
+	/* A site of a callee under an indirect call: only through it. */
+	if (!node || (node->via &&
+		      f->callee != (__u32)(PT_REGS_IP(ctx) - (node->via - 1))))
 		return 0;
 	if ((cookie >> 32) & TACHY_CALL_READ)
-		count_callee(ctx, cookie >> 32, node->node);
+		callee = count_callee(ctx, cookie >> 32, node->node);
+	depth = gr->depth;
 	gpush(gr, c.off, node->node,
 	      TACHY_GFRAME_SITE | ((cookie & TACHY_SITE_ENDS_WITH_PARENT)
 					   ? TACHY_GFRAME_TAILSITE
 					   : 0),
 	      slot);
+	if (gr->depth > depth)
+		gr->frames[(gr->depth - 1) & (TACHY_MAX_DEPTH - 1)].callee =
+			callee;
 	return 0;
 }
 

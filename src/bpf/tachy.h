@@ -325,7 +325,9 @@ struct tachy_gframe {
 	/* a site's slot; a function's --filter groups left open for its
 	 * `ret` (0: none) */
 	__u32 slot;
-	__u32 pad;
+	/* an indirect call site's: the low 32 bits of where its probe read
+	 * the call goes (a Go program's code is one mapping, under 4 GiB) */
+	__u32 callee;
 };
 
 /*

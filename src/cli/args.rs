@@ -107,7 +107,7 @@ before --slower-than): ...`).
 --expand 'CALLER->CALLEE' breaks such a callee down under the indirect calls
 of CALLER: its sites there (headed `in CALLEE:`, in JSON `via`) count only
 the calls made through that call to it, not those it gets another way, and
-their calls are per call of it (not in Go code yet).
+their calls are per call of it.
 Sites that never ran are left out of the text report (--all-sites shows
 them). A tree may have up to 4096 nodes.
 

@@ -270,7 +270,7 @@ pub fn build(req: &PlanRequest, scope: &Scope, objects: &mut Objects) -> Result<
             let Some(t) = &e.through else { continue };
             let why = match (caller, callee) {
                 (false, _) => format!(
-                    "no traced function, nor callee broken down, matching {} makes an indirect call whose callee its probe reads (Go code's are not broken down)",
+                    "no traced function, nor callee broken down, matching {} makes an indirect call whose callee its probe reads",
                     t.quoted()
                 ),
                 (true, false) => format!(

@@ -407,13 +407,10 @@ impl Plan {
         for (k, site) in sites.iter().enumerate() {
             let id = first + k as u32;
             // An indirect call reaches the callees named through it, when
-            // its probe reads where it goes (a Go site's frame does not
-            // keep what it read: its callees are not broken down).
+            // its probe reads where it goes.
             let through = match callee_read(decoded, site) {
-                Some(_) if !go => {
-                    (drill.through)(obj, decoded.first.as_ref().map_or(0, |i| i.addr))
-                }
-                _ => Vec::new(),
+                Some(_) => (drill.through)(obj, decoded.first.as_ref().map_or(0, |i| i.addr)),
+                None => Vec::new(),
             };
             let wanted = level < drill.depth
                 || site.callee_raw.as_deref().is_some_and(drill.expand)

@@ -620,6 +620,27 @@ fn nested_go_interface_and_closure_calls_are_indirect() {
     assert_eq!(closure[0].1, 80, "{out}");
 }
 
+/// `--expand 'main.dispatch->main.(*napper).Nap'` breaks the method down
+/// under the interface call: its call of time.Sleep, once per call (80),
+/// each at least the 1 ms nap, headed by the method (`via`); the closure
+/// call never reaches it, so the method's sites under it count nothing.
+#[test]
+fn nested_go_expands_a_callee_of_an_interface_call() {
+    let _guard = common::serial();
+    if skip() {
+        return;
+    }
+    let expand = "main.dispatch->main.(*napper).Nap";
+    let (out, root) = nested(&["--expand", expand], "main.dispatch", "nested", 40);
+    let sites = kids(&root);
+    assert_eq!(sites.len(), 2, "{out}");
+    let sleep = kid(&sites[0], "time.Sleep", &out);
+    assert_eq!(sleep["via"], "main.(*napper).Nap", "{out}");
+    assert_site(sleep, &out, 80, 0, MS, 100 * MS);
+    let closure_kids: u64 = kids(&sites[1]).iter().map(|k| num(k, "count")).sum();
+    assert_eq!(closure_kids, 0, "{out}");
+}
+
 /// A site whose callee recurses 40 frames of 4 KiB deep while the site is
 /// open: the goroutine's 8 KiB stack is copied several times under it (the
 /// callee's prologue calls runtime.morestack), the call still returns to
