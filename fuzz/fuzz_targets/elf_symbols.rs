@@ -95,6 +95,7 @@ fuzz_target!(|data: &[u8]| {
         import: &|_| Vec::new(),
         depth: 2,
         expand: &|_| false,
+        through: &|_, _| Vec::new(),
     };
     for uretprobe in [false, true] {
         let mut plan = Plan::default();

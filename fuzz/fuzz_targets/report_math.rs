@@ -198,6 +198,7 @@ fn counts_of(c: &CountsIn, unit: Unit) -> Counts {
                 arg_filtered: None,
                 hist: hist_of(buckets, unit),
                 callees: Vec::new(),
+                estimated: false,
             }
         }
     }
@@ -257,6 +258,8 @@ fn build(
         // Go and C trees differ only in the words of what was left.
         go: n.count & 1 == 1,
         callees: None,
+        estimated: false,
+        via: None,
         children,
     })
 }
@@ -358,12 +361,14 @@ fuzz_target!(|input: Input| {
             None => break,
         }
     }
+    let callees_before = input.filter.is_some().then(|| "--slower-than".to_string());
     let tr = TreeReport {
         time: time_of(input.time),
         timestamp: input.timestamp,
         unit,
         filter: input.filter,
         all_sites: input.all_sites,
+        callees_before,
         roots,
     };
     let mut out = Vec::new();
