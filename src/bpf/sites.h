@@ -100,7 +100,8 @@ static __always_inline int do_site_end(struct pt_regs *ctx)
 /*
  * The node that site `slot`, probed at `ip`, times under frame `f`, or
  * NULL: none, or `f` is an indirect call that went to another callee than
- * the one the site is in.
+ * the one the site is in (the site may stand before its callee's start: a
+ * `.cold` part is often placed below the function).
  */
 static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f,
 				      __u64 ip)
@@ -112,7 +113,7 @@ static __always_inline __u32 *node_of(__u32 slot, struct tachy_frame *f,
 		return NULL;
 	key = (__u64)slot << 32 | f->id;
 	n = bpf_map_lookup_elem(&site_nodes, &key);
-	if (!n || (n->via && f->callee != ip - (n->via - 1)))
+	if (!n || (n->via && f->callee != ip - (__s64)(__s32)(n->via - 1)))
 		return NULL;
 	return &n->node;
 }

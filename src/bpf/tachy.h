@@ -149,8 +149,9 @@
  * A site's node under a parent (the `site_nodes` map). A site of a callee
  * broken down under an indirect call counts only while that call went to
  * the callee: `via` is 1 + how far the site's probe is past the callee's
- * start, which the parent frame's `callee` must then equal the probe's
- * address less (0: any call).
+ * start (signed, 32 bits: a `.cold` part may stand below it), which the
+ * parent frame's `callee` must then equal the probe's address less (0:
+ * any call).
  */
 struct tachy_site_node {
 	__u32 node;

@@ -660,8 +660,13 @@ impl FuncView {
             ),
             Style::new().add_modifier(Modifier::REVERSED),
         ))];
-        // Under a callee of an indirect call: per call of that callee.
-        let per = self.current_via().and_then(|addr| {
+        // Under a callee of an indirect call: per call of that callee
+        // (unless a filter counted the sites' calls and not the callee's).
+        let filtered = self
+            .tree
+            .as_ref()
+            .is_some_and(|t| t.report.callees_before.is_some());
+        let per = self.current_via().filter(|_| !filtered).and_then(|addr| {
             let c = parent?
                 .callees
                 .as_ref()?
@@ -672,7 +677,7 @@ impl FuncView {
         for (i, r) in rows.iter().enumerate().skip(top).take(height) {
             let nums = match (r.site, s, parent) {
                 (Some(site), Some(s), Some(p)) if r.callee.is_some() => {
-                    callee_numbers(&s.plan, p, site, r.callee.as_ref().map(|c| c.0))
+                    callee_numbers(&s.plan, p, site, r.callee.as_ref().map(|c| c.0), per)
                 }
                 (Some(site), Some(s), Some(p)) => site_numbers(&s.plan, p, site, per),
                 _ => (String::new(), String::new(), String::new()),
@@ -734,12 +739,13 @@ fn site_numbers(
 }
 
 /// A callee's line under indirect call site `site`: its calls through the
-/// site per call of the parent.
+/// site per call of the parent (or of `per` calls, as [`site_numbers`]).
 fn callee_numbers(
     plan: &Plan,
     parent: &TreeNode,
     site: u32,
     addr: Option<u64>,
+    per: Option<u64>,
 ) -> (String, String, String) {
     let Some(c) = child_of(plan, parent, site) else {
         return Default::default();
@@ -750,7 +756,7 @@ fn callee_numbers(
         .flatten()
         .find(|x| x.addr == addr)
         .map_or(0, |x| x.count);
-    let rate = match parent.calls() {
+    let rate = match per.unwrap_or(parent.calls()) {
         0 => 0.0,
         p => n as f64 / p as f64,
     };

@@ -305,9 +305,11 @@ pub fn site_nodes(plan: &Plan) -> Vec<(u64, [u8; 8])> {
         .iter()
         .enumerate()
         .map(|(i, n)| {
+            // Signed: a site of the callee's `.cold` part stands below
+            // its start.
             let via = n.via.as_ref().map_or(0, |v| {
                 let at = slot_probe(plan, n.slot).unwrap_or(v.addr);
-                at.saturating_sub(v.addr) as u32 + 1
+                (at.wrapping_sub(v.addr) as u32).wrapping_add(1)
             });
             let mut value = [0u8; 8];
             value[..4].copy_from_slice(&(first + i as u32).to_ne_bytes());

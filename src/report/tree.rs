@@ -454,9 +454,12 @@ fn render_children(
             via = c.via.clone();
             writeln!(w, "{indent}in {}:", via.as_deref().unwrap_or_default())?;
         }
-        // A callee's site under an indirect call: per call of that callee.
-        let per = match (&c.via, &parent.callees) {
-            (Some(v), Some(list)) => list.iter().find(|x| &x.name == v).map(|x| x.count as f64),
+        // A callee's site under an indirect call: per call of that callee
+        // (unless a filter counted the site's calls and not the callee's).
+        let per = match (&c.via, &parent.callees, callees_before) {
+            (Some(v), Some(list), None) => {
+                list.iter().find(|x| &x.name == v).map(|x| x.count as f64)
+            }
             _ => None,
         };
         let pcount = per.unwrap_or(pcount);

@@ -1139,8 +1139,8 @@ fn icall_round(fx: &mut Fixture) {
 /// Enter on a callee seen under an indirect call drills into it: the
 /// plan grows by `--expand 'dispatch->slow_b'` (the command the view
 /// names, whose dry run lists the probes in place), slow_b's two calls of
-/// b_part are attached under each of dispatch's two indirect calls (four
-/// sites) and, under the call drilled from, count only the calls through
+/// b_part and its call of rare are attached under each of dispatch's two
+/// indirect calls (six sites) and, under the call drilled from, count only the calls through
 /// it to slow_b (70 a round, not the 80 slow_b makes when fast_a calls it
 /// too), half a call per call of slow_b over the two rounds counted.
 #[test]
@@ -1165,7 +1165,7 @@ fn enter_on_a_callee_of_an_indirect_call_drills_into_it() {
     select_row(&t, "-> slow_b");
     t.keys(&["Enter"]);
     let s = t.wait_for(20, "slow_b's call sites attached", |s| {
-        s.contains("dispatch > *indirect -> slow_b") && s.contains("4 call sites attached in")
+        s.contains("dispatch > *indirect -> slow_b") && s.contains("6 call sites attached in")
     });
     assert!(
         s.contains(" slow_b  calls 70 of 100 through *indirect"),
@@ -1204,7 +1204,8 @@ fn enter_on_a_callee_of_an_indirect_call_drills_into_it() {
         })
         .collect();
     let b = ("b_part".to_string(), 70, "slow_b".to_string());
-    assert_eq!(kids, [b.clone(), b], "{v}");
+    let rare = ("rare".to_string(), 10, "slow_b".to_string());
+    assert_eq!(kids, [b.clone(), b, rare], "{v}");
     let _ = std::fs::remove_dir_all(&dir);
     hang_up_of(&t, explorer, &mut fx, "icall");
 }
