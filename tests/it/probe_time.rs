@@ -188,12 +188,14 @@ fn nested_shares_of_a_known_split() {
     }
 }
 
-/// --raw on the same split: the leaf's probes are counted in, and the
-/// conclusion comes out inverted (the check above fails on it).
+/// --raw on the same split: the leaf's probes are counted in, so its share
+/// reads well above its untraced 10% (at least 1.5 times: 30% and more on
+/// these machines, where it inverts the conclusion; how far depends on
+/// the machine's probe cost against its spin speed).
 #[test]
-fn nested_raw_split_inverts_the_shares() {
+fn nested_raw_split_counts_the_leaf_probes_in() {
     let _guard = common::needs_root!();
-    let (rep, _) = run(
+    let (rep, fx_out) = run(
         "calls",
         &["nested", "--raw", "--max-overhead", "0"],
         "split",
@@ -209,8 +211,13 @@ fn nested_raw_split_inverts_the_shares() {
             .map(|k| 100.0 * k["total_ns"].as_f64().unwrap_or(0.0) / total)
             .unwrap_or_else(|| panic!("no {name} under {root:#}"))
     };
-    let (long, leaf) = (kid("spin_long"), kid("short_leaf"));
-    assert!(long < 50.0 && leaf > 20.0, "{root:#}");
+    let u = untraced(&fx_out);
+    let want_leaf = 100.0 * 8.0 * u["short_leaf"] / u["split"];
+    let leaf = kid("short_leaf");
+    assert!(
+        leaf >= 1.5 * want_leaf,
+        "short_leaf {leaf:.1}% raw, {want_leaf:.1}% untraced\n{root:#}"
+    );
 }
 
 /// Runs `tachy latency -v -d 0.2 PLAIN:slow_sum` in `cwd` with
