@@ -370,17 +370,8 @@ impl FuncView {
         self.top.set(0);
         if expanded {
             // Planned: its sites held back are attached, if any are.
-            let slots: Vec<u32> = id
-                .map_or(&[][..], |id| s.plan.children(id))
-                .iter()
-                .filter_map(|&c| s.plan.site(c).map(|x| x.slot))
-                .filter(|slot| s.held.contains(slot))
-                .collect();
-            if slots.is_empty() {
-                return FuncAction::None;
-            }
-            self.message = Some("attaching its call sites...".into());
-            return FuncAction::Attach(slots);
+            let slots = held_slots(s, id.map_or(&[][..], |id| s.plan.children(id)));
+            return self.attach(slots);
         }
         let mut next = req.clone();
         if !next.expand.contains(&raw) {
@@ -390,6 +381,15 @@ impl FuncView {
         self.request = Some(next.clone());
         self.message = Some("a level deeper: planning and attaching its call sites...".into());
         FuncAction::Replan(next)
+    }
+
+    /// Attach the call sites of `slots` (held back), if there are any.
+    fn attach(&mut self, slots: Vec<u32>) -> FuncAction {
+        if slots.is_empty() {
+            return FuncAction::None;
+        }
+        self.message = Some("attaching its call sites...".into());
+        FuncAction::Attach(slots)
     }
 
     /// Enter on a callee seen under indirect call site `id`: the view of
@@ -436,16 +436,8 @@ impl FuncView {
         self.selected = 0;
         self.top.set(0);
         if !kids.is_empty() {
-            let slots: Vec<u32> = kids
-                .iter()
-                .filter_map(|&c| s.plan.site(c).map(|x| x.slot))
-                .filter(|slot| s.held.contains(slot))
-                .collect();
-            if slots.is_empty() {
-                return FuncAction::None;
-            }
-            self.message = Some("attaching its call sites...".into());
-            return FuncAction::Attach(slots);
+            let slots = held_slots(s, &kids);
+            return self.attach(slots);
         }
         let e = expand.unwrap_or_default();
         if !next.expand.contains(&e) {
@@ -736,6 +728,14 @@ fn site_numbers(
         t => format!("{:.1}%", c.total_ns as f64 * 100.0 / t as f64),
     };
     (per_call(rate), avg, share)
+}
+
+/// The slots of the call sites `ids` that are held back.
+fn held_slots(s: &Started, ids: &[u32]) -> Vec<u32> {
+    ids.iter()
+        .filter_map(|&c| s.plan.site(c).map(|x| x.slot))
+        .filter(|slot| s.held.contains(slot))
+        .collect()
 }
 
 /// A callee's line under indirect call site `site`: its calls through the
